@@ -1,0 +1,142 @@
+"""The ``gpucomm`` entry point: global options, command registration, and the one place where
+exceptions become exit codes (SPEC §2).  Heavy modules (networkx, torch, rich tables) are only
+imported inside the commands that need them, so ``gpucomm --help`` stays fast."""
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import List, Optional
+
+import typer
+
+from . import __version__
+from .exitcodes import ExitCode
+from .settings import SETTINGS, reset
+
+app = typer.Typer(
+    name="gpucomm",
+    help="How the GPUs of a node (and a cluster) are wired, and what to do about it: "
+         "probe -> topology -> rings/trees/predict -> plan/select -> launch.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+# Command modules, each with ``register(app)``.  Order = order in --help.
+COMMAND_MODULES = [
+    "gpucomm_cli.cmd_probe",      # probe, show, snapshot, examples
+    "gpucomm_cli.cmd_paths",      # paths
+    "gpucomm_cli.cmd_collective", # rings, trees, predict
+    "gpucomm_cli.cmd_plan",       # plan, select, synth
+    "gpucomm_cli.cmd_doctor",     # doctor, diff
+    "gpucomm_cli.cmd_bench",      # bench p2p|collective
+]
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"gpucomm {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _globals(
+    format: Optional[str] = typer.Option(None, "--format", "-f", help="Output format: table (default), json, yaml, "
+                                         "or a command-specific one (matrix, tree, dot, nccl-xml, ...)."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="Write data to FILE instead of stdout."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No diagnostics on stderr."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="More diagnostics on stderr."),
+    traceback: bool = typer.Option(False, "--traceback", help="Re-raise errors with a Python traceback."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    SETTINGS.format = format
+    SETTINGS.output = output
+    SETTINGS.quiet = quiet
+    SETTINGS.verbose = verbose
+    SETTINGS.traceback = traceback
+
+
+def _register() -> None:
+    for mod in COMMAND_MODULES:
+        try:
+            m = importlib.import_module(mod)
+        except ModuleNotFoundError as e:
+            if e.name == mod:
+                continue
+            raise
+        m.register(app)
+
+
+_register()
+
+# Global flags may appear anywhere (``gpucomm probe --format json``); they are hoisted in front of
+# the command name before click parses argv.
+_GLOBAL_VALUE = {"--format", "-f", "--output", "-o"}
+_GLOBAL_FLAG = {"--quiet", "-q", "--verbose", "-v", "--traceback"}
+
+
+def hoist_globals(argv: List[str]) -> List[str]:
+    front: List[str] = []
+    rest: List[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            rest.extend(argv[i:])
+            break
+        name = a.split("=", 1)[0]
+        if name in _GLOBAL_VALUE and name.startswith("--") and "=" in a:
+            front.append(a)
+        elif a in _GLOBAL_VALUE and i + 1 < len(argv):
+            front.extend([a, argv[i + 1]])
+            i += 1
+        elif a in _GLOBAL_FLAG:
+            front.append(a)
+        else:
+            rest.append(a)
+        i += 1
+    return front + rest
+
+
+def run(argv: Optional[List[str]] = None) -> int:
+    """Run the CLI and return an exit code (used by main() and by tests)."""
+    import click
+
+    from probes.errors import GpucommError
+
+    reset()
+    args = hoist_globals(list(sys.argv[1:] if argv is None else argv))
+    command = typer.main.get_command(app)
+    try:
+        rv = command.main(args=args, prog_name="gpucomm", standalone_mode=False)
+        return int(rv) if isinstance(rv, int) else 0
+    except GpucommError as e:
+        if SETTINGS.traceback:
+            raise
+        print(f"gpucomm: error: {e}", file=sys.stderr)
+        return int(e.exit_code)
+    except click.exceptions.Exit as e:
+        return int(e.exit_code)
+    except click.exceptions.Abort:
+        print("gpucomm: aborted", file=sys.stderr)
+        return int(ExitCode.ERROR)
+    except click.ClickException as e:
+        e.show(file=sys.stderr)
+        return int(ExitCode.USAGE) if isinstance(e, click.UsageError) else int(ExitCode.ERROR)
+    except KeyboardInterrupt:
+        print("gpucomm: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as e:  # a bug: one line, and how to report it
+        if SETTINGS.traceback:
+            raise
+        print(f"gpucomm: internal error: {type(e).__name__}: {' '.join(str(e).split())[:300]} -- this is a bug; "
+              "rerun with --traceback and report it with the output of `gpucomm snapshot`", file=sys.stderr)
+        return int(ExitCode.INTERNAL)
+
+
+def main() -> None:
+    sys.exit(run())

@@ -1,0 +1,54 @@
+"""Exceptions shared by probes and planners.  The CLI maps each to an exit code (SPEC §2);
+nothing below the CLI prints or exits."""
+from __future__ import annotations
+
+from typing import Optional
+
+
+class GpucommError(Exception):
+    """Base class: a user-facing, one-line error."""
+
+    exit_code = 1
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:  # one line, always
+        return " ".join(str(self.message).split())
+
+
+class InputError(GpucommError):
+    """A source the user can fix: a bad file or flag value (exit 1)."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, path: Optional[str] = None, line: Optional[int] = None,
+                 expected: Optional[str] = None):
+        where = ""
+        if path:
+            where = f"{path}"
+            if line is not None:
+                where += f":{line}"
+            where += ": "
+        text = where + message
+        if expected:
+            text += f" (expected {expected})"
+        super().__init__(text)
+        self.path, self.line, self.expected = path, line, expected
+
+
+class TopologyError(InputError):
+    """A topology that lacks what a command needs (e.g. no NICs for --nodes 4)."""
+
+
+class NothingToDo(GpucommError):
+    """Nothing to work on, e.g. ``plan`` on a topology without GPUs (exit 3)."""
+
+    exit_code = 3
+
+
+class PlanInfeasible(GpucommError):
+    """A request that cannot be satisfied (exit 4), e.g. tp=3 on 8 GPUs."""
+
+    exit_code = 4

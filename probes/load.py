@@ -1,0 +1,163 @@
+"""``--from SRC`` / ``TOPO``: read any supported input into a topology document, detecting the
+format by content, never by file name (SPEC §2).
+
+Supported: a saved topology (JSON/YAML), a snapshot (directory or .tar.gz), a
+``nvidia-smi topo -m`` capture, an NCCL topology XML, a ``rocm-smi --showtopo`` capture, and
+``example:<name>`` for the bundled recorded hosts.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Optional
+
+from .errors import InputError
+from .model import SCHEMA, finalize
+
+MAX_INPUT_BYTES = 64 * 1024 * 1024
+
+
+def read_text_input(path: str) -> str:
+    """Read a text input, rejecting binary junk and wrong encodings with a one-line error."""
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+    except FileNotFoundError:
+        raise InputError("no such file", path) from None
+    except OSError as e:
+        raise InputError(f"cannot read: {e.strerror}", path) from None
+    if size > MAX_INPUT_BYTES:
+        raise InputError(f"file is {size} bytes, larger than the {MAX_INPUT_BYTES} byte limit", path)
+    try:
+        data = p.read_bytes()
+    except IsADirectoryError:
+        raise InputError("is a directory but not a snapshot", path, expected="a snapshot with meta.json or sys/") from None
+    except OSError as e:
+        raise InputError(f"cannot read: {e.strerror}", path) from None
+    if not data.strip():
+        raise InputError("file is empty", path, expected="a topology, snapshot, nvidia-smi topo -m, NCCL XML or rocm-smi capture")
+    if b"\x00" in data[:65536]:
+        raise InputError("file is binary", path, expected="a text capture or topology document")
+    for enc in ("utf-8-sig",):
+        try:
+            return data.decode(enc)
+        except UnicodeDecodeError:
+            pass
+    # UTF-16 with BOM (PowerShell redirection) is common enough for smi captures on Windows.
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        try:
+            return data.decode("utf-16")
+        except UnicodeDecodeError:
+            pass
+    try:
+        text = data.decode("latin-1")
+    except UnicodeDecodeError:  # pragma: no cover - latin-1 decodes everything
+        raise InputError("not valid UTF-8 text", path) from None
+    if sum(1 for ch in text if ord(ch) > 127) > len(text) // 20:
+        raise InputError("not valid UTF-8 text", path, expected="a UTF-8 text file")
+    return text
+
+
+def detect_kind(text: str) -> Optional[str]:
+    """Guess the format of a text input from its content."""
+    head = text.lstrip("\ufeff \t\r\n")[:4096]
+    if head.startswith("{") or head.startswith("["):
+        return "json"
+    if head.startswith("<") or "<system" in head or "<graphs" in head:
+        return "nccl-xml"
+    if "ROCm System Management Interface" in text[:8192] or "Link Type between two GPUs" in text or \
+            "Weight between two GPUs" in text:
+        return "rocm-smi"
+    if "schema:" in head and "gpucomm.topology" in head:
+        return "yaml"
+    import re
+
+    if re.search(r"(^|\s)GPU0(\s|$)", text[:20000]) and re.search(r"\bX\b", text[:20000]):
+        return "nvidia-smi"
+    if re.match(r"^[A-Za-z_]+:\s", head) or head.startswith("---"):
+        return "yaml"
+    return None
+
+
+def load_document(text: str, path: str, kind: str) -> dict:
+    if kind in ("json", "yaml"):
+        return load_saved(text, path, kind)
+    if kind == "nvidia-smi":
+        from .smi_topo import parse_topo_text
+
+        return parse_topo_text(text, path=path)
+    if kind == "nccl-xml":
+        from .nccl_xml import parse_nccl_xml
+
+        return parse_nccl_xml(text, path=path)
+    if kind == "rocm-smi":
+        from .rocm_smi import parse_rocm_text
+
+        return parse_rocm_text(text, path=path)
+    raise InputError(f"unknown input kind {kind}", path)  # pragma: no cover
+
+
+def load_saved(text: str, path: str, kind: str) -> dict:
+    """A saved topology document (JSON or YAML, the latter with safe_load only)."""
+    if kind == "json":
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise InputError(f"invalid JSON: {e.msg}", path, line=e.lineno, expected="a gpucomm topology document") from None
+    else:
+        import yaml
+
+        try:
+            doc = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            line = getattr(getattr(e, "problem_mark", None), "line", None)
+            msg = str(getattr(e, "problem", None) or "invalid YAML")
+            raise InputError(f"invalid YAML: {msg}", path, line=(line + 1) if line is not None else None,
+                             expected="a gpucomm topology document") from None
+    from .validate import check_document
+
+    check_document(doc, path)
+    return doc
+
+
+def resolve_example(name: str) -> Path:
+    from .examples import example_path
+
+    return example_path(name)
+
+
+def load_topology(src: str) -> dict:
+    """Any supported input -> topology document (finalised)."""
+    if src.startswith("example:"):
+        p = resolve_example(src.split(":", 1)[1])
+        src_path = str(p)
+    else:
+        src_path = src
+    p = Path(src_path)
+    if p.is_dir():
+        from .snapshot import load_snapshot
+
+        return finalize(load_snapshot(p))
+    if src_path.endswith((".tar.gz", ".tgz")) or _is_gzip(p):
+        from .snapshot import load_snapshot
+
+        return finalize(load_snapshot(p))
+    text = read_text_input(src_path)
+    kind = detect_kind(text)
+    if kind is None:
+        raise InputError("unrecognised content", src_path,
+                         expected="a gpucomm topology (JSON/YAML), a snapshot, `nvidia-smi topo -m` output, "
+                                  "an NCCL topology XML or `rocm-smi --showtopo` output")
+    return finalize(load_document(text, src_path, kind))
+
+
+def _is_gzip(p: Path) -> bool:
+    try:
+        with open(p, "rb") as f:
+            return f.read(2) == b"\x1f\x8b"
+    except OSError:
+        return False
+
+
+__all__ = ["load_topology", "detect_kind", "read_text_input", "SCHEMA", "os"]
