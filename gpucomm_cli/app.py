@@ -28,7 +28,8 @@ app = typer.Typer(
 COMMAND_MODULES = [
     "gpucomm_cli.cmd_probe",      # probe, show, snapshot, examples
     "gpucomm_cli.cmd_paths",      # paths
-    "gpucomm_cli.cmd_collective", # rings, trees, predict
+    "gpucomm_cli.cmd_collective", # rings, trees
+    "gpucomm_cli.cmd_predict",    # predict
     "gpucomm_cli.cmd_plan",       # plan, select, synth
     "gpucomm_cli.cmd_doctor",     # doctor, diff
     "gpucomm_cli.cmd_bench",      # bench p2p|collective
@@ -100,11 +101,22 @@ def hoist_globals(argv: List[str]) -> List[str]:
     return front + rest
 
 
+def _click_module():
+    """typer >= 0.2x vendors click as ``typer._click``; older typer depends on click itself."""
+    try:
+        from typer import _click as click  # type: ignore[attr-defined]
+
+        click.exceptions  # noqa: B018 - make sure the submodule is there
+    except (ImportError, AttributeError):
+        import click  # type: ignore[no-redef]
+    return click
+
+
 def run(argv: Optional[List[str]] = None) -> int:
     """Run the CLI and return an exit code (used by main() and by tests)."""
-    import click
-
     from probes.errors import GpucommError
+
+    click = _click_module()
 
     reset()
     args = hoist_globals(list(sys.argv[1:] if argv is None else argv))
@@ -117,14 +129,14 @@ def run(argv: Optional[List[str]] = None) -> int:
             raise
         print(f"gpucomm: error: {e}", file=sys.stderr)
         return int(e.exit_code)
-    except click.exceptions.Exit as e:
-        return int(e.exit_code)
-    except click.exceptions.Abort:
+    except typer.Exit as e:
+        return int(getattr(e, "exit_code", 0) or 0)
+    except typer.Abort:
         print("gpucomm: aborted", file=sys.stderr)
         return int(ExitCode.ERROR)
-    except click.ClickException as e:
+    except click.exceptions.ClickException as e:
         e.show(file=sys.stderr)
-        return int(ExitCode.USAGE) if isinstance(e, click.UsageError) else int(ExitCode.ERROR)
+        return int(ExitCode.USAGE) if isinstance(e, click.exceptions.UsageError) else int(ExitCode.ERROR)
     except KeyboardInterrupt:
         print("gpucomm: interrupted", file=sys.stderr)
         return 130

@@ -1,0 +1,159 @@
+"""``gpucomm probe``, ``show``, ``snapshot``, ``examples``: discovery and its rendering."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .settings import SETTINGS, diag
+
+TOPO_FORMATS = ["table", "json", "yaml", "matrix", "tree", "dot", "nccl-xml"]
+ALL_SOURCES = ("nvml", "smi", "sysfs", "ib", "net", "numa")
+
+
+def _render_topology(doc: dict) -> None:
+    from probes.model import finalize
+
+    from .render import emit
+
+    finalize(doc)
+
+    def render_topo():  # lazy: only table/matrix/tree/dot need rich
+        from . import render_topo as rt
+
+        return rt
+
+    def nccl_xml() -> str:
+        from probes.nccl_xml import export_nccl_xml
+
+        return export_nccl_xml(doc)
+
+    emit(
+        doc,
+        table=lambda console: render_topo().summary_table(doc, console),
+        extra={
+            "matrix": lambda: render_topo().matrix_text(doc),
+            "tree": lambda: _capture(lambda c: render_topo().tree(doc, c)),
+            "dot": lambda: render_topo().dot(doc),
+            "nccl-xml": nccl_xml,
+        },
+        allowed=TOPO_FORMATS,
+    )
+    for w in doc.get("warnings", []):
+        diag(f"gpucomm: warning: {w}")
+
+
+def _capture(draw) -> str:
+    import io
+
+    from .render import make_console
+
+    buf = io.StringIO()
+    draw(make_console(buf))
+    return buf.getvalue()
+
+
+def _parse_sources(text: Optional[str]) -> Optional[list]:
+    from probes.errors import InputError
+
+    if not text:
+        return None
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    bad = [n for n in names if n not in ALL_SOURCES]
+    if bad:
+        raise InputError(f"--sources: unknown source {bad[0]!r}", expected=",".join(ALL_SOURCES))
+    return names
+
+
+def probe(
+    src: Optional[str] = typer.Option(None, "--from", help="Replay a recorded input instead of probing this node: "
+                                      "a saved topology, a snapshot (dir or .tar.gz), `nvidia-smi topo -m` output, "
+                                      "an NCCL topology XML, `rocm-smi --showtopo` output, or example:<name>."),
+    sources: Optional[str] = typer.Option(None, "--sources", help="Comma list of sources to use: "
+                                          + ",".join(ALL_SOURCES) + " (default: all available)."),
+    sysfs_root: Optional[Path] = typer.Option(None, "--sysfs-root", help="Read /sys (and /proc) under DIR."),
+) -> None:
+    """Discover this node (or replay SRC) and print the topology.
+
+    Formats: table (default), json, yaml, matrix (nvidia-smi layout), tree (PCIe hierarchy), dot, nccl-xml."""
+    if src:
+        from probes.load import load_topology
+
+        doc = load_topology(src)
+    else:
+        from probes.host import Host
+        from probes.probe import probe_host
+
+        host = Host(root=sysfs_root) if sysfs_root else Host()
+        if sysfs_root and not sysfs_root.is_dir():
+            from probes.errors import InputError
+
+            raise InputError("not a directory", str(sysfs_root), expected="a directory holding sys/")
+        if sysfs_root:
+            host.provenance = "snapshot"
+        doc = probe_host(host, _parse_sources(sources))
+    _render_topology(doc)
+
+
+def show(
+    topo: str = typer.Argument(..., metavar="TOPO", help="Any --from source (file, snapshot, example:<name>)."),
+) -> None:
+    """Render a saved topology as table, matrix, tree, dot, json, yaml or nccl-xml."""
+    from probes.load import load_topology
+
+    _render_topology(load_topology(topo))
+
+
+def snapshot(
+    out: Optional[str] = typer.Argument(None, metavar="OUT", help="Output .tar.gz or directory (or use -o)."),
+    sysfs_root: Optional[Path] = typer.Option(None, "--sysfs-root", help="Record from DIR instead of /."),
+) -> None:
+    """Record this node's raw inputs (sysfs subset, NVML dump, nvidia-smi outputs) for offline replay."""
+    from probes.errors import InputError
+    from probes.host import Host
+    from probes.snapshot import write_snapshot
+
+    target = out or SETTINGS.output
+    if not target:
+        raise InputError("snapshot needs an output path", expected="gpucomm snapshot -o node.tar.gz")
+    host = Host(root=sysfs_root) if sysfs_root else Host()
+    path = write_snapshot(host, Path(target))
+    diag(f"gpucomm: snapshot written to {path}")
+
+
+def examples() -> None:
+    """List the bundled example machines (use them as example:<name>)."""
+    from probes.examples import list_examples
+
+    from .render import emit
+
+    rows = []
+    for name, path in list_examples().items():
+        import json
+
+        try:
+            meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            meta = {}
+        rows.append({"name": f"example:{name}", "description": meta.get("description", ""),
+                     "capture": meta.get("capture")})
+
+    def table(console):
+        from rich.table import Table
+
+        t = Table(title="bundled example machines", show_lines=False)
+        t.add_column("name", style="bold")
+        t.add_column("description")
+        for r in rows:
+            t.add_row(r["name"], r["description"])
+        console.print(t)
+
+    emit({"schema": "gpucomm.examples/v1", "examples": rows}, table=table)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("probe")(probe)
+    app.command("show")(show)
+    app.command("snapshot")(snapshot)
+    app.command("examples")(examples)
