@@ -118,8 +118,8 @@ def snapshot(
     if not target:
         raise InputError("snapshot needs an output path", expected="gpucomm snapshot -o node.tar.gz")
     host = Host(root=sysfs_root) if sysfs_root else Host()
-    path = write_snapshot(host, Path(target))
-    diag(f"gpucomm: snapshot written to {path}")
+    res = write_snapshot(host, Path(target))
+    diag(f"gpucomm: snapshot written to {res['path']} ({len(res.get('files', []))} files, {res.get('bytes', 0)} bytes)")
 
 
 def examples() -> None:
