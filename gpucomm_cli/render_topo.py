@@ -260,6 +260,24 @@ def summary_table(doc: dict, console) -> None:
                       _dash(n.get("link_layer")), _ports_text(n))
         console.print(t)
 
+    # Other PCI functions (a GPU-less host still shows what it has).  Only when there are no GPUs,
+    # or with --verbose, to keep the GPU-node view short.
+    from .settings import SETTINGS
+
+    pci = doc.get("pci_devices") or []
+    if pci and (not doc.get("gpus") or SETTINGS.verbose):
+        t = Table(title=f"PCI devices ({len(pci)})", title_justify="left")
+        for c in ("bus id", "class", "vendor:device", "role", "NUMA"):
+            t.add_column(c)
+        for p in pci:
+            t.add_row(_dash(p.get("bdf")), _dash(p.get("class")), f"{p.get('vendor') or '-'}:{p.get('device') or '-'}",
+                      _dash(p.get("role")), _dash(p.get("numa_node")))
+        console.print(t)
+    other_net = [n for n in doc.get("net_interfaces") or [] if n.get("kind") != "physical"]
+    if other_net:
+        console.print("Other network interfaces: " + ", ".join(
+            f"{_escape(n.get('name', '?'))} ({n.get('kind', '?')}, {n.get('operstate') or '-'})" for n in other_net))
+
     if doc.get("warnings"):
         console.print("[bold yellow]Warnings[/]")
         for w in doc["warnings"]:
