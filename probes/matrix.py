@@ -13,14 +13,16 @@ Rules (NVML's ``nvmlDeviceGetTopologyCommonAncestor`` levels, as nvidia-smi prin
   PHB   common ancestor is a host bridge (root complex); also when the tree stops at the CPU
         without host-bridge detail (NCCL XML: NCCL folds a NUMA node's root complexes into one CPU)
   NODE  different host bridges of the same NUMA node
-  SYS   different NUMA nodes (SMP interconnect)
+  SYS   different NUMA nodes (SMP interconnect), or different host bridges whose NUMA node is
+        unknown (numa_node -1 on a multi-node host: nvidia-smi cannot show they share one)
+  PIX   also two functions of one PCI device (the ports of a dual-port card), whatever is above
 Pairs whose placement is unknown get ``N/A`` and a warning rather than a guess.
 """
 from __future__ import annotations
 
 from typing import Optional
 
-from .model import cpu_id, gpu_id, nic_id, warn
+from .model import cpu_id, gpu_id, nic_id, normalize_bus_id, warn
 
 
 def _chains(doc: dict) -> tuple[dict, dict]:
@@ -48,6 +50,10 @@ def ancestors(dev_parent: Optional[str], switches: dict, numa: Optional[int]) ->
     return chain
 
 
+def _under_host_bridge(chain: list, switches: dict) -> bool:
+    return any(switches.get(c, {}).get("kind") == "host_bridge" for c in chain)
+
+
 def pci_level(chain_a: list[str], chain_b: list[str], switches: dict) -> str:
     """nvidia-smi code for two endpoints given their ancestor chains."""
     if not chain_a or not chain_b:
@@ -58,6 +64,13 @@ def pci_level(chain_a: list[str], chain_b: list[str], switches: dict) -> str:
         cpu_a = chain_a[-1] if chain_a[-1].startswith("CPU") else None
         cpu_b = chain_b[-1] if chain_b[-1].startswith("CPU") else None
         if cpu_a and cpu_b and cpu_a != cpu_b:
+            return "SYS"
+        # Both are placed in the PCI tree (each below a host bridge) but nothing shows that they
+        # share a NUMA node (numa_node -1 on a multi-node host, as for the NICs of a GB200 tray):
+        # nvidia-smi then answers SYSTEM, NVML's "all devices in the system" level (capture 80:
+        # every NIC cell SYS, even between two NICs of one Grace).  Only a device with no known
+        # place at all stays N/A.
+        if _under_host_bridge(chain_a, switches) and _under_host_bridge(chain_b, switches):
             return "SYS"
         return "N/A"
     kind = switches.get(common, {}).get("kind") if common in switches else ("cpu" if common.startswith("CPU") else None)
@@ -71,6 +84,15 @@ def pci_level(chain_a: list[str], chain_b: list[str], switches: dict) -> str:
     ia, ib = chain_a.index(common), chain_b.index(common)
     below = [c for c in chain_a[:ia] + chain_b[:ib] if switches.get(c, {}).get("kind") == "pcie"]
     return "PIX" if not below else "PXB"
+
+
+def same_pci_device(a: Optional[str], b: Optional[str]) -> bool:
+    """Two functions of one PCI device (``0000:61:00.0`` / ``0000:61:00.1``, the ports of a
+    dual-port NIC).  Their common ancestor is the one port both sit behind -- "at most a single
+    PCIe bridge" -- so nvidia-smi prints PIX even when that port is a root port, which is not a
+    node of our tree (capture 11: the DGX A100 storage NIC mlx5_8/mlx5_9)."""
+    na, nb = normalize_bus_id(a), normalize_bus_id(b)
+    return bool(na and nb and na != nb and na.rsplit(".", 1)[0] == nb.rsplit(".", 1)[0])
 
 
 def nvlink_counts(doc: dict) -> dict:
@@ -106,6 +128,10 @@ def compute_matrix(doc: dict) -> dict:
     for g in sorted(doc.get("gpus", []), key=lambda g: g["index"]):
         devs.append((f"GPU{g['index']}", gpu_id(g), ancestors(g.get("parent"), switches, g.get("numa_node"))))
     for n in doc.get("nics", []):
+        # nvidia-smi's NIC columns are RDMA (ibverbs) devices only -- mlx5_*, rocep*, bnxt_re* --
+        # a plain Ethernet netdev (the net source's rdma=False records) never gets a column.
+        if n.get("rdma") is False:
+            continue
         devs.append((n["name"], nic_id(n), ancestors(n.get("parent"), switches, n.get("numa_node"))))
     nv = nvlink_counts(doc)
     matrix: dict = {}
@@ -120,7 +146,7 @@ def compute_matrix(doc: dict) -> dict:
             if count:
                 row[kb] = f"NV{count}"
                 continue
-            level = pci_level(ca, cb, switches)
+            level = "PIX" if same_pci_device(ida, idb) else pci_level(ca, cb, switches)
             if level == "N/A":
                 unknown += 1
             row[kb] = level
