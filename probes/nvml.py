@@ -25,7 +25,7 @@ from typing import Any, Callable, Optional
 
 from .errors import InputError
 from .host import Host
-from .model import (arch_from_name, canonical_cpulist, cpu_id, format_cpulist, gpu_id, gpu_record,
+from .model import (arch_from_name, canonical_cpulist, parse_cpulist, cpu_id, format_cpulist, gpu_id, gpu_record,
                     is_sentinel_bus_id, link_record, new_document, normalize_bus_id, nvlink_bw_per_link,
                     source_record, switch_record, warn)
 
@@ -231,6 +231,11 @@ def _record_device(q_global: Query, nv: Any, i: int, h: Any) -> dict:
     nwords = max(1, ((os.cpu_count() or 64) + 63) // 64)
     aff = q("nvmlDeviceGetCpuAffinity", h, nwords)
     d["cpu_affinity"] = _affinity_words_to_cpulist(aff) if aff is not None else None
+    # nvidia-smi's "NUMA Affinity" column: the NUMA nodes whose memory is closest to the GPU
+    # (several on Grace/GB200, e.g. 0,3-9,11-17).  Scope 0 = NVML_AFFINITY_SCOPE_NODE.
+    if hasattr(nv, "nvmlDeviceGetMemoryAffinity"):
+        maff = q("nvmlDeviceGetMemoryAffinity", h, 1, 0)
+        d["memory_affinity"] = _affinity_words_to_cpulist(maff) if maff is not None else None
     pcie = {"gen": _int_or_none(q("nvmlDeviceGetCurrPcieLinkGeneration", h)),
             "width": _int_or_none(q("nvmlDeviceGetCurrPcieLinkWidth", h)),
             "max_gen": _int_or_none(q("nvmlDeviceGetMaxPcieLinkGeneration", h)),
@@ -469,6 +474,12 @@ def nvml_to_partial(rec: dict, host: Optional[Host] = None, provenance: str = "l
         except ValueError:
             aff = None
             warn(doc, f"nvml: {label}: cpu_affinity {str(d.get('cpu_affinity'))[:40]!r} is not a cpu list")
+        numa_aff = [numa] if numa is not None else []
+        if isinstance(d.get("memory_affinity"), str):
+            try:
+                numa_aff = parse_cpulist(d["memory_affinity"]) or numa_aff
+            except ValueError:
+                warn(doc, f"nvml: {label}: memory_affinity {d['memory_affinity'][:40]!r} is not a node list")
         pcie = None
         if isinstance(d.get("pcie"), dict):
             pc = d["pcie"]
@@ -495,7 +506,7 @@ def nvml_to_partial(rec: dict, host: Optional[Host] = None, provenance: str = "l
             nvl.append(entry)
         g = gpu_record(idx, uuid=_s(d.get("uuid")), name=name, pci_bus_id=bus, arch=arch, compute_capability=cc_s,
                        memory_bytes=_i(d.get("memory_bytes")), numa_node=numa,
-                       numa_affinity=[numa] if numa is not None else [], cpu_affinity=aff, pcie=pcie,
+                       numa_affinity=numa_aff, cpu_affinity=aff, pcie=pcie,
                        nvlink=nvl, mig=_b(d.get("mig_mode")), vendor="nvidia")
         g["p2p"] = {}
         if isinstance(d.get("p2p"), dict):

@@ -159,12 +159,7 @@ def test_matrix_agrees_with_capture(name):
     assert not [w for w in d["warnings"] if "different answer than nvidia-smi" in w]
 
 
-# nvml.json records nvmlDeviceGetMemoryAffinity (the NUMA Affinity column) as "memory_affinity";
-# probes/nvml.py does not map it to gpus[].numa_affinity yet, so on the GB200 tray the document says
-# [2] (the GPU NUMA ID) where nvidia-smi says 0,3-9,11-17.  strict: passes -> remove the mark.
-_AFFINITY_CASES = [pytest.param(n, marks=pytest.mark.xfail(
-    strict=True, reason="probes/nvml.py ignores nvml.json memory_affinity (nvmlDeviceGetMemoryAffinity)"))
-    if n == "gb200-tray" else n for n in CAPTURED]
+_AFFINITY_CASES = list(CAPTURED)
 
 
 @pytest.mark.parametrize("name", _AFFINITY_CASES)
