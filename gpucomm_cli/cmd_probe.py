@@ -124,18 +124,13 @@ def snapshot(
 
 def examples() -> None:
     """List the bundled example machines (use them as example:<name>)."""
-    from probes.examples import list_examples
+    from probes.examples import example_meta, list_examples
 
     from .render import emit
 
     rows = []
     for name, path in list_examples().items():
-        import json
-
-        try:
-            meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            meta = {}
+        meta = example_meta(path)
         rows.append({"name": f"example:{name}", "description": meta.get("description", ""),
                      "capture": meta.get("capture")})
 

@@ -473,3 +473,22 @@ def test_capture_edits_parser(text, device, old):
         return
     assert isinstance(out, str) and out.count("\n") == text.count("\n")
     assert out != text  # an edit that changes nothing is refused above
+
+
+def test_packaged_example_archives_in_sync():
+    """probes/examples/<name>.tar.gz (what a wheel ships) holds exactly fixtures/hosts/<name>."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, str(ROOT / "fixtures" / "pack_examples.py"), "--check"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_packaged_archive_loads_like_directory():
+    from probes.model import dumps_json
+    from probes.snapshot import load_snapshot
+
+    a = load_snapshot(ROOT / "probes" / "examples" / "hgx-h100.tar.gz")
+    d = load_snapshot(HOSTS_DIR / "hgx-h100")
+    assert dumps_json(a) == dumps_json(d)
