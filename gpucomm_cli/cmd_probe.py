@@ -119,7 +119,7 @@ def snapshot(
         raise InputError("snapshot needs an output path", expected="gpucomm snapshot -o node.tar.gz")
     host = Host(root=sysfs_root) if sysfs_root else Host()
     res = write_snapshot(host, Path(target))
-    diag(f"gpucomm: snapshot written to {res['path']} ({len(res.get('files', []))} files, {res.get('bytes', 0)} bytes)")
+    diag(f"gpucomm: snapshot written to {res['path']} ({res.get('files', 0)} files, {res.get('bytes', 0)} bytes)")
 
 
 def examples() -> None:

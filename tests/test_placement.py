@@ -1,0 +1,405 @@
+"""Placement: Megatron RankGenerator semantics, rank -> node/GPU/CPU/NIC mapping, invariants,
+infeasible requests.  Also home of the small document builders the other plan tests import
+(hgx_doc, pcie_pairs_doc, vm_flat_doc)."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planners import placement as pl
+from probes.errors import InputError, NothingToDo, PlanInfeasible
+from probes.matrix import compute_matrix
+from probes.model import (finalize, gpu_record, link_record, new_document, nic_record, parse_cpulist,
+                          pcie_bw_GBps, switch_record)
+
+GPU_BUS = ["18", "2a", "3a", "5d", "9a", "ab", "ba", "db"]
+NIC_BUS = ["19", "2b", "3b", "5e", "9b", "ac", "bb", "dc"]
+
+
+def _numa(doc, numa_nodes, cpus_per_numa, smt):
+    total = cpus_per_numa * numa_nodes
+    for n in range(numa_nodes):
+        lo = n * cpus_per_numa
+        cpus = f"{lo}-{lo + cpus_per_numa - 1}"
+        if smt:
+            cpus += f",{lo + total}-{lo + total + cpus_per_numa - 1}"
+        doc["numa_nodes"].append({"id": n, "cpus": cpus, "memory_bytes": None, "distances": None})
+
+
+def hgx_doc(n_gpus=8, nvswitch=True, nics=True, numa_nodes=2, cpus_per_numa=56, smt=True, mig=False,
+            name="NVIDIA H100 80GB HBM3", mem=80 * 2**30, cc="9.0", nic_rate=400.0, nic_names=None):
+    """HGX-like node: GPUs on NVSwitch, 2 NUMA nodes, each GPU with one NIC under its own PCIe
+    switch (PIX), the switch under a host bridge of the GPU's NUMA node."""
+    doc = new_document("json")
+    doc["host"]["hostname"] = "hgx"
+    doc["host"]["cpu_vendor"] = "GenuineIntel"
+    _numa(doc, numa_nodes, cpus_per_numa, smt)
+    per_numa = max(1, n_gpus // numa_nodes)
+    for i in range(n_gpus):
+        numa = min(i // per_numa, numa_nodes - 1)
+        hb = f"pci0000:{GPU_BUS[i]}"
+        sw = f"0000:{int(GPU_BUS[i], 16) - 2:02x}:00.0"
+        doc["switches"].append(switch_record(hb, "host_bridge", numa_node=numa, parent=f"CPU{numa}"))
+        doc["switches"].append(switch_record(sw, "pcie", pci_bus_id=sw, parent=hb, numa_node=numa))
+        g = gpu_record(i, uuid=f"GPU-{i:08d}-aaaa-bbbb-cccc-000000000000", name=name,
+                       pci_bus_id=f"0000:{GPU_BUS[i]}:00.0", arch="hopper", compute_capability=cc, memory_bytes=mem,
+                       numa_node=numa, numa_affinity=[numa], pcie={"gen": 5, "width": 16, "max_gen": 5, "max_width": 16},
+                       mig=mig, parent=sw)
+        doc["gpus"].append(g)
+        doc["links"].append(link_record(g["pci_bus_id"], sw, "pcie", pcie_bw_GBps(5, 16), gen=5, width=16))
+        if nics:
+            nm = nic_names[i] if nic_names else f"mlx5_{i}"
+            doc["nics"].append(nic_record(nm, netdev=f"ibp{i}s0", pci_bus_id=f"0000:{NIC_BUS[i]}:00.0", numa_node=numa,
+                                          link_layer="InfiniBand", parent=sw,
+                                          ports=[{"port": 1, "state": "ACTIVE", "rate_gbps": nic_rate}]))
+    if nvswitch:
+        for s in range(4):
+            doc["switches"].append(switch_record(f"NVS{s}", "nvswitch"))
+            for g in doc["gpus"]:
+                c = 5 if s < 2 else 4
+                doc["links"].append(link_record(g["pci_bus_id"], f"NVS{s}", "nvlink", 20.6 * c, count=c))
+    compute_matrix(doc)
+    return finalize(doc)
+
+
+def pcie_pairs_doc(n_gpus=4, pairs=((0, 2), (1, 3)), nvlinks=12, nic_switch=None, numa_nodes=1,
+                   p2p_disabled=False, name="NVIDIA A100 80GB PCIe", cc="8.0"):
+    """PCIe box: GPUs two per PCIe switch (0,1 | 2,3 ...) and NVLink bridges on ``pairs``;
+    an optional NIC under switch ``nic_switch``."""
+    doc = new_document("json")
+    _numa(doc, numa_nodes, 32, True)
+    nsw = (n_gpus + 1) // 2
+    for s in range(nsw):
+        numa = min(s * numa_nodes // nsw, numa_nodes - 1)
+        doc["switches"].append(switch_record(f"pci0000:{s:02x}", "host_bridge", numa_node=numa, parent=f"CPU{numa}"))
+        doc["switches"].append(switch_record(f"0000:{0x10 + s * 0x10:02x}:00.0", "pcie", parent=f"pci0000:{s:02x}",
+                                             pci_bus_id=f"0000:{0x10 + s * 0x10:02x}:00.0", numa_node=numa))
+    for i in range(n_gpus):
+        s = i // 2
+        numa = min(s * numa_nodes // nsw, numa_nodes - 1)
+        sw = f"0000:{0x10 + s * 0x10:02x}:00.0"
+        g = gpu_record(i, uuid=f"GPU-p{i}", name=name, pci_bus_id=f"0000:{0x11 + s * 0x10 + (i % 2):02x}:00.0",
+                       compute_capability=cc, memory_bytes=80 * 2**30, numa_node=numa, numa_affinity=[numa],
+                       pcie={"gen": 4, "width": 16, "max_gen": 4, "max_width": 16}, mig=False, parent=sw)
+        doc["gpus"].append(g)
+    for a, b in pairs:
+        ga, gb = doc["gpus"][a], doc["gpus"][b]
+        doc["links"].append(link_record(ga["pci_bus_id"], gb["pci_bus_id"], "nvlink", 25.0 * nvlinks, count=nvlinks))
+        ga["nvlink"] = [{"link": k, "state": "up", "remote": gb["pci_bus_id"], "version": 3, "bw_GBps": 25.0}
+                        for k in range(nvlinks)]
+        gb["nvlink"] = [{"link": k, "state": "up", "remote": ga["pci_bus_id"], "version": 3, "bw_GBps": 25.0}
+                        for k in range(nvlinks)]
+    if nic_switch is not None:
+        sw = f"0000:{0x10 + nic_switch * 0x10:02x}:00.0"
+        doc["nics"].append(nic_record("mlx5_0", netdev="ibp0", pci_bus_id=f"0000:{0x1f + nic_switch * 0x10:02x}:00.0",
+                                      numa_node=0, link_layer="InfiniBand", parent=sw,
+                                      ports=[{"port": 1, "state": "ACTIVE", "rate_gbps": 200.0}]))
+    if p2p_disabled:
+        for g in doc["gpus"]:
+            g["p2p"] = {o["pci_bus_id"]: "NOT_SUPPORTED" for o in doc["gpus"] if o is not g}
+    compute_matrix(doc)
+    return finalize(doc)
+
+
+def vm_flat_doc(n_gpus=8, n_nics=8, numa_minus_one=False):
+    """A VM: GPUs and NICs hang straight off the CPU (no PCIe switch visible)."""
+    doc = new_document("json")
+    doc["host"].update({"cpu_vendor": "AuthenticAMD", "cpu_arch": "x86_64"})
+    _numa(doc, 2, 48, False)
+    for i in range(n_gpus):
+        numa = -1 if numa_minus_one else i * 2 // n_gpus
+        doc["gpus"].append(gpu_record(i, uuid=f"GPU-v{i}", name="NVIDIA H100 80GB HBM3",
+                                      pci_bus_id=f"{0x0001 + i:04x}:00:00.0", compute_capability="9.0",
+                                      memory_bytes=80 * 2**30, numa_node=numa, numa_affinity=[] if numa < 0 else [numa],
+                                      pcie={"gen": 5, "width": 16, "max_gen": 5, "max_width": 16}, mig=False,
+                                      parent=f"CPU{max(numa, 0)}"))
+    for j in range(n_nics):
+        numa = -1 if numa_minus_one else j * 2 // n_nics
+        doc["nics"].append(nic_record(f"mlx5_{j}", netdev=f"ib{j}", pci_bus_id=f"{0x0101 + j:04x}:00:00.0",
+                                      numa_node=numa, link_layer="InfiniBand", parent=f"CPU{max(numa, 0)}",
+                                      ports=[{"port": 1, "state": "ACTIVE", "rate_gbps": 400.0}]))
+    for s in range(4):
+        doc["switches"].append(switch_record(f"NVS{s}", "nvswitch"))
+        for g in doc["gpus"]:
+            doc["links"].append(link_record(g["pci_bus_id"], f"NVS{s}", "nvlink", 20.6 * 4, count=4))
+    compute_matrix(doc)
+    return finalize(doc)
+
+
+# ============================================================================================
+# Megatron RankGenerator
+def test_megatron_docstring_example_16_gpus_tp2_pp4():
+    # parallel_state.initialize_model_parallel docstring: 16 GPUs, TP=2, PP=4 (so DP=2).
+    g = pl.RankGenerator(tp=2, ep=1, dp=2, pp=4, cp=1, order="tp-cp-ep-dp-pp")
+    assert g.get_ranks("dp") == [[0, 2], [1, 3], [4, 6], [5, 7], [8, 10], [9, 11], [12, 14], [13, 15]]
+    assert g.get_ranks("tp") == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9], [10, 11], [12, 13], [14, 15]]
+    assert g.get_ranks("pp") == [[0, 4, 8, 12], [1, 5, 9, 13], [2, 6, 10, 14], [3, 7, 11, 15]]
+
+
+def test_worked_example_2x8_both_orders():
+    g = pl.RankGenerator(tp=2, ep=1, dp=4, pp=2, cp=1, order="tp-cp-ep-dp-pp")
+    assert g.get_ranks("tp")[:2] == [[0, 1], [2, 3]]
+    assert g.get_ranks("dp") == [[0, 2, 4, 6], [1, 3, 5, 7], [8, 10, 12, 14], [9, 11, 13, 15]]
+    assert g.get_ranks("pp") == [[i, i + 8] for i in range(8)]
+    g2 = pl.RankGenerator(tp=2, ep=1, dp=4, pp=2, cp=1, order="tp-cp-ep-pp-dp")
+    assert g2.get_ranks("pp")[:3] == [[0, 2], [1, 3], [4, 6]]
+    assert g2.get_ranks("dp")[:2] == [[0, 4, 8, 12], [1, 5, 9, 13]]
+
+
+def test_order_missing_axis_of_size_one_is_appended_and_larger_is_an_error():
+    g = pl.RankGenerator(tp=2, ep=1, dp=2, pp=1, cp=1, order="tp-dp")
+    assert g.order == "tp-dp-pp-ep-cp"
+    with pytest.raises(InputError, match="pp is 2"):
+        pl.RankGenerator(tp=2, ep=1, dp=2, pp=2, cp=1, order="tp-dp")
+    with pytest.raises(InputError):
+        pl.parse_order("tp-xx-dp")
+    with pytest.raises(InputError):
+        pl.parse_order("tp-tp")
+
+
+def test_multi_axis_token_masks_several_axes():
+    g = pl.RankGenerator(tp=2, ep=1, dp=2, pp=2, cp=1)
+    # model-parallel group = tp-pp: ranks differing only in tp and pp
+    assert g.get_ranks("tp-pp") == [[0, 1, 4, 5], [2, 3, 6, 7]]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from([1, 2, 3, 4]), min_size=5, max_size=5), st.permutations(list(pl.AXES)))
+def test_rank_generator_properties(sizes, perm):
+    tp, cp, ep, dp, pp = sizes
+    if ep > 1 and cp > 1:
+        ep = 1
+    order = "-".join(perm)
+    g = pl.RankGenerator(tp=tp, ep=ep, dp=dp, pp=pp, cp=cp, order=order)
+    world = g.world_size
+    for axis in pl.AXES:
+        groups = g.get_ranks(axis)
+        assert sorted(r for grp in groups for r in grp) == list(range(world))
+        size = g.name_to_size[axis]
+        assert all(len(grp) == size for grp in groups)
+        for grp in groups:  # members differ only in this axis' coordinate
+            cs = [g.coords(r) for r in grp]
+            for other in pl.AXES:
+                if other != axis:
+                    assert len({c[other] for c in cs}) == 1
+            assert sorted(c[axis] for c in cs) == list(range(size))
+    # leftmost token has stride 1
+    first = order.split("-")[0]
+    if g.name_to_size[first] > 1:
+        assert g.get_ranks(first)[0][:2] == [0, 1]
+
+
+def test_mesh_translations_reverse_the_order():
+    g = pl.RankGenerator(tp=8, ep=1, dp=4, pp=2, cp=1)
+    m = pl.mesh_translations(g)
+    assert m["device_mesh"]["mesh_dim_names"] == ["pp", "dp", "tp"]
+    assert m["device_mesh"]["mesh_shape"] == [2, 4, 8]
+    assert m["deepspeed_axes"] == ["pipe", "data", "model"]
+    assert 'init_device_mesh("cuda", (2, 4, 8), mesh_dim_names=("pp", "dp", "tp"))' == m["device_mesh"]["code"]
+    # DeviceMesh row-major: groups of the last dim are contiguous ranks, same as Megatron's tp groups.
+    shape = m["device_mesh"]["mesh_shape"]
+    ranks = list(range(2 * 4 * 8))
+    last = [ranks[i:i + shape[-1]] for i in range(0, len(ranks), shape[-1])]
+    assert last == g.get_ranks("tp")
+
+
+# ============================================================================================
+# Node view, CPUs, NICs
+def test_node_view_hgx():
+    v = pl.node_view(hgx_doc())
+    assert v.nvswitch and v.nvlink_domains == [list(range(8))]
+    assert v.gpu_nics == {i: [f"mlx5_{i}"] for i in range(8)}
+    assert set(v.gpu_nic_level.values()) == {"PIX"}
+    assert v.nvlink_bw_per_gpu(0) == pytest.approx(18 * 20.6)
+
+
+def test_cpu_binding_matches_torchrun_exclusive_split():
+    # 2 NUMA nodes x 56 cores (+ SMT siblings at +112), 4 GPUs per NUMA node: 14 cores each,
+    # whole physical cores (both hyperthreads), lowest local rank first.
+    v = pl.node_view(hgx_doc())
+    b = pl.cpu_binding(v, list(range(8)))
+    assert b[0]["cpus"] == "0-13,112-125" and b[0]["cores"] == 14 and b[0]["mems"] == 0
+    assert b[4]["cpus"] == "56-69,168-181" and b[4]["mems"] == 1
+    all_cpus = [c for x in b for c in parse_cpulist(x["cpus"])]
+    assert len(all_cpus) == len(set(all_cpus)) == 224  # exclusive and complete
+
+
+def test_cpu_binding_remainder_goes_to_lower_ranks():
+    v = pl.node_view(hgx_doc(n_gpus=3, numa_nodes=1, cpus_per_numa=10, smt=False))
+    b = pl.cpu_binding(v, [0, 1, 2])
+    assert [x["cores"] for x in b] == [4, 3, 3]
+    assert [x["cpus"] for x in b] == ["0-3", "4-6", "7-9"]
+
+
+def test_nics_rail_tie_break_and_storage_nic_ignored():
+    doc = hgx_doc()
+    # a slow front-end Ethernet NIC under GPU0's switch must not become a rail NIC
+    doc["nics"].append(nic_record("mlx5_8", netdev="enp1", pci_bus_id="0000:1a:00.0", numa_node=0,
+                                  link_layer="Ethernet", parent="0000:16:00.0",
+                                  ports=[{"port": 1, "state": "ACTIVE", "rate_gbps": 100.0}]))
+    compute_matrix(doc)
+    v = pl.node_view(doc)
+    assert v.gpu_nics[0] == ["mlx5_0"]
+    # two GPUs, two NICs under one switch: dealt out in order (rail k -> NIC k)
+    d2 = pcie_pairs_doc(n_gpus=2, pairs=())
+    d2["nics"] = [nic_record(n, netdev=n + "x", pci_bus_id=f"0000:1{k + 5}:00.0", numa_node=0, link_layer="InfiniBand",
+                             parent="0000:10:00.0", ports=[{"port": 1, "state": "ACTIVE", "rate_gbps": 200.0}])
+                  for k, n in enumerate(["mlx5_0", "mlx5_1"])]
+    compute_matrix(d2)
+    v2 = pl.node_view(d2)
+    assert v2.gpu_nics == {0: ["mlx5_0"], 1: ["mlx5_1"]}
+
+
+def test_down_nic_left_out():
+    doc = hgx_doc()
+    doc["nics"][3]["ports"][0]["state"] = "DOWN"
+    v = pl.node_view(doc)
+    assert "mlx5_3" not in v.nics and any("mlx5_3" in n for n in v.notes)
+
+
+# ============================================================================================
+# Plans
+def test_plan_hgx_two_nodes_tp8_pp2_invariants():
+    doc = hgx_doc()
+    p = pl.build_plan(doc, nodes=2, tp=8, pp=2)
+    assert pl.check_plan_invariants(p) == []
+    assert p["world_size"] == 16 and p["parallelism"]["dp"] == 1
+    assert p["groups"]["pp"] == [[i, i + 8] for i in range(8)]
+    v = pl.node_view(doc)
+    for r in p["ranks"]:
+        # NIC of each rank on its GPU's PCIe switch (PIX)
+        assert r["nics"] and doc["matrix"][f"GPU{r['gpu']}"][r["nics"][0]] == "PIX"
+        assert r["numa_node"] == v.gpu(r["gpu"])["numa_node"]
+    # rail alignment: PP peers use NICs of the same rail
+    by = {r["rank"]: r for r in p["ranks"]}
+    for a, b in p["groups"]["pp"]:
+        assert by[a]["nics"] == by[b]["nics"] and by[a]["node"] != by[b]["node"]
+    assert p["ranks"][8]["gpu_uuid"] is None and p["ranks"][0]["gpu_uuid"].startswith("GPU-")
+
+
+def test_tp_groups_follow_nvlink_pairs_in_a_pcie_box():
+    # NVLink bridges on (0,2) and (1,3); PCIe switches pair (0,1) and (2,3).
+    doc = pcie_pairs_doc(pairs=((0, 2), (1, 3)))
+    p = pl.build_plan(doc, nodes=1, tp=2)
+    assert pl.check_plan_invariants(p) == []
+    tp_gpus = sorted(sorted(p["ranks"][r]["gpu"] for r in g) for g in p["groups"]["tp"])
+    assert tp_gpus == [[0, 2], [1, 3]]
+    # bridges on the switch pairs: identity map
+    p2 = pl.build_plan(pcie_pairs_doc(pairs=((0, 1), (2, 3))), nodes=1, tp=2)
+    assert [lr["gpu"] for lr in p2["local_ranks"]] == [0, 1, 2, 3]
+
+
+def test_tp_prefers_same_switch_without_nvlink():
+    doc = pcie_pairs_doc(n_gpus=4, pairs=(), numa_nodes=2)
+    p = pl.build_plan(doc, nodes=1, tp=2, gpus=[0, 2, 1, 3])
+    for g in p["groups"]["tp"]:
+        a, b = (p["ranks"][r]["gpu"] for r in g)
+        assert doc["matrix"][f"GPU{a}"][f"GPU{b}"] == "PIX"
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(tp=3), "tp=3 does not divide 8 GPUs per node"),
+    (dict(tp=16), "does not fit in 8 GPUs per node"),
+    (dict(tp=2, dp=3), "tp\\*cp\\*ep\\*dp\\*pp = 6 but the plan has 8 GPUs"),
+    (dict(tp=2, pp=3), "not divisible by tp\\*cp\\*ep\\*pp = 6"),
+    (dict(tp=2, cp=2, ep=2), "ep == 1 or cp == 1"),
+    (dict(tp=2, gpus_per_node=9), "9 GPUs per node requested but the topology has 8"),
+    (dict(tp=4, dp=4, order="dp-tp-pp", nodes=2), "TP groups span nodes"),
+])
+def test_infeasible(kw, msg):
+    kw = dict(kw)
+    nodes = kw.pop("nodes", 1)
+    with pytest.raises(PlanInfeasible, match=msg):
+        pl.build_plan(hgx_doc(), nodes=nodes, **kw)
+
+
+def test_no_gpus_is_nothing_to_do_and_bad_values_are_input_errors():
+    with pytest.raises(NothingToDo):
+        pl.build_plan(new_document("json"), tp=1)
+    with pytest.raises(InputError):
+        pl.build_plan(hgx_doc(), tp=0)
+    with pytest.raises(InputError):
+        pl.build_plan(hgx_doc(), nodes=0)
+    with pytest.raises(PlanInfeasible, match="GPU index 9"):
+        pl.build_plan(hgx_doc(), gpus=[0, 9])
+
+
+def test_mig_refuses_tp_and_warns_otherwise():
+    doc = hgx_doc(mig=True)
+    with pytest.raises(PlanInfeasible, match="MIG"):
+        pl.build_plan(doc, tp=2)
+    p = pl.build_plan(doc, tp=1)
+    assert any("MIG" in w for w in p["warnings"])
+
+
+def test_groups_straddling_nodes_are_flagged():
+    # 3 nodes of 8: tp=2 x dp=12 fine; tp=2 x dp=4 x pp=3 straddles unevenly
+    p = pl.build_plan(hgx_doc(), nodes=3, tp=2, dp=4, pp=3)
+    assert pl.check_plan_invariants(p) == []
+
+
+def test_check_plan_invariants_detects_problems():
+    p = pl.build_plan(hgx_doc(), nodes=2, tp=8, pp=2)
+    bad = dict(p, groups=dict(p["groups"], tp=[[0, 8]] + p["groups"]["tp"][1:]))
+    assert any("spans nodes" in x for x in pl.check_plan_invariants(bad))
+    bad2 = dict(p, ranks=p["ranks"][:-1])
+    assert pl.check_plan_invariants(bad2)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 3]),
+       st.sampled_from(["tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp", "tp-dp-pp"]))
+def test_plan_invariants_hold(tp, pp, nodes, order):
+    total = nodes * 8
+    if total % (tp * pp):
+        return
+    p = pl.build_plan(HGX, nodes=nodes, tp=tp, pp=pp, order=order)
+    assert pl.check_plan_invariants(p) == []
+    assert len({(r["node"], r["gpu"]) for r in p["ranks"]}) == total
+
+
+HGX = hgx_doc()
+
+
+def test_fixture_hosts_plan(tmp_path):
+    from probes.examples import list_examples
+    from probes.load import load_topology
+
+    names = [n for n in ("hgx-h100", "dgx-a100", "dgx1-v100", "a100-pcie-4x-nvbridge", "gb200-tray",
+                         "pcie-8x-consumer") if n in list_examples()]
+    if not names:
+        pytest.skip("no recorded hosts installed")
+    for n in names:
+        doc = load_topology(f"example:{n}")
+        v = pl.node_view(doc)
+        tp = 2
+        p = pl.build_plan(doc, nodes=2, tp=tp)
+        assert pl.check_plan_invariants(p) == [], n
+        # every TP pair is an NVLink pair when the box has NVLink domains that fit
+        if v.nvlink_domains:
+            for g in p["groups"]["tp"]:
+                a, b = (p["ranks"][r]["gpu"] for r in g)
+                assert doc["matrix"][f"GPU{a}"][f"GPU{b}"].startswith("NV"), (n, a, b)
+        for r in p["ranks"]:
+            lvl = [doc["matrix"][f"GPU{r['gpu']}"].get(x) for x in r["nics"]]
+            best = min((pl.NIC_LEVEL_RANK.get(doc["matrix"][f"GPU{r['gpu']}"].get(x.get("name")), 9)
+                        for x in doc["nics"] if x["name"] in v.gpu_nics.get(r["gpu"], [])), default=None)
+            if best is not None:
+                assert min(pl.NIC_LEVEL_RANK.get(x, 9) for x in lvl) == best
+
+
+def test_dgx1_hybrid_cube_mesh_tp4_stays_in_a_quad():
+    from probes.examples import list_examples
+    from probes.load import load_topology
+
+    if "dgx1-v100" not in list_examples():
+        pytest.skip("dgx1-v100 not installed")
+    doc = load_topology("example:dgx1-v100")
+    p = pl.build_plan(doc, tp=4)
+    for g in p["groups"]["tp"]:
+        gs = [p["ranks"][r]["gpu"] for r in g]
+        for a, b in itertools.combinations(gs, 2):
+            assert doc["matrix"][f"GPU{a}"][f"GPU{b}"].startswith("NV")
