@@ -3,6 +3,8 @@ own search would pick (planners/rings.py, planners/nccl_ref.py), and NCCL's doub
 (planners/trees.py)."""
 from __future__ import annotations
 
+import re
+
 from typing import Optional
 
 import typer
@@ -11,6 +13,10 @@ from .settings import diag
 
 TOPO_HELP = ("Topology: a saved topology, snapshot, `nvidia-smi topo -m` output, NCCL topology XML, "
              "rocm-smi output, or example:<name>.")
+
+
+# ASCII digits only: str.isdigit() accepts superscripts that int() rejects.
+_DIGITS = re.compile(r"[0-9]+\Z").match
 
 
 def parse_gpu_list(text: Optional[str]) -> Optional[list]:
@@ -28,10 +34,10 @@ def parse_gpu_list(text: Optional[str]) -> Optional[list]:
             continue
         if "-" in part:
             lo, _, hi = part.partition("-")
-            if not (lo.strip().isdigit() and hi.strip().isdigit()) or int(hi) < int(lo) or int(hi) - int(lo) > 4096:
+            if not (_DIGITS(lo.strip()) and _DIGITS(hi.strip())) or int(hi) < int(lo) or int(hi) - int(lo) > 4096:
                 raise InputError(f"--gpus {text!r}: bad range {part!r}", expected="e.g. 0,1,2,3 or 0-3")
             out.extend(range(int(lo), int(hi) + 1))
-        elif part.isdigit():
+        elif _DIGITS(part):
             out.append(int(part))
         else:
             raise InputError(f"--gpus {text!r}: {part!r} is not a GPU index", expected="e.g. 0,1,2,3 or 0-3")

@@ -11,32 +11,6 @@ from .settings import diag
 PREDICT_SCHEMA = "gpucomm.predict/v1"
 
 
-def _parse_gpus(text: Optional[str]) -> Optional[list]:
-    from probes.errors import InputError
-
-    if text is None:
-        return None
-    out = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if "-" in part:
-            lo, _, hi = part.partition("-")
-            if not (lo.isdigit() and hi.isdigit()) or int(hi) < int(lo) or int(hi) - int(lo) > 4096:
-                raise InputError(f"--gpus {text!r}: bad range {part!r}", expected="e.g. 0,1,2,3 or 0-3")
-            out.extend(range(int(lo), int(hi) + 1))
-        elif part.isdigit():
-            out.append(int(part))
-        else:
-            raise InputError(f"--gpus {text!r}: {part!r} is not a GPU index", expected="e.g. 0,1,2,3 or 0-3")
-    if not out:
-        raise InputError("--gpus is empty", expected="e.g. 0,1,2,3")
-    if len(set(out)) != len(out):
-        raise InputError(f"--gpus {text!r}: a GPU is listed twice")
-    return out
-
-
 def build_prediction(doc: dict, collective: str, size: str, nodes: int = 1, gpus_per_node: Optional[int] = None,
                      fabric_gbps: Optional[float] = None, algo: str = "auto", gpus: Optional[list] = None,
                      dtype: str = "float") -> dict:
@@ -133,7 +107,9 @@ def predict(
 
     from .render import emit
 
-    gpu_list = _parse_gpus(gpus)
+    from .cmd_collective import parse_gpu_list
+
+    gpu_list = parse_gpu_list(gpus)
     doc = load_topology(topo)
     pred = build_prediction(doc, collective, size, nodes=nodes, gpus_per_node=gpus_per_node,
                             fabric_gbps=fabric_gbps, algo=algo, gpus=gpu_list, dtype=dtype)

@@ -38,6 +38,8 @@ NET ``name, bw, asic, port, gdr, nic``.  Edge attributes: ``type`` (NVL, PCI, SY
 """
 from __future__ import annotations
 
+import copy
+
 import re
 from typing import Any, Optional
 
@@ -501,6 +503,12 @@ def build_graph(doc: dict):
         raise InputError("not a topology document", expected="a gpucomm.topology/v1 mapping")
     if not has_pci_tree(doc) and doc.get("matrix"):
         return graph_from_matrix(doc)
+    # NCCL merges the two levels of Broadcom PEX switches before it computes paths (topo.cc
+    # ncclTopoFlattenBcmSwitches); the document keeps the real tree (nvidia-smi's view, PXB), the
+    # graph takes NCCL's (PIX).  A no-op for NCCL XML imports, which are flattened on import.
+    from probes.nccl_xml import flatten_bcm
+
+    doc = flatten_bcm(copy.deepcopy(doc))
     b = _Builder()
     gpus = _add_gpus(b, doc)
     sms = [b.nodes[g]["sm"] for g in gpus if b.nodes[g].get("sm")]

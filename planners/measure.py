@@ -113,7 +113,7 @@ def parse_size_sweep(spec: str, what: str = "--sizes") -> list[int]:
     lo, hi = parse_size(parts[0], what), parse_size(parts[1], what)
     factor = 2
     if len(parts) == 3:
-        if not parts[2].strip().isdigit() or int(parts[2]) < 2:
+        if not re.fullmatch(r"[0-9]+", parts[2].strip()) or int(parts[2]) < 2:
             raise InputError(f"{what}: sweep factor {parts[2]!r} must be an integer >= 2")
         factor = int(parts[2])
     if hi < lo:
