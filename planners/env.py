@@ -253,14 +253,21 @@ def build_env(plan: dict, view: NodeView, *, topo_file_path: str = DEFAULT_TOPO_
 
     # ---- VM / flat PCIe tree
     if flat_pcie(view):
-        text = topo_file_text(view)
+        from probes.errors import InputError
+
+        try:
+            text = topo_file_text(view)
+        except InputError as e:  # e.g. an nvidia-smi capture: no PCI bus ids to write
+            text = None
+            warnings.append(f"the PCIe tree looks flat (VM?) but no NCCL_TOPO_FILE can be written: {e}; "
+                            "plan from a live probe or a snapshot of the node to get one")
         if text is not None:
             files["nccl-topo.xml"] = text
             _set(env, "NCCL_TOPO_FILE", topo_file_path,
                  "the visible PCIe tree is flat (VM): this file pairs each GPU with its NIC under a fake bridge "
                  "so NCCL uses GPUDirect and the right NIC per GPU (nccl#1843, nccl-tests#256); write it with "
                  "`gpucomm plan ... --emit nccl-xml`")
-        else:
+        elif not any("no NCCL_TOPO_FILE can be written" in w for w in warnings):
             warnings.append("the PCIe tree is flat (VM) but the NCCL XML exporter is not available: no NCCL_TOPO_FILE")
     plan["env"] = {k: env[k] for k in sorted(env)}
     plan["binding"] = binding
