@@ -435,6 +435,19 @@ def _worker_guard(body: Callable, local_rank: int, cfg: dict) -> None:
         sys.exit(1)
 
 
+def _run_in_launcher_world(env: dict, cfg: dict, body, dist, torch, backend: str, timeout_s: float):
+    """Join the world torchrun/srun set up (RANK, WORLD_SIZE, MASTER_ADDR/PORT from the launcher)
+    and run ``body`` on this rank."""
+    cfg["launcher"] = env["launcher"]
+    os.environ.setdefault("MASTER_ADDR", env["master_addr"])
+    os.environ.setdefault("MASTER_PORT", str(env["master_port"]))
+    _init_group(dist, torch, backend, env["rank"], env["world_size"], None, timeout_s)
+    try:
+        return body(env["rank"], env["world_size"], env["local_rank"], cfg, dist, torch)
+    finally:
+        dist.destroy_process_group()
+
+
 def _init_group(dist, torch, backend: str, rank: int, world: int, init_method: Optional[str], timeout_s: float):
     from datetime import timedelta
 
@@ -692,14 +705,7 @@ def run_collective_bench(*, backend: Optional[str] = None, sizes: Optional[str] 
         if nproc is not None and nproc != env["world_size"]:
             raise InputError(f"--nproc {nproc} conflicts with the launcher's WORLD_SIZE={env['world_size']}",
                              expected="no --nproc under torchrun/srun")
-        cfg["launcher"] = env["launcher"]
-        os.environ.setdefault("MASTER_ADDR", env["master_addr"])
-        os.environ.setdefault("MASTER_PORT", str(env["master_port"]))
-        _init_group(dist, torch, be, env["rank"], env["world_size"], None, timeout_s)
-        try:
-            return collective_body(env["rank"], env["world_size"], env["local_rank"], cfg, dist, torch)
-        finally:
-            dist.destroy_process_group()
+        return _run_in_launcher_world(env, cfg, collective_body, dist, torch, be, timeout_s)
     if nproc is None:
         nproc = torch.cuda.device_count() if device == "cuda" else 2
         cfg["notes"].append(f"--nproc not given: {nproc} process(es) "
@@ -929,14 +935,7 @@ def run_p2p_bench(*, backend: Optional[str] = None, size: Optional[str] = None, 
     cfg = {"backend": be, "device": device, "size_bytes": nbytes, "iters": int(iters), "warmup": int(warmup),
            "progress": progress, "notes": []}
     if env is not None:
-        cfg["launcher"] = env["launcher"]
-        os.environ.setdefault("MASTER_ADDR", env["master_addr"])
-        os.environ.setdefault("MASTER_PORT", str(env["master_port"]))
-        _init_group(dist, torch, be, env["rank"], env["world_size"], None, timeout_s)
-        try:
-            return p2p_sendrecv_body(env["rank"], env["world_size"], env["local_rank"], cfg, dist, torch)
-        finally:
-            dist.destroy_process_group()
+        return _run_in_launcher_world(env, cfg, p2p_sendrecv_body, dist, torch, be, timeout_s)
     if nproc is None:
         nproc = torch.cuda.device_count() if device == "cuda" else 2
     if nproc < 2:
