@@ -37,19 +37,20 @@ def read_text_input(path: str) -> str:
         raise InputError(f"cannot read: {e.strerror}", path) from None
     if not data.strip():
         raise InputError("file is empty", path, expected="a topology, snapshot, nvidia-smi topo -m, NCCL XML or rocm-smi capture")
-    if b"\x00" in data[:65536]:
-        raise InputError("file is binary", path, expected="a text capture or topology document")
-    for enc in ("utf-8-sig",):
-        try:
-            return data.decode(enc)
-        except UnicodeDecodeError:
-            pass
-    # UTF-16 with BOM (PowerShell redirection) is common enough for smi captures on Windows.
+    # UTF-16 with BOM (PowerShell's `>` on Windows/WSL writes it) is common enough for smi captures.
     if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
         try:
-            return data.decode("utf-16")
+            text16 = data.decode("utf-16")
+            if "\x00" not in text16:
+                return text16
         except UnicodeDecodeError:
             pass
+    if b"\x00" in data[:65536]:
+        raise InputError("file is binary", path, expected="a text capture or topology document")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        pass
     try:
         text = data.decode("latin-1")
     except UnicodeDecodeError:  # pragma: no cover - latin-1 decodes everything

@@ -120,3 +120,15 @@ def test_traceback_flag_reraises(cli, tmp_path):
 
     with pytest.raises(InputError):
         cli("--traceback", "show", p)
+
+
+def test_utf16_capture_with_bom_reads(cli, tmp_path):
+    """PowerShell's `nvidia-smi topo -m > f.txt` writes UTF-16 with a BOM."""
+    from conftest import FIXTURES
+
+    src = (FIXTURES / "captures" / "topo" / "42_rtx4000ada-x8_collapsed-spaces.txt").read_text(encoding="utf-8")
+    p = tmp_path / "topo16.txt"
+    p.write_bytes(src.encode("utf-16"))
+    r = cli("show", p, "--format", "json")
+    assert r.code == 0, r.stderr
+    assert len(r.json()["gpus"]) == 8
