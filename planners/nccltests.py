@@ -19,12 +19,20 @@ Variants handled: no ``root`` column and a float ``error`` column instead of ``#
 nccl-tests and rccl-tests), ``N/A`` cells (in-place columns of tests that have none), a row whose
 ``count`` cell was lost (seen in a pasted issue: the row is recovered and the count recomputed from
 the size and the data type), interleaved ``NCCL INFO``/MPI lines, CRLF, headers missing entirely
-(the modern column layout is assumed, with a warning).
+(the modern column layout is assumed, with a warning), nccl-tests 1.x headers (``bytes N type op
+... res``), a header that lost its ``#``, launcher labels (``srun --label``, ``mpirun
+--tag-output``), rccl-tests' version line.
+
+A log with several runs (one per collective, or repeated runs) is cut at each run's
+``# nccl-tests version`` / ``# Collective test starting`` / ``# nThread`` line:
+:func:`split_nccltests` returns every run, :func:`parse_nccltests` the first (or the one of the
+requested collective) with a warning naming the others.
 
 The collective comes from ``# Collective test starting: <name>_perf`` when printed, else from the
 caller, else it is inferred from the ratio busbw/algbw (nccl-tests' factors: 2(n-1)/n all_reduce,
 (n-1)/n all_gather/reduce_scatter/alltoall, 1 broadcast/reduce/sendrecv) and the redop/root
-columns; ``collective`` stays None when that is ambiguous (all_gather vs alltoall).
+columns; ``collective`` stays None when that is ambiguous (all_gather vs alltoall, gather vs
+scatter, or a ratio the 2-decimal printing cannot place).
 """
 from __future__ import annotations
 
@@ -60,11 +68,14 @@ _DEVICE_RE = re.compile(
     r"^#\s*Rank\s+(?P<rank>\d+)(?:\s+Group\s+(?P<group>\d+))?\s+Pid\s+(?P<pid>\d+)\s+on\s+(?P<host>\S+)"
     r"\s+device\s+(?P<device>\d+)\s+\[(?P<bus>[^\]]*)\]\s*(?P<name>.*?)\s*$")
 _STARTING_RE = re.compile(r"^#\s*Collective test starting:\s*(?P<name>[A-Za-z0-9_]+)")
-_VERSION_RE = re.compile(r"^#\s*nccl-tests version\s+(?P<v>\S+)(?P<rest>.*)$", re.I)
+_VERSION_RE = re.compile(r"^#\s*[nr]ccl-tests version\s+(?P<v>\S+)(?P<rest>.*)$", re.I)
 _AVG_RE = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(?P<v>\S+)")
 _OOB_RE = re.compile(r"^#\s*Out of bounds values\s*:\s*(?P<v>\d+)")
 _PARAM_RE = re.compile(r"(?P<k>[A-Za-z][A-Za-z ]*?)\s*:?\s+(?P<v>-?\d+(?:\.\d+)?)(?:\((?P<unit>[a-z]+)\))?")
 _INT_RE = re.compile(r"^-?\d+$")
+# Launcher output labels: ``srun --label`` ("0: "), Open MPI ``--tag-output`` ("[1,0]<stdout>:"),
+# Intel MPI / MPICH ``-prepend-rank`` ("[0] ").  Only stripped when an nccl-tests line follows.
+_LABEL_RE = re.compile(r"^\s*(?:\d+:\s|\[\d+,\d+\]<std(?:out|err)>:\s?|\[\d+\]\s)(?=\s*(?:#|\d))")
 _NUM_RE = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
 
 # Ceiling on what a row may claim before it is called absurd (2**50 B = 1 PiB; 1e6 GB/s).
@@ -84,10 +95,20 @@ def _num(tok: str) -> Optional[float]:
     return v
 
 
+# nccl-tests 1.x (2016-2017, src/common.cu print_header) named the columns "bytes N type op
+# [root] time algbw busbw res"; the res (max relative error) column is a float like the later "error".
+_HEADER_SYNONYMS = {"bytes": "size", "n": "count", "op": "redop", "res": "error", "delta": "error"}
+
+
+def _clean(raw: str) -> str:
+    """NUL bytes, zero-width characters and BOMs dropped; NBSP (web copies) made a plain space."""
+    return raw.replace("\x00", "").replace("\u200b", "").replace("\ufeff", "").replace("\u00a0", " ")
+
+
 def _header_columns(line: str) -> Optional[list[str]]:
     """Column names from a ``#  size  count  type ...`` header line, or None."""
     toks = line.lstrip("#").split()
-    low = [t.lower() for t in toks]
+    low = [_HEADER_SYNONYMS.get(t.lower(), t.lower()) for t in toks]
     if len(low) >= 4 and low[0] == "size" and "time" in low and "algbw" in low:
         return low
     return None
@@ -148,12 +169,67 @@ def _row_values(cols: list[str], toks: list[str]) -> dict:
     return lead
 
 
+def _split_blocks(lines: list[tuple[int, str]]) -> list[list[tuple[int, str]]]:
+    """Cut a log into one block per test run.  A run starts at ``# nccl-tests version``,
+    ``# Collective test starting:`` or ``# nThread`` -- but only once the current block already has
+    result rows, so that the version/starting/nThread lines of one run stay together.  Logs that
+    concatenate several binaries (``all_reduce_perf; all_gather_perf``), gpucomm's own ``bench``
+    table and nccl-tests' multi-collective runs all look like this."""
+    blocks: list[list[tuple[int, str]]] = [[]]
+    has_rows = False
+    for lineno, raw in lines:
+        line = _LABEL_RE.sub("", _clean(raw)).strip()
+        if has_rows and (_STARTING_RE.match(line) or _VERSION_RE.match(line) or re.match(r"^#\s*nThread\b", line)):
+            blocks.append([])
+            has_rows = False
+        blocks[-1].append((lineno, raw))
+        toks = line.split()
+        if toks and _INT_RE.match(toks[0]):
+            has_rows = True
+    return blocks
+
+
+def split_nccltests(text: str, path: str = "<nccl-tests output>", collective: Optional[str] = None) -> list[dict]:
+    """Every test run in ``text`` (one ``gpucomm.nccltests/v1`` dict each, in file order).
+
+    Raises InputError when no run has result rows."""
+    if not isinstance(text, str):
+        raise InputError("not text", path)
+    runs = [r for r in (_parse_block(b, path, collective) for b in _split_blocks(list(enumerate(text.splitlines(), 1))))
+            if r is not None]
+    if not runs:
+        raise InputError("no nccl-tests result rows found", path,
+                         expected="nccl-tests/rccl-tests output with '#  size  count  type ...' and result rows")
+    return runs
+
+
 def parse_nccltests(text: str, path: str = "<nccl-tests output>", collective: Optional[str] = None) -> dict:
     """Parse one nccl-tests/rccl-tests output.  Returns a ``gpucomm.nccltests/v1`` dict.
 
-    Raises InputError when no result row can be found; rows that cannot be read become warnings."""
-    if not isinstance(text, str):
-        raise InputError("not text", path)
+    A log with several runs (several collectives, or the same one twice) gives the first run --
+    or, with ``collective``, the first run of that collective -- and a warning that names the
+    others; :func:`split_nccltests` returns them all.  Raises InputError when no result row can be
+    found; rows that cannot be read become warnings."""
+    runs = split_nccltests(text, path, collective)
+    if len(runs) == 1:
+        return runs[0]
+    chosen = runs[0]
+    if collective:
+        # every run carries the requested name now; pick the first whose own header agrees
+        match = [r for r in runs if r["test_name"] and COLLECTIVE_NAMES.get(r["test_name"]) == r["collective"]]
+        chosen = match[0] if match else chosen
+    others = [_run_label(r) for r in runs if r is not chosen]
+    chosen["warnings"].append(f"{path}: the log holds {len(runs)} test runs; this result is {_run_label(chosen)}, "
+                              f"not {', '.join(others)} (split_nccltests returns each run)")
+    return chosen
+
+
+def _run_label(run: dict) -> str:
+    return f"{run['test_name'] or run['collective'] or 'unnamed'} (line {run['rows'][0]['line']})"
+
+
+def _parse_block(lines: list[tuple[int, str]], path: str, collective: Optional[str]) -> Optional[dict]:
+    """One test run -> result dict, or None when the block has no result rows."""
     warnings: list[str] = []
     devices: list[dict] = []
     params: dict = {}
@@ -165,8 +241,9 @@ def parse_nccltests(text: str, path: str = "<nccl-tests output>", collective: Op
     cols: Optional[list[str]] = None
     rows: list[dict] = []
     assumed_header = False
-    for lineno, raw in enumerate(text.splitlines(), 1):
-        line = raw.replace("\x00", "").strip()
+    for lineno, raw in lines:
+        # NBSP from web copies would glue device names; launcher labels hide the '#'.
+        line = _LABEL_RE.sub("", _clean(raw)).strip()
         if not line:
             continue
         if line.startswith("#"):
@@ -186,7 +263,7 @@ def parse_nccltests(text: str, path: str = "<nccl-tests output>", collective: Op
             m = _VERSION_RE.match(line)
             if m:
                 version = m.group("v")
-                lib = re.search(r"nccl-library=(\S+)", m.group("rest"))
+                lib = re.search(r"[nr]ccl-library=(\S+)", m.group("rest"))
                 library = lib.group(1) if lib else None
                 continue
             m = _AVG_RE.match(line)
@@ -210,6 +287,9 @@ def parse_nccltests(text: str, path: str = "<nccl-tests output>", collective: Op
             continue
         toks = line.split()
         if not _INT_RE.match(toks[0]):
+            hc = _header_columns(line) if toks[0].lower() in ("size", "bytes") else None
+            if hc is not None:  # a header whose '#' was lost in a copy
+                cols = hc
             continue  # NCCL INFO lines, MPI chatter, prompts
         if cols is None:
             cols = list(DEFAULT_COLUMNS)
@@ -245,8 +325,7 @@ def parse_nccltests(text: str, path: str = "<nccl-tests output>", collective: Op
             "out_of_place": sets[0], "in_place": sets[1] if len(sets) > 1 else None,
         })
     if not rows:
-        raise InputError("no nccl-tests result rows found", path,
-                         expected="nccl-tests/rccl-tests output with '#  size  count  type ...' and result rows")
+        return None
     if assumed_header:
         warnings.append(f"{path}: no column header found; assumed the nccl-tests >= 2.10 layout")
 
@@ -287,6 +366,7 @@ def parse_nccltests(text: str, path: str = "<nccl-tests output>", collective: Op
     return {
         "schema": SCHEMA,
         "source": path,
+        "test_name": starting.lower().removesuffix("_perf") if starting else None,
         "collective": coll,
         "collective_source": coll_source,
         "collective_candidates": candidates if coll is None else [coll],
@@ -305,8 +385,8 @@ def parse_nccltests(text: str, path: str = "<nccl-tests output>", collective: Op
     }
 
 
-def _bus_factor(rows: list[dict]) -> Optional[float]:
-    """busbw/algbw measured on the row with the largest algbw (2-decimal rounding matters least)."""
+def _best_row(rows: list[dict]) -> Optional[tuple[float, float]]:
+    """(algbw, busbw) of the row with the largest algbw (2-decimal rounding matters least there)."""
     best = None
     for r in rows:
         s = r["out_of_place"]
@@ -315,7 +395,23 @@ def _bus_factor(rows: list[dict]) -> Optional[float]:
             best = (a, b)
     if best is None or best[0] < 0.5:
         return None
-    return best[1] / best[0]
+    return best
+
+
+def _bus_factor(rows: list[dict]) -> Optional[float]:
+    """busbw/algbw measured on the row with the largest algbw."""
+    best = _best_row(rows)
+    return None if best is None else best[1] / best[0]
+
+
+def _factor_tolerance(rows: list[dict]) -> float:
+    """How far the printed busbw/algbw can be from nccl-tests' exact factor: both are printed with
+    2 decimals (+-0.005), so |f - f_true| <= 0.005 * (1 + f) / (algbw - 0.005)."""
+    best = _best_row(rows)
+    if best is None:
+        return 1.0
+    a, b = best
+    return 0.005 * (1 + b / a) / max(a - 0.005, 1e-9) + 1e-9
 
 
 def _ranks_from_factor(coll: str, f: float) -> Optional[int]:
@@ -343,29 +439,35 @@ def _infer_collectives(rows: list[dict], f: Optional[float], n_ranks: Optional[i
     roots = {r.get("root") for r in rows}
     reduces = bool(redops - {"none", "-", "n/a"})
     rooted = any(isinstance(x, int) and x >= 0 for x in roots)
+    # gather_perf/scatter_perf share the (n-1)/n factor but print a root >= 0 (nccl-tests gather.cu)
+    n1_family = ["reduce_scatter"] if reduces else (["gather", "scatter"] if rooted else ["all_gather", "all_to_all"])
+    rounding = _factor_tolerance(rows)
     out = []
     if n_ranks and n_ranks > 1:
         ar, ag = 2 * (n_ranks - 1) / n_ranks, (n_ranks - 1) / n_ranks
-        tol = 0.03
-        if abs(f - ar) < tol and reduces:
+        # (n-1)/n and 1 are 1/n apart: a fixed tolerance would call a 64-rank broadcast a gather.
+        # The ratio is exact up to the 2-decimal printing, so a tolerance well under 1/(2n) is safe;
+        # when the printing is too coarse for that, both match and the answer stays ambiguous.
+        tol = min(0.03, max(0.45 / n_ranks, rounding))
+        if abs(f - ar) < tol and reduces and not rooted:  # all_reduce prints root -1; n=2 gives f=1 like reduce
             out.append("all_reduce")
         if abs(f - ag) < tol:
-            out += ["reduce_scatter"] if reduces else ["all_gather", "all_to_all"]
+            out += n1_family
         if abs(f - 1.0) < tol:
             if rooted:
                 out.append("reduce" if reduces else "broadcast")
             elif not reduces:
                 out.append("send_recv")
         return out
-    if f > 1.02 and reduces:
-        return ["all_reduce"]
-    if abs(f - 1.0) <= 0.02:
+    # Rank count unknown: f == 1 (to printing precision) is a rooted op, send_recv, or a 2-rank
+    # all_reduce; f > 1 is all_reduce; f < 1 is (n-1)/n for some n (a 64-rank all_gather has 0.984).
+    if abs(f - 1.0) <= rounding:
         if rooted:
             return ["reduce" if reduces else "broadcast"]
-        return [] if reduces else ["send_recv"]
-    if f < 0.98:
-        return ["reduce_scatter"] if reduces else ["all_gather", "all_to_all"]
-    return out
+        return ["all_reduce"] if reduces else ["send_recv"]
+    if f > 1.0:
+        return ["all_reduce"] if reduces and not rooted else []
+    return n1_family
 
 
 def load_nccltests(path: str, collective: Optional[str] = None) -> dict:

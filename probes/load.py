@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -16,6 +17,8 @@ from .errors import InputError
 from .model import SCHEMA, finalize
 
 MAX_INPUT_BYTES = 64 * 1024 * 1024
+# ANSI SGR escapes, with or without the ESC byte (same pattern as probes.smi_topo).
+_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b|\[[0-9;]*m")
 
 
 def read_text_input(path: str) -> str:
@@ -62,22 +65,29 @@ def read_text_input(path: str) -> str:
 
 def detect_kind(text: str) -> Optional[str]:
     """Guess the format of a text input from its content."""
-    head = text.lstrip("\ufeff \t\r\n")[:4096]
+    # ANSI colour/underline codes go first: nvidia-smi underlines the topo -m header, and pasted
+    # copies often keep "[4m" without its ESC byte, which would otherwise read as a JSON list.
+    head = _ANSI_RE.sub("", text.lstrip("\ufeff \t\r\n")[:4096]).lstrip("\ufeff \t\r\n")
     if head.startswith("{") or head.startswith("["):
         return "json"
-    if head.startswith("<") or "<system" in head or "<graphs" in head:
-        return "nccl-xml"
-    if "ROCm System Management Interface" in text[:8192] or "Link Type between two GPUs" in text or \
-            "Weight between two GPUs" in text:
-        return "rocm-smi"
     if "schema:" in head and "gpucomm.topology" in head:
-        return "yaml"
-    import re
+        return "yaml"  # first: a saved topology's warnings may quote "<system ...>"
+    if head.startswith("<?xml") or re.search(r"<(?:system|graphs)[\s>/]", text[:65536]):
+        return "nccl-xml"
+    if re.search(r"ROCm\s+System\s+Management\s+Interface", text[:8192]) or \
+            re.search(r"(?:Link\s+Type|Weight)\s+between\s+two\s+GPUs", text):
+        return "rocm-smi"
+    from .smi_topo import looks_like
 
-    if re.search(r"(^|\s)GPU0(\s|$)", text[:20000]) and re.search(r"\bX\b", text[:20000]):
+    bare = _ANSI_RE.sub("", text[:20000])
+    if looks_like(text) or (re.search(r"(^|\s)GPU0(\s|$)", bare) and re.search(r"\bX\b", bare)):
         return "nvidia-smi"
     if re.match(r"^[A-Za-z_]+:\s", head) or head.startswith("---"):
         return "yaml"
+    # Any other markup is tried as XML last: GitHub issue pastes wrap topo -m / rocm-smi output
+    # in <details><summary>, which the checks above have already recognised.
+    if head.startswith("<"):
+        return "nccl-xml"
     return None
 
 

@@ -414,6 +414,7 @@ class _Ctx:
         self.ignored: dict[str, int] = {}
         self.host_hashes: set[str] = set()
         self.dump = False
+        self.mlopart: list[tuple[str, list]] = []  # (busid, CUDA devs) of GPUs split by MLOPart
 
     def where(self, line: Optional[int]) -> str:
         return f"line {line}" if line else "?"
@@ -477,6 +478,12 @@ def _system_document(root: _Node, system: _Node, path: Optional[str], flatten: b
     _add_smp_links(ctx)
     for key, line in sorted(ctx.ignored.items(), key=lambda kv: kv[1]):
         warn(doc, f"ignored {key} (first at line {line})")
+    if ctx.mlopart:
+        shown = "; ".join(f"{bus}: dev {', '.join('?' if d is None else str(d) for d in devs)}"
+                          for bus, devs in ctx.mlopart[:4])
+        warn(doc, f"{len(ctx.mlopart)} GPU(s) are split into MLOPart logical GPUs ({shown}"
+                  f"{' ...' if len(ctx.mlopart) > 4 else ''}): each is recorded as one physical GPU from its first "
+                  "partition (the others are in gpus[].mlopart_devs; their NVLinks are not added)")
     if len(ctx.host_hashes) > 1:
         warn(doc, f"XML fuses {len(ctx.host_hashes)} hosts (host_hash values); read as one host")
     if ctx.bare_gpus:
@@ -655,6 +662,9 @@ def _add_gpu(ctx: _Ctx, el: _Node, gpu_el: Optional[_Node], bus: str, parent: st
     if gpu_el is not None:
         if ga.get("dev") is not None and pending["dev"] is None:
             warn(ctx.doc, f"GPU {bus}: dev={ga.get('dev')!r} is not an integer; index inferred")
+        if ga.get("mlopart") is not None:
+            pending["mlopart"] = _int(ga.get("mlopart"))
+        _mlopart_siblings(ctx, el, gpu_el, bus, pending)
         for child in gpu_el.children:
             if child.tag == "nvlink":
                 pending["nvlinks"].append(child)
@@ -663,6 +673,21 @@ def _add_gpu(ctx: _Ctx, el: _Node, gpu_el: Optional[_Node], bus: str, parent: st
             else:
                 ctx.ignore(child, "gpu")
     ctx.gpus.append(pending)
+
+
+def _mlopart_siblings(ctx: _Ctx, el: _Node, gpu_el: _Node, bus: str, pending: dict) -> None:
+    """Several ``<gpu>`` under one ``<pci>``: MLOPart (CUDA 13.1+, Blackwell) splits one physical GPU
+    into logical CUDA devices, and NCCL >= 2.28 writes one ``<gpu dev mlopart>`` per partition under
+    the GPU's ``<pci>`` (topo.cc ncclTopoAddGpuSub).  The document has one record per physical GPU
+    (graph ids are bus ids), so the first partition gives the record and the others are listed in
+    ``mlopart_devs``; a warning says so rather than dropping them silently."""
+    others = [g for g in el.sub("gpu") if g is not gpu_el]
+    if not others:
+        return
+    devs = [_int(g.attrs.get("dev")) for g in [gpu_el, *others]]
+    pending["mlopart_devs"] = [{"dev": d, "mlopart": _int(g.attrs.get("mlopart")), "rank": _int(g.attrs.get("rank"))}
+                               for d, g in zip(devs, [gpu_el, *others])]
+    ctx.mlopart.append((bus, devs))
 
 
 def _assign_indices(ctx: _Ctx) -> None:
@@ -701,7 +726,8 @@ def _assign_indices(ctx: _Ctx) -> None:
             pcie={"gen": p["gen"], "width": p["width"], "max_gen": None, "max_width": None},
             pci_ids=p["ids"],
         )
-        for k, v in (("sm", sm), ("gdr", p["gdr"]), ("nccl_rank", p["rank"])):
+        for k, v in (("sm", sm), ("gdr", p["gdr"]), ("nccl_rank", p["rank"]), ("mlopart", p.get("mlopart")),
+                     ("mlopart_devs", p.get("mlopart_devs"))):
             if v is not None:
                 rec[k] = v
         if p in infer:
@@ -722,7 +748,7 @@ def _add_nic_group(ctx: _Ctx, nic_el: Optional[_Node], bus: Optional[str], paren
     if nic_el is not None:
         ctx.dump = True
         for child in nic_el.children:
-            if child.tag != "net":
+            if child.tag not in ("net", "gin", "rma"):
                 ctx.ignore(child, "nic")
     group = ctx.nic_by_bus.setdefault(bus, []) if bus else []
     gen, width = speed
@@ -749,6 +775,16 @@ def _add_nic_group(ctx: _Ctx, nic_el: Optional[_Node], bus: Optional[str], paren
             continue
         rec = _new_nic(ctx, name, bus, parent, numa, ids, speed, na, group, net.line)
         rec["ports"] = [port]
+    # NCCL >= 2.28 lists the same device again as <gin> (GPU-initiated networking) and <rma>
+    # (topo.cc ncclTopoAddNic): not new NICs, roles of the <net> with the same name.
+    for child in nic_el.children if nic_el is not None else []:
+        if child.tag not in ("gin", "rma"):
+            continue
+        rec = next((r for r in (group if bus else doc["nics"]) if r["name"] == child.attrs.get("name")), None)
+        if rec is None:
+            ctx.ignore(child, "nic")
+        elif child.tag not in rec.setdefault("nccl_roles", ["net"]):
+            rec["nccl_roles"].append(child.tag)
 
 
 def _net_port(na: dict) -> dict:

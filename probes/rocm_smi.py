@@ -41,7 +41,8 @@ DEFAULT_XGMI_GEN = "cdna3"
 
 _PRODUCTS = ((r"\bMI3\d\d[AX]?\b|gfx94\d|gfx95\d", "cdna3"), (r"\bMI2[15]0X?\b|gfx90a", "cdna2"),
              (r"\bMI100\b|gfx908", "cdna1"))
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]|\[[0-9;]*m(?=\S)")
+# ANSI SGR codes, with or without the ESC byte (pastes often drop it and keep "[0m").
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b|\[[0-9;]*m")
 _BANNER = re.compile(r"^\s*={3,}\s*(.*?)\s*={3,}\s*$")
 _NUMA = re.compile(r"^\s*GPU\[(\d+)\]\s*:\s*\(Topology\)\s*Numa (Node|Affinity)\s*:\s*(\S+)\s*$", re.I)
 _SECTIONS = {
@@ -55,6 +56,8 @@ _MAX_GPUS = 1024
 
 def _clean(text: str) -> list[str]:
     text = text.lstrip("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+    # Web copies turn spaces into U+00A0 and add U+200B/U+FEFF; section titles must still match.
+    text = text.replace("\u00a0", " ").replace("\u200b", "").replace("\ufeff", "")
     return [_ANSI.sub("", line) for line in text.split("\n")]
 
 
@@ -111,7 +114,7 @@ def parse_rocm_text(text: str, path: Optional[str] = None) -> dict:
     for i, line in enumerate(lines, start=1):
         m = _BANNER.match(line)
         if m:
-            current = _SECTIONS.get(m.group(1).strip().lower())
+            current = _SECTIONS.get(" ".join(m.group(1).split()).lower())
             if current is not None and current in sections:
                 raise InputError(f"section {m.group(1).strip()!r} appears twice", path, i,
                                  expected="one rocm-smi --showtopo output")

@@ -60,8 +60,10 @@ def parse_nvlink_status(text: str, path: Optional[str] = None) -> dict:
     cur: Optional[dict] = None
     seen_links: set = set()
     first_content: Optional[int] = None
-    for n, raw in enumerate(text.replace("\r\n", "\n").split("\n"), start=1):
-        line = _ANSI.sub("", raw.replace("\r", ""))
+    # LF, CRLF or CR-only line ends; non-breaking spaces (web copies) are plain spaces, so that
+    # GPU names compare equal to other sources' names.
+    for n, raw in enumerate(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"), start=1):
+        line = _ANSI.sub("", raw).replace("\u00a0", " ").replace("\ufeff", "").replace("\u200b", "")
         if not line.strip():
             continue
         if first_content is None:

@@ -5,11 +5,13 @@ real name for NICs (``NIC3`` is translated through the *NIC Legend*; old drivers
 e.g. ``mlx5_0``, directly in the header).  ``SOC`` (drivers before ~384) is read as ``SYS``.
 
 Real captures come in many shapes (see ``fixtures/captures/topo/SOURCES.md``): tabs or spaces or
-whitespace collapsed to one space, CRLF, ANSI underline escapes with or without the ESC byte,
+whitespace collapsed to one space, CRLF or CR-only, ANSI underline escapes with or without the ESC byte,
 no legend, the old SOC legend, out-of-order NIC columns, names wider than nvidia-smi's 8-column
 tab stops (``mlx5_16   mlx5_17``), one, two or three trailing columns (CPU Affinity / NUMA
 Affinity / GPU NUMA ID), glued header titles (``NUMA AffinityGPU NUMA ID``), a garbled NIC Legend
-from nvidia-smi's many-NIC bug, hand-reformatted markdown with blank lines between rows.
+from nvidia-smi's many-NIC bug, hand-reformatted markdown with blank lines between rows.  Text
+around the block (a prompt, a fence, the rest of a collect_env report) is ignored; a second
+matrix pasted below the first is reported and not read; ``topo -p2p`` output is refused by name.
 
 Because column *offsets* are unreliable in all of these, rows are tokenised by the known cell
 vocabulary (``X``, ``NV#``, ``PIX``, ``PXB``, ``PHB``, ``NODE``, ``SYS``, ``SOC``, ``N/A``) and
@@ -87,13 +89,21 @@ _INT = re.compile(r"^\d+$")
 # Small helpers
 def _clean_line(line: str) -> str:
     """Strip ANSI escapes (with or without ESC), a trailing CR, and markdown table pipes."""
-    line = _ANSI_RE.sub("", line.replace("\r", ""))
+    # U+FEFF (a BOM pasted mid-text) and U+200B (zero-width space from web copies) are invisible
+    # and not whitespace to str.split(); they would glue onto a label ("\ufeffGPU0").
+    line = _ANSI_RE.sub("", line.replace("\r", "").replace("\ufeff", "").replace("\u200b", ""))
     s = line.strip()
     if s.startswith("|") and s.endswith("|"):
         if re.fullmatch(r"[|:\-\s]+", s):  # markdown separator row
             return ""
         line = line.replace("|", " ")
     return line.rstrip()
+
+
+def _split_lines(text: str) -> list:
+    """Lines of ``text`` for LF, CRLF and CR-only (old Mac / some clipboard tools) line ends;
+    ``\r\r\n`` (a CRLF file converted twice) gives an extra blank line, which rows tolerate."""
+    return text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
 
 
 def _is_cell(tok: str) -> bool:
@@ -149,11 +159,19 @@ def _header_index(lines: list) -> Optional[int]:
     return None
 
 
+def _repeat_header(line: str) -> bool:
+    """A header line (``GPU0 GPU1 ...``) inside the matrix: a second capture starts there.  Only
+    column labels count, so that a damaged ``GPU0`` row is not mistaken for one."""
+    toks = line.split()
+    return (len(toks) >= 2 and toks[0] == "GPU0" and _row_label_ok(toks[1])) or \
+        bool(toks and re.match(r"^GPU0(?:GPU\d+|NIC\d+)+$", toks[0]))
+
+
 def looks_like(text: str) -> bool:
     """True when ``text`` looks like ``nvidia-smi topo -m`` output (a GPU0 header and a GPU0 row)."""
     if not isinstance(text, str):
         return False
-    lines = [_clean_line(l) for l in text[:200_000].replace("\r\n", "\n").split("\n")]
+    lines = [_clean_line(l) for l in _split_lines(text[:200_000])]
     h = _header_index(lines)
     if h is None:
         return False
@@ -191,6 +209,9 @@ def _parse_header(line: str, lineno: int, doc: dict, path: Optional[str]) -> tup
         prev_end = end
     if prev_end is not None and line[prev_end:].strip():
         warn(doc, f"line {lineno}: unexpected text {line[prev_end:].strip()!r} after the last header column (ignored)")
+        # A column title this parser does not know (a newer driver): the known columns still come
+        # first, and each of their values is one token, so rows keep them by position.
+        trailing.append("_extra")
     cols: list = []
     for tok in line[:first].split():
         if _GLUED_COLS.match(tok):
@@ -256,6 +277,13 @@ def _split_row(tokens: list, ncols: int) -> tuple[list, list, bool]:
 
 def _trailing_values(rest: list, trailing: list, label: str, lineno: int, doc: dict) -> tuple[dict, bool]:
     """Assign trailing tokens to the trailing columns; returns ({key: raw or None}, lost)."""
+    if trailing and trailing[-1] == "_extra":
+        known = trailing[:-1]
+        if len(rest) > len(known) and known:
+            warn(doc, f"line {lineno}: {label}: value(s) {' '.join(rest[len(known):])!r} under the unknown header "
+                      "column(s) ignored")
+            return _trailing_values(rest[:len(known)], known, label, lineno, doc)
+        trailing = known
     vals = {k: None for k in trailing}
     if not trailing:
         if rest:
@@ -302,7 +330,7 @@ def parse_topo_text(text: str, path: Optional[str] = None, gpu_names: Optional[I
     if _is_binary(text):
         bad = next((i for i, ch in enumerate(text) if ord(ch) < 32 and ch not in "\t\n\r\x1b\x0c"), 0)
         raise InputError("binary data", path, line=text.count("\n", 0, bad) + 1, expected=EXPECTED)
-    raw_lines = text.replace("\r\n", "\n").split("\n")
+    raw_lines = _split_lines(text)
     lines = [_clean_line(l) for l in raw_lines]
     doc = new_document(provenance="nvidia-smi")
     partial = False
@@ -328,8 +356,17 @@ def parse_topo_text(text: str, path: Optional[str] = None, gpu_names: Optional[I
 
     # End of the matrix: the legend, or the end of the text.
     end = next((i for i in range(h + 1, len(lines)) if _LEGEND_START.match(lines[i]) or
-                _LEGEND_ENTRY.match(lines[i]) or _NIC_LEGEND.match(lines[i])), len(lines))
-    legend, legend_dups, soc_legend = _legend(lines, end)
+                _LEGEND_ENTRY.match(lines[i]) or _NIC_LEGEND.match(lines[i]) or
+                _repeat_header(lines[i])), len(lines))
+    # A second capture pasted below the first (two nodes in one report): only the first is read,
+    # and its legend ends where the second header starts.
+    h2 = _header_index(lines[end:]) if end < len(lines) else None
+    if h2 is not None and looks_like("\n".join(lines[end + h2:end + h2 + 8])):
+        warn(doc, f"line {end + h2 + 1}: a second topo -m matrix follows; only the first one (line {h + 1}) is read")
+        partial = True
+        legend, legend_dups, soc_legend = _legend(lines[:end + h2], end)
+    else:
+        legend, legend_dups, soc_legend = _legend(lines, end)
 
     # Column labels -> matrix keys (NIC# through the legend).  A label or key seen twice makes
     # its column ambiguous: the NIC falls back to its placeholder, or the column is dropped.
@@ -395,6 +432,14 @@ def parse_topo_text(text: str, path: Optional[str] = None, gpu_names: Optional[I
 
     ncols = len(cols)
     label_pos = dict(seen)
+    _reject_p2p_matrix(lines, h, end, label_pos, path)
+    # Without a legend the matrix runs to the end of the text, which in pasted reports is followed
+    # by unrelated text (a closing ``` fence, the rest of a vLLM collect_env report): lines after
+    # the last row are not part of the matrix, so they are dropped without a warning (nothing is
+    # lost; a row missing from the end is reported by "no row for ..." below).
+    last_row = max((i for i in range(h + 1, end) if lines[i].split() and lines[i].split()[0] in label_pos),
+                   default=h)
+    end = min(end, last_row + 1)
     rows: dict = {}        # matrix key -> list of cells (len ncols) or None entries for unknown
     row_trailing: dict = {}
     soc_seen = False
@@ -534,6 +579,28 @@ def parse_topo_text(text: str, path: Optional[str] = None, gpu_names: Optional[I
         detail += f"; {len(doc['warnings'])} warning(s)"
     doc["sources"].append(source_record(SOURCE_NAME, "partial" if partial else "ok", detail))
     return doc
+
+
+_P2P_CODES = {"OK", "CNS", "GNS", "TNS", "NS", "U"}
+
+
+def _reject_p2p_matrix(lines: list, h: int, end: int, label_pos: dict, path: Optional[str]) -> None:
+    """``nvidia-smi topo -p2p r|w|n|a|p`` prints the same GPU grid with P2P capability codes
+    (OK, CNS, GNS, TNS, NS, U) instead of path types; reading it as ``topo -m`` would give a matrix
+    of N/A, so it is refused with a message that names the command."""
+    first = None
+    codes = other = 0
+    for i in range(h + 1, end):
+        toks = lines[i].split()
+        if not toks or toks[0] not in label_pos:
+            continue
+        first = first if first is not None else i + 1
+        codes += sum(1 for t in toks[1:] if t in _P2P_CODES)
+        other += sum(1 for t in toks[1:] if _is_cell(t) and t not in ("X", "N/A"))
+    if codes and not other:
+        raise InputError("this is `nvidia-smi topo -p2p` output (P2P status codes OK/CNS/GNS/TNS/NS/U)", path,
+                         line=first,
+                         expected="`nvidia-smi topo -m` output (path types X, NV#, PIX, PXB, PHB, NODE, SYS)")
 
 
 def _anchor_cells(cells: list, ncols: int, pos: int, label: str, lineno: int, doc: dict,
