@@ -141,7 +141,7 @@ def build_full_plan(doc: Optional[dict], *, nodes: Optional[int] = None, tp=None
     plan["traffic"] = traffic
     switches = traffic["leaf_switches"] if traffic and traffic.get("leaf_switches") else None
     launch.build_launch(plan, command=command, all_cpus=view.all_cpus, node_gpus=len(doc.get("gpus") or []),
-                        switches=switches, port=port)
+                        switches=switches, port=port, n_cores=len(set(placement.core_map(view).values())) or None)
     return plan
 
 

@@ -22,7 +22,7 @@ from typing import Dict, List, Optional, Tuple
 
 from probes.model import format_cpulist, gpu_id, nic_id, nic_rate_gbps, parse_cpulist
 
-from .placement import NodeView, SMI_TO_NCCL_LEVEL, _natural, is_rdma, nic_active_ports
+from .placement import NodeView, SMI_TO_NCCL_LEVEL, _natural, is_rdma, nic_active_ports, nic_has_device_name
 
 DEFAULT_TOPO_FILE = "/etc/gpucomm/nccl-topo.xml"
 _CONSUMER_RE = re.compile(r"GeForce|\bRTX\s*[2-5]0[5-9]0|\bGTX\b|TITAN", re.I)
@@ -157,16 +157,22 @@ def build_env(plan: dict, view: NodeView, *, topo_file_path: str = DEFAULT_TOPO_
                 used.append(n)
     rdma_used = [n for n in used if n in view.nics and is_rdma(view.nics[n])]
     if nodes > 1 and rdma_used:
-        names = sorted(rdma_used, key=_natural)
-        entries = [f"{n}:{p}" for n in names for p in nic_active_ports(view.nics[n])]
-        all_names = list(view.nics) + [n.get("name") for n in view.doc.get("nics") or [] if isinstance(n, dict)]
-        clash = sorted({o for n in names for o in all_names if o and o != n and o.startswith(n)}, key=_natural)
-        reason = f"exactly the {len(names)} NIC(s) next to the plan's GPUs, with ports"
-        if clash:
-            reason += f"; '=' stops prefix matching (without it {names[0]} would also select {', '.join(clash[:3])})"
-        else:
-            reason += "; '=' makes NCCL match names exactly instead of by prefix"
-        _set(env, "NCCL_IB_HCA", "=" + ",".join(entries), reason)
+        names = sorted((n for n in rdma_used if nic_has_device_name(n)), key=_natural)
+        unnamed = sorted(n for n in rdma_used if not nic_has_device_name(n))
+        if unnamed:
+            warnings.append("the RDMA NIC(s) at " + ", ".join(unnamed[:4]) + (" ..." if len(unnamed) > 4 else "")
+                            + " have no device name in this topology (an NCCL XML skeleton?): "
+                            "NCCL_IB_HCA cannot name them")
+        if names:
+            entries = [f"{n}:{p}" for n in names for p in nic_active_ports(view.nics[n])]
+            all_names = list(view.nics) + [n.get("name") for n in view.doc.get("nics") or [] if isinstance(n, dict)]
+            clash = sorted({o for n in names for o in all_names if o and o != n and o.startswith(n)}, key=_natural)
+            reason = f"exactly the {len(names)} NIC(s) next to the plan's GPUs, with ports"
+            if clash:
+                reason += f"; '=' stops prefix matching (without it {names[0]} would also select {', '.join(clash[:3])})"
+            else:
+                reason += "; '=' makes NCCL match names exactly instead of by prefix"
+            _set(env, "NCCL_IB_HCA", "=" + ",".join(entries), reason)
         c2c = [g for g in local_gpus if view.gpu(g).get("c2c")]
         levels = [view.gpu_nic_level.get(g) for g in local_gpus if view.gpu_nics.get(g) and g not in c2c]
         ncl = [SMI_TO_NCCL_LEVEL.get(c, "SYS") for c in levels if c]
@@ -199,7 +205,7 @@ def build_env(plan: dict, view: NodeView, *, topo_file_path: str = DEFAULT_TOPO_
             _set(env, "NCCL_SOCKET_IFNAME", "=" + front,
                  "bootstrap and socket traffic on the host network interface, not a container/loopback one (nccl#1447)")
         else:
-            netdevs = [view.nics[n].get("netdev") for n in names if view.nics[n].get("netdev")]
+            netdevs = [view.nics[n].get("netdev") for n in names if _valid_ifname(view.nics[n].get("netdev"))]
             if netdevs:
                 _set(env, "NCCL_SOCKET_IFNAME", "=" + ",".join(netdevs),
                      "no separate host Ethernet interface is known: bootstrap over the IPoIB/RoCE netdevs of the plan's NICs")
@@ -286,9 +292,16 @@ def _front_end_netdev(view: NodeView, used: set) -> Optional[str]:
         nd = n.get("netdev") or (n.get("name") if not rdma else None)
         ll = str(n.get("link_layer") or "").lower()
         # an RDMA device qualifies only through an Ethernet netdev (RoCE); IPoIB is not the host network
-        if nd and (not rdma or ll == "ethernet") and not nd.startswith(("lo", "docker", "virbr", "veth", "ib")):
+        if nd and _valid_ifname(nd) and (not rdma or ll == "ethernet") and \
+                not nd.startswith(("lo", "docker", "virbr", "veth", "ib")):
             cands.append((-(nic_rate_gbps(n) or 0), _natural(nd), nd))
     return sorted(cands)[0][2] if cands else None
+
+
+def _valid_ifname(name: Optional[str]) -> bool:
+    """A Linux network interface name (``dev_valid_name``: at most 15 bytes, no '/', ':' or
+    whitespace) -- not the PCI bus id an NCCL XML skeleton's NIC is known by."""
+    return bool(name) and len(name) <= 15 and not re.search(r"[/:\s]", name) and name not in (".", "..")
 
 
 def _hexmask(cpus: str) -> str:

@@ -222,12 +222,16 @@ def slurm_script(plan: dict, command: str = "train.py", job_name: str = "gpucomm
     return "\n".join(lines) + "\n"
 
 
-def rankfile(plan: dict, all_cpus: Optional[List[int]] = None, command: str = "train.py") -> str:
+def rankfile(plan: dict, all_cpus: Optional[List[int]] = None, command: str = "train.py",
+             n_cores: Optional[int] = None) -> str:
     """Open MPI rankfile: ``rank N=<host> slot=<logical cores>``; hosts are the plan's hosts or the
-    relative ``+n<i>`` form (i-th node of the allocation)."""
+    relative ``+n<i>`` form (i-th node of the allocation).  A rank without known CPUs gets every
+    logical core of the node (``n_cores`` of them; else one per cpu of ``all_cpus``)."""
     hosts = plan.get("hosts")
     binding = {b["local_rank"]: b for b in plan.get("binding", [])}
     cpus_all = all_cpus or sorted({c for b in binding.values() if b.get("cpus") for c in parse_cpulist(b["cpus"])})
+    if n_cores:
+        cpus_all = list(range(n_cores))
     slots: Dict[int, str] = {lr: b.get("logical_cores") or "" for lr, b in binding.items()}
     n = plan["world_size"]
     # The wrapper exports the plan's env itself; it only needs to skip its own CPU binding.
@@ -251,12 +255,14 @@ def rankfile(plan: dict, all_cpus: Optional[List[int]] = None, command: str = "t
 
 
 def build_launch(plan: dict, *, command: str = "train.py", all_cpus: Optional[List[int]] = None,
-                 node_gpus: Optional[int] = None, switches: Optional[int] = None, port: int = 29500) -> dict:
-    """Fill ``plan['launch']`` with every emitter's text."""
+                 node_gpus: Optional[int] = None, switches: Optional[int] = None, port: int = 29500,
+                 n_cores: Optional[int] = None) -> dict:
+    """Fill ``plan['launch']`` with every emitter's text.  ``n_cores``: physical cores of a node
+    (the rankfile's logical core range; SMT siblings are not separate slots)."""
     plan["launch"] = {
         "torchrun": torchrun_script(plan, command, port),
         "slurm": slurm_script(plan, command, node_gpus=node_gpus, switches=switches, port=port),
-        "rankfile": rankfile(plan, all_cpus, command),
+        "rankfile": rankfile(plan, all_cpus, command, n_cores),
         "wrapper": wrapper_script(plan),
     }
     return plan

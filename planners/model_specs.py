@@ -20,10 +20,11 @@ t/p/d/c/e = TP/PP/DP/CP/EP sizes, g = bytes per element, m = micro-batches per s
 * EP (MoE): ``2*b*s*k*h*g*(e-1)/e`` per MoE layer forward (dispatch + combine all-to-all), the same
   backward [derived].
 
-Memory (Megatron ``megatron/training/theoretical_memory_usage.py``): 18 bytes per parameter without
-the distributed optimizer, ``6 + 12/DP`` with it; activations per layer (sequence parallel + selective
+Memory (Megatron ``megatron/training/theoretical_memory_usage.py``, see :func:`memory_per_gpu`): the
+most loaded GPU (first pipeline stage, with the embedding) at 18 bytes per parameter without the
+distributed optimizer, ``6 + 12/DP`` with it; activations per layer (sequence parallel + selective
 recompute) ``s*b*h*(18 + 4*ffn/h) / t``; the first pipeline stage holds p micro-batches of l/p layers,
-so l layers' worth in all [Megatron estimator, recalled detail].
+so l layers' worth in all, plus the embedding and (p == 1) output-layer terms.
 
 Time: each collective is timed on the group that runs it -- TP inside a node on NVLink/PCIe, DP and
 PP across nodes through the NICs of their ranks -- by ``planners.cost`` (``summarize`` of the group's
@@ -165,12 +166,34 @@ def expert_params(model: dict) -> float:
 
 
 # --------------------------------------------------------------------------------------------
-def memory_per_gpu(model: dict, axes: Dict[str, int]) -> dict:
-    """Megatron's theoretical memory per GPU (bytes): weights+grads+optimizer and activations."""
+def memory_per_gpu(model: dict, axes: Dict[str, int], micro_batches: Optional[int] = None) -> dict:
+    """Megatron's theoretical memory of the most loaded GPU (bytes), after
+    ``megatron/training/theoretical_memory_usage.py`` (sequence parallel + selective recompute):
+
+    * weights+grads+optimizer: the most loaded shard is the first pipeline stage, which holds
+      ``l/p`` layers *plus the input embedding* (``vocab*h``), and with ``p == 1`` the untied output
+      layer as well: ``(transformer/p + embedding [+ embedding if p == 1]) / t`` parameters, times
+      18 bytes (no distributed optimizer) or ``6 + 12/DP``.  Expert weights are divided by EP too.
+      An uneven split counts the ``ceil(l/p)``-layer stage.
+    * activations: ``s*b*h*(18 + 4*ffn/h)`` per layer, ``l`` layers' worth on the first stage (p
+      micro-batches of l/p layers in flight; ``p*ceil(l/p)`` when uneven), plus the embedding
+      input (``8*s*b*p``) and its dropout
+      (``s*b*h*p``); times ``min(1, m/p)`` when fewer micro-batches than stages are in flight
+      (non-interleaved 1F1B); with ``p == 1`` also the inputs of the output layer and the loss,
+      ``4*s*b*h*(1 + vocab/h)``; all divided by ``t`` (and by ``cp``: each rank holds s/cp tokens).
+    ZeRO-2/3 variants are [recalled], not Megatron's."""
     t, p, d, c, e = axes["tp"], axes["pp"], axes["dp"], axes["cp"], axes["ep"]
+    layers = model["layers"]
+    # Layers on the most loaded stage: l/p, or ceil(l/p) when the split is uneven (Megatron
+    # --decoder-first/last-pipeline-num-layers); p stages of it in flight on the first stage.
+    stage_layers = math.ceil(layers / p) if layers else 0
+    stage_share = stage_layers / layers if layers else 1.0 / p
     psi_e = expert_params(model)
-    psi_d = model["params"] - psi_e
-    shard = psi_d / (t * p) + psi_e / (t * p * e)
+    embedding = float(model.get("vocab") or 0) * model["hidden"]
+    # Presets and count_params() have untied input/output embeddings (Llama 3).
+    transformer = max(0.0, model["params"] - psi_e - 2.0 * embedding)
+    dense_shard = (transformer * stage_share + embedding + (embedding if p == 1 else 0.0)) / t
+    shard = dense_shard + psi_e * stage_share / (t * e)
     zero = model["zero"]
     dd = d * c  # Megatron shards the optimizer over the dp*cp group
     if zero == 0:
@@ -182,11 +205,16 @@ def memory_per_gpu(model: dict, axes: Dict[str, int]) -> dict:
     else:
         per_param = 18.0 / dd              # ZeRO-3 / FSDP: everything sharded [recalled]
     weights = shard * per_param
-    s, b, h = model["seq"], model["mbs"], model["hidden"]
-    act_layer = s * b * h * (18.0 + 4.0 * model["ffn"] / h) / t / c
-    activations = act_layer * model["layers"]
+    s, b, h = model["seq"] / c, model["mbs"], model["hidden"]
+    activations = s * b * h * (18.0 + 4.0 * model["ffn"] / h) * p * stage_layers
+    activations += 8.0 * s * b * p + s * b * h * p
+    if p > 1 and micro_batches is not None:
+        activations *= min(1.0, micro_batches / p)
+    if p == 1:
+        activations += s * b * h * 4.0 * (1.0 + float(model.get("vocab") or 0) / h)
+    activations /= t
     return {"weights_optimizer": weights, "activations": activations, "total": weights + activations,
-            "bytes_per_param": per_param}
+            "bytes_per_param": per_param, "params_on_gpu": shard}
 
 
 def peak_tflops(view) -> Optional[float]:
@@ -342,10 +370,13 @@ def step_estimate(model: dict, layout, use_cost_model: bool = True) -> dict:
     active = model["params"] - expert_params(model) + expert_params(model) * (
         model["topk"] / model["experts"] if model.get("experts") else 0)
     flops = 6.0 * active * tokens
-    compute_s = flops / (world * peak * 1e12 * model["mfu"]) if peak else None
+    # The slowest stage sets the pipeline's pace: with uneven stages (l % p != 0) every micro-batch
+    # waits for a ceil(l/p)-layer stage, i.e. p*ceil(l/p)/l of the balanced time.
+    imbalance = p * layers_per_stage / l if l else 1.0
+    compute_s = flops / (world * peak * 1e12 * model["mfu"]) * imbalance if peak else None
     bubble_fraction = (p - 1) / m
     bubble_s = compute_s * bubble_fraction if compute_s is not None else None
-    mem = memory_per_gpu(model, axes)
+    mem = memory_per_gpu(model, axes, m)
     cap = layout.view.memory_bytes()
     fits = None if cap is None else mem["total"] <= cap * (1 - MEMORY_RESERVE)
     step = (compute_s or 0.0) + (bubble_s or 0.0) + comm_s
@@ -403,11 +434,14 @@ def _divisors(n: int) -> List[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
 
-def candidate_axes(model: dict, total: int, gpn: int, fixed: Dict[str, Optional[int]]) -> List[Dict[str, int]]:
+def candidate_axes(model: dict, total: int, gpn: int, fixed: Dict[str, Optional[int]],
+                   uneven_pp: bool = False) -> List[Dict[str, int]]:
     """Every (tp, cp, ep, dp, pp) with product ``total`` that Megatron accepts for ``model``:
-    tp divides the GPUs per node and the heads and KV groups, pp divides the layers, cp keeps
-    2*cp | seq (load-balanced causal CP), ep divides the experts (1 for dense models), integer
-    micro-batches.  Axes in ``fixed`` (non-None) are kept as given."""
+    tp divides the GPUs per node and the heads and KV groups, pp divides the layers (or, with
+    ``uneven_pp``, leaves every stage at least one layer: Megatron's
+    --decoder-first/last-pipeline-num-layers), cp keeps 2*cp | seq (load-balanced causal CP), ep
+    divides the experts (1 for dense models), integer micro-batches.  Axes in ``fixed``
+    (non-None) are kept as given."""
     out = []
     for tp in _divisors(gpn):
         if fixed.get("tp") and tp != fixed["tp"]:
@@ -420,7 +454,7 @@ def candidate_axes(model: dict, total: int, gpn: int, fixed: Dict[str, Optional[
         for pp in _divisors(rest_tp):
             if fixed.get("pp") and pp != fixed["pp"]:
                 continue
-            if model["layers"] % pp and not fixed.get("pp"):
+            if model["layers"] % pp and not fixed.get("pp") and not (uneven_pp and pp <= model["layers"]):
                 continue  # an explicit --pp may split layers unevenly (Megatron --decoder-first/last-...)
             rest_pp = rest_tp // pp
             for cp in _divisors(rest_pp):
@@ -459,20 +493,32 @@ def rank_factorizations(view, nodes: int, gpn: int, model: dict, order: str,
 
     fixed = fixed or {}
     total = nodes * gpn
-    rows = []
+    rows: List[dict] = []
     layouts = []
-    # Screen every candidate with the alpha-beta model, then re-time the best ``top`` with the
-    # cost model (NCCL's search per group is too slow to run on every candidate).
-    for axes in candidate_axes(model, total, gpn, fixed):
-        try:
-            check_feasible(view, axes, gpn, nodes)
-            layout = make_layout(view, nodes, gpn, axes, order, axis_weights(model, axes), gpus)
-            est = step_estimate(model, layout, use_cost_model=False)
-        except (PlanInfeasible, InputError):
-            continue
-        rows.append({"parallelism": dict(axes, order=layout.gen.order), "estimate": est,
-                     "local_gpus": layout.local_gpus})
-        layouts.append(layout)
+
+    def screen(uneven: bool) -> None:
+        # Screen every candidate with the alpha-beta model, then re-time the best ``top`` with the
+        # cost model (NCCL's search per group is too slow to run on every candidate).
+        seen = {tuple(sorted(r["parallelism"].items())) for r in rows}
+        for axes in candidate_axes(model, total, gpn, fixed, uneven_pp=uneven):
+            try:
+                check_feasible(view, axes, gpn, nodes)
+                layout = make_layout(view, nodes, gpn, axes, order, axis_weights(model, axes), gpus)
+                est = step_estimate(model, layout, use_cost_model=False)
+            except (PlanInfeasible, InputError):
+                continue
+            par = dict(axes, order=layout.gen.order)
+            if tuple(sorted(par.items())) in seen:
+                continue
+            rows.append({"parallelism": par, "estimate": est, "local_gpus": layout.local_gpus})
+            layouts.append(layout)
+
+    screen(False)
+    if not any(r["estimate"]["memory"]["fits"] is not False for r in rows):
+        # Nothing fits with pp | layers (llama-405b: 126 layers, power-of-two GPU counts allow only
+        # pp = 1 or 2): deeper, uneven pipelines are how such models are trained (Llama 3 405B:
+        # 126 layers on pp=16).
+        screen(True)
     if not rows:
         why = []
         if fixed.get("tp") and model["heads"] % fixed["tp"]:

@@ -34,6 +34,7 @@ shape that :func:`mesh_translations` reports, since ``init_device_mesh`` users r
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -236,14 +237,45 @@ def nic_active_ports(nic: dict) -> List[int]:
     return sorted(known)[:1] or [1]
 
 
+# RDMA (verbs) device names: mlx4_/mlx5_ (NVIDIA/Mellanox, incl. mlx5_bond_0), bnxt_re (Broadcom),
+# irdma (Intel), efa (AWS), qedr, hfi1, rxe/siw (soft RoCE/iWARP), erdma, ionic, cxgb4, hns, and
+# rdma-core's persistent names (rocep49s0, ibp12s0...).  `nvidia-smi topo -m` lists NICs by these
+# names only, so a capture's NIC legend names RDMA devices.
+_RDMA_NAME_RE = re.compile(r"^(mlx\d+_|bnxt_re|irdma|efa|qedr|hfi\d|rxe|siw|erdma|ionic_|cxgb|hns_?\d|roce[ps]|ibp)",
+                           re.I)
+
+
 def is_rdma(nic: dict) -> bool:
-    """An RDMA device (IB HCA or RoCE port) as opposed to a plain network interface: a record named
-    after its netdev (``eno1``) is plain; otherwise an IB link layer or IB-style ports say RDMA."""
+    """An RDMA device (IB HCA or RoCE port) as opposed to a plain network interface.  The probes'
+    own ``rdma`` flag wins; a record named after its netdev (``eno1``) is plain; otherwise an IB link
+    layer, IB-style ports, or an RDMA device name (``mlx5_0`` from an ``nvidia-smi topo -m`` NIC
+    legend, which has no ports) say RDMA."""
+    if nic.get("rdma") is not None:
+        return bool(nic["rdma"])
     if nic.get("netdev") and nic.get("name") == nic.get("netdev"):
         return False
     if str(nic.get("link_layer") or "").lower() == "infiniband":
         return True
-    return bool(nic.get("ports"))
+    if nic.get("ports"):
+        return True
+    ids = nic.get("pci_ids") if isinstance(nic.get("pci_ids"), dict) else {}
+    cls, vendor = str(ids.get("class") or "").lower(), str(ids.get("vendor") or "").lower()
+    device = str(ids.get("device") or "").lower()
+    # PCI ids of an NCCL XML skeleton's bare <pci class="0x02..."> NICs: an InfiniBand controller
+    # (class 0x0207), a Mellanox/NVIDIA ConnectX (0x15b3, RoCE in Ethernet mode), an AWS EFA
+    # (0x1d0f:0xefa*, RDMA through the aws-ofi-nccl plugin).
+    if cls.startswith("0x0207") or vendor == "0x15b3" or (vendor == "0x1d0f" and device.startswith("0xefa")):
+        return True
+    return bool(_RDMA_NAME_RE.match(str(nic.get("name") or "")))
+
+
+def nic_has_device_name(name: Optional[str]) -> bool:
+    """False for the PCI bus id that stands in for a NIC's name when the source did not give one
+    (an NCCL XML skeleton's bare ``<pci>`` NIC): such a name cannot go into NCCL_IB_HCA or
+    NCCL_SOCKET_IFNAME."""
+    from probes.model import normalize_bus_id
+
+    return bool(name) and normalize_bus_id(name) is None
 
 
 def compute_nics(nics: Dict[str, dict]) -> Dict[str, dict]:
@@ -496,9 +528,10 @@ def _nearest_nics(doc: dict, gpus: List[dict], nics: Dict[str, dict]) -> Tuple[D
     """Each GPU's nearest NIC(s).  Closest matrix level wins (PIX < PXB < PHB < NODE < SYS); when
     several GPUs share the same closest set (two GPUs behind one switch with two NICs, or all
     GPUs of a NUMA node equidistant from its NICs) they are dealt out in order -- the k-th GPU gets
-    the k-th NIC -- which is the rail assignment NCCL's rail-optimised networks expect
-    (NCCL_CROSS_NIC, nccl#1591).  A GPU that alone owns several NICs keeps those with the same
-    link layer and rate as its first (a second HCA of the rail), not a storage NIC."""
+    the k-th NIC, and more than one each only when they divide evenly -- which is the rail
+    assignment NCCL's rail-optimised networks expect (NCCL_CROSS_NIC, nccl#1591).  A GPU that
+    alone owns several NICs keeps those with the same link layer and rate as its first (a second
+    HCA of the rail), not a storage NIC."""
     if not nics:
         return {g["index"]: [] for g in gpus}, {}
     names = sorted(nics, key=_natural)
@@ -541,7 +574,10 @@ def _nearest_nics(doc: dict, gpus: List[dict], nics: Dict[str, dict]) -> Tuple[D
         k = len(members)
         for pos, idx in enumerate(members):
             if len(tie) >= k and not shared_only[idx]:
-                mine = list(tie[pos::k])
+                # Rails are symmetric: several NICs each only when they divide evenly between the
+                # GPUs (2 HCAs per GPU); an odd one out (a front-end NIC under the same host bridge,
+                # Azure NDv4's 9th mlx5) is left to nobody rather than doubling one GPU's share.
+                mine = list(tie[pos::k]) if len(tie) % k == 0 else [tie[pos]]
             else:
                 mine = [tie[pos % len(tie)]]
             sig = _nic_signature(nics[mine[0]])
@@ -591,6 +627,24 @@ def core_map(view: NodeView) -> Dict[int, int]:
     return {c: c for c in view.all_cpus}
 
 
+def logical_core_index(view: NodeView, core_of: Optional[Dict[int, int]] = None) -> Dict[int, int]:
+    """{physical core id: hwloc logical core index} -- what Open MPI rankfile slots and Slurm's
+    ``Cores=`` count (PLACEMENT_NOTES §7, "lstopo -l").  hwloc numbers cores depth-first through
+    the tree: package by package, and inside a package by the first PU of each core.  The document
+    has no package ids, so NUMA nodes (numbered socket by socket by Linux) stand in for them.  With
+    contiguous numbering this is just the order of the cores' first cpu; with the interleaved
+    numbering of many dual-socket BIOSes (NUMA 0 = ``0,2,4,...``) core ``c`` of socket 1 is *not*
+    logical core ``c``: socket 0's cores come first."""
+    core_of = core_of if core_of is not None else core_map(view)
+    numa_of_cpu = {c: n for n, cs in view.numa_cpus.items() for c in cs}
+    first_cpu: Dict[int, int] = {}
+    for c, core in core_of.items():
+        first_cpu[core] = min(first_cpu.get(core, c), c)
+    big = 1 << 30
+    order = sorted(first_cpu, key=lambda core: (numa_of_cpu.get(first_cpu[core], big), first_cpu[core]))
+    return {core: i for i, core in enumerate(order)}
+
+
 def cpu_binding(view: NodeView, local_gpus: List[int]) -> List[dict]:
     """Per local rank: the CPUs it is bound to -- the GPU's NUMA-local CPUs split evenly, by
     physical core, between the local ranks whose GPUs share that NUMA node; lower local ranks get
@@ -599,9 +653,9 @@ def cpu_binding(view: NodeView, local_gpus: List[int]) -> List[dict]:
 
     Returns [{local_rank, gpu, numa_node, cpus (cpulist str|None), cores (int), mems (int|None),
     numa_source ("gpu": the GPU's own NUMA node, "affinity": from its CPU affinity), logical_cores
-    (hwloc-style logical core indexes, cores numbered by their first cpu: Open MPI rankfile slots)}]."""
+    (hwloc-style logical core indexes, :func:`logical_core_index`: Open MPI rankfile slots)}]."""
     core_of = core_map(view)
-    logical = {c: i for i, c in enumerate(sorted(set(core_of.values())))}
+    logical = logical_core_index(view, core_of)
     by_numa: Dict[Optional[int], List[int]] = {}
     numa_of: Dict[int, Optional[int]] = {}
     source: Dict[int, str] = {}
@@ -842,6 +896,52 @@ def check_feasible(view: NodeView, axes: Dict[str, int], gpn: int, nodes: int) -
     return warnings
 
 
+RING_EXACT_MAX = 8   # best_ring enumerates every cycle up to this many GPUs (7!/2 = 2520 for 8)
+
+
+def best_ring(view: NodeView, gpus: Sequence[int]) -> Tuple[float, bool]:
+    """(narrowest hop of the best ring through ``gpus``, whether that ring is all NVLink).
+
+    A ring collective runs at the pace of its narrowest hop, and NCCL searches for the ring (the
+    Hamiltonian cycle) whose hops are widest -- not the slowest *pair* of the group: on a DGX-1's
+    hybrid cube mesh an 8-GPU ring stays on NVLink although some pairs only meet over SYS.
+    Exact up to :data:`RING_EXACT_MAX` GPUs (ties prefer more NVLink hops); beyond that the slowest
+    pair (a lower bound)."""
+    g = list(gpus)
+    if len(g) < 2:
+        return float("inf"), False
+    key = ("best_ring", tuple(sorted(g)))
+    hit = view.cache.get(key)
+    if hit is not None:
+        return hit  # type: ignore[return-value]
+
+    def is_nv(a: int, b: int) -> bool:
+        return bool(_nv_count(view.level.get((a, b), "")))
+
+    if len(g) == 2:
+        out = (view.pair_bw(g[0], g[1]), is_nv(g[0], g[1]))
+    elif len(g) <= RING_EXACT_MAX:
+        import itertools
+
+        first, rest = g[0], g[1:]
+        best = None
+        for perm in itertools.permutations(rest):
+            if perm[0] > perm[-1]:
+                continue  # a cycle and its mirror are the same ring
+            cyc = (first,) + perm
+            hops = [(cyc[i], cyc[(i + 1) % len(cyc)]) for i in range(len(cyc))]
+            bw = min(view.pair_bw(a, b) for a, b in hops)
+            nv = sum(1 for a, b in hops if is_nv(a, b))
+            if best is None or (bw, nv) > best[:2]:
+                best = (bw, nv, len(hops))
+        out = (best[0], best[1] == best[2])
+    else:
+        pairs = [(a, b) for i, a in enumerate(g) for b in g[i + 1:]]
+        out = (min(view.pair_bw(a, b) for a, b in pairs), all(is_nv(a, b) for a, b in pairs))
+    view.cache[key] = out
+    return out
+
+
 @dataclass
 class Layout:
     """A resolved layout: the generator, the local-rank -> GPU map and per-axis tiers."""
@@ -874,12 +974,13 @@ class Layout:
         nnodes = len(per_node)
         first = per_node[min(per_node)]
         local = [self.local_gpus[l] for l in first]
+        ring_nvlink = False
         if len(local) > 1:
-            intra = min(self.view.pair_bw(a, b) for i, a in enumerate(local) for b in local[i + 1:])
-            if all(_nv_count(self.view.level.get((a, b), "")) for i, a in enumerate(local) for b in local[i + 1:]):
+            intra, ring_nvlink = best_ring(self.view, local)
+            if ring_nvlink and self.view.nvswitch and all(
+                    _nv_count(self.view.level.get((a, b), "")) for i, a in enumerate(local) for b in local[i + 1:]):
                 # On NVLink a ring's hop uses a GPU's whole NVLink bandwidth when peers are on NVSwitch.
-                if self.view.nvswitch:
-                    intra = min(self.view.nvlink_bw_per_gpu(g) for g in local)
+                intra = min(self.view.nvlink_bw_per_gpu(g) for g in local)
         else:
             intra = None
         inter = None
@@ -895,8 +996,7 @@ class Layout:
                 inter = min(known) * len(local)
             else:
                 inter = None
-        where = "network" if nnodes > 1 else ("nvlink" if intra and all(
-            _nv_count(self.view.level.get((a, b), "")) for i, a in enumerate(local) for b in local[i + 1:]) else "pcie")
+        where = "network" if nnodes > 1 else ("nvlink" if intra and ring_nvlink else "pcie")
         return {"size": size, "gpus": local, "ranks_per_node": rpn, "nodes": nnodes,
                 "intra_GBps": round(intra, 3) if intra is not None else None,
                 "inter_GBps": round(inter, 3) if inter is not None else None, "where": where}

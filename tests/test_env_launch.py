@@ -377,3 +377,112 @@ def test_gb200_keeps_gpudirect_over_c2c():
     # torch would read the GPU's memory-only NUMA node: no --numa-binding, the wrapper binds instead
     last = plan["launch"]["torchrun"].splitlines()[-1]
     assert "--numa-binding" not in last and "--no-python ./gpucomm-rank.sh python train.py" in last
+
+
+def test_rankfile_logical_cores_follow_hwloc_order_on_interleaved_numbering():
+    """Regression: with the interleaved numbering of many dual-socket BIOSes (NUMA 0 = even cpus)
+    rankfile slots were the cores' OS numbers; hwloc's logical cores go package by package, so
+    socket 0's cores are L#0..L#n-1 whatever their OS ids (slot=1,3,5 landed on socket 0)."""
+    doc = hgx_doc()
+    # 2 sockets x 4 cores x 2 threads, interleaved: socket 0 = even cpus, siblings c and c+8
+    doc["numa_nodes"][0]["cpus"] = "0,2,4,6,8,10,12,14"
+    doc["numa_nodes"][1]["cpus"] = "1,3,5,7,9,11,13,15"
+    doc["numa_nodes"] = doc["numa_nodes"][:2]
+    plan = build_full_plan(doc, nodes=1, tp=8)
+    slots = dict(re.findall(r"^rank (\d+)=\S+ slot=(\S+)$", plan["launch"]["rankfile"], re.M))
+    # 4 ranks per socket, 4 cores per socket: one core (two threads) each
+    assert [lr["cpus"] for lr in plan["local_ranks"]] == ["0,8", "2,10", "4,12", "6,14", "1,9", "3,11", "5,13", "7,15"]
+    assert [slots[str(r)] for r in range(8)] == ["0", "1", "2", "3", "4", "5", "6", "7"]
+
+
+def test_rankfile_slots_on_the_interleaved_capture():
+    from conftest import CAPTURES
+    from probes.load import load_topology
+
+    doc = load_topology(str(CAPTURES / "topo" / "09_a100-sxm4-80gb-x8_8nic.txt"))
+    plan = build_full_plan(doc, nodes=2, tp=8)
+    slots = dict(re.findall(r"^rank (\d+)=\S+ slot=(\S+)$", plan["launch"]["rankfile"], re.M))
+    # NUMA 0 = cpus 0,2,...,10 = socket 0 = hwloc cores L#0-2; NUMA 1 = L#3-5
+    assert {slots[str(r)] for r in (0, 1, 2, 3, 8, 11)} == {"0-2"}
+    assert {slots[str(r)] for r in (4, 5, 6, 7, 12, 15)} == {"3-5"}
+
+
+def test_smi_capture_nics_are_rdma_devices():
+    """Regression: an `nvidia-smi topo -m` capture lists NICs by RDMA device name (mlx5_0) with no
+    ports; they were taken for plain Ethernet: no NCCL_IB_HCA, a 'no RDMA NIC' warning, and
+    NCCL_SOCKET_IFNAME='=mlx5_0' (not a network interface at all)."""
+    from conftest import CAPTURES
+    from probes.load import load_topology
+
+    doc = load_topology(str(CAPTURES / "topo" / "09_a100-sxm4-80gb-x8_8nic.txt"))
+    plan = build_full_plan(doc, nodes=2, tp=8)
+    env = plan["env"]
+    assert env["NCCL_IB_HCA"]["value"] == "=" + ",".join(f"mlx5_{i}:1" for i in range(8))
+    assert env["NCCL_NET_GDR_LEVEL"]["value"] == "PXB"
+    assert "NCCL_SOCKET_IFNAME" not in env
+    assert not any("without RDMA" in w for w in plan["warnings"])
+    assert [lr["nics"] for lr in plan["local_ranks"]] == [[f"mlx5_{i}"] for i in range(8)]
+    # a plain interface stays plain
+    assert not pl.is_rdma({"name": "eno1", "netdev": "eno1", "ports": []})
+    assert not pl.is_rdma({"name": "mlx5_0", "rdma": False})
+    assert pl.is_rdma({"name": "mlx5_bond_0", "ports": []}) and pl.is_rdma({"name": "rocep49s0f0"})
+
+
+def test_rankfile_rank_without_cpus_gets_every_core_not_every_thread():
+    """Regression: a rank with unknown CPUs got slot=0-223 on a 112-core SMT node (one slot per
+    hardware thread); rankfile slots are logical *cores*."""
+    doc = hgx_doc()
+    for g in doc["gpus"]:
+        g["numa_node"] = None
+        g["numa_affinity"] = []
+        g["cpu_affinity"] = None
+    plan = build_full_plan(doc, nodes=1, tp=8)
+    ncores = len(set(pl.core_map(pl.node_view(doc)).values()))
+    assert ncores == 112
+    slots = set(re.findall(r"^rank \d+=\S+ slot=(\S+)$", plan["launch"]["rankfile"], re.M))
+    assert slots == {f"0-{ncores - 1}"}
+
+
+def test_odd_nic_in_a_shared_set_is_not_a_rail():
+    """Regression: on Azure ND A100 v4 (capture 85) GPU2 and GPU3 are NODE to mlx5_2, mlx5_3 and the
+    9th NIC mlx5_8; dealing the three out gave GPU2 two NICs (mlx5_2 and mlx5_8) and put the odd
+    NIC in NCCL_IB_HCA.  Rails are symmetric: one each, the odd one unused."""
+    from conftest import CAPTURES
+    from probes.load import load_topology
+
+    doc = load_topology(str(CAPTURES / "topo" / "85_a100-sxm4-80gb-x8_9nic_azure-nd-a100-v4_esc.txt"))
+    plan = build_full_plan(doc, nodes=2, tp=8)
+    assert [lr["nics"] for lr in plan["local_ranks"]] == [[f"mlx5_{i}"] for i in range(8)]
+    assert "mlx5_8" not in plan["env"]["NCCL_IB_HCA"]["value"]
+    # two HCAs per GPU (an even split) are still both kept
+    doc2 = hgx_doc(n_gpus=4, numa_nodes=1)
+    for i in range(4):
+        extra = dict(doc2["nics"][i], name=f"mlx5_{4 + i}", netdev=f"ibp{4 + i}s0",
+                     pci_bus_id=f"0000:{0xe0 + i:02x}:00.0")
+        doc2["nics"].append(extra)
+    compute_matrix(doc2)
+    finalize(doc2)
+    v = pl.node_view(doc2)
+    assert all(len(v.gpu_nics[g]) == 2 for g in range(4))
+
+
+def test_nccl_xml_skeleton_nics_never_named_by_bus_id():
+    """Regression: an NCCL XML skeleton's bare <pci class="0x02..."> NICs are known only by bus id;
+    that id went into NCCL_SOCKET_IFNAME='=0000:10:1b.0' (not an interface name: Linux forbids ':')
+    and, for InfiniBand/EFA NICs, they were taken for plain Ethernet ("falls back to TCP")."""
+    from conftest import CAPTURES
+    from probes.load import load_topology
+
+    for name in ("aws-p4d-24xl-topo.xml", "azure-ndv4-topo.xml", "oci-topo-flattened.xml"):
+        doc = load_topology(str(CAPTURES / "ncclxml" / name))
+        plan = build_full_plan(doc, nodes=2)
+        for var in ("NCCL_SOCKET_IFNAME", "NCCL_IB_HCA"):
+            if var in plan["env"]:
+                assert not re.search(r"[0-9a-f]{4}:[0-9a-f]{2}:", plan["env"][var]["value"]), (name, var)
+    # EFA (1d0f:efa0) and InfiniBand-class (0x0207) NICs are RDMA: no "TCP sockets" claim
+    for name in ("aws-p4d-24xl-topo.xml", "azure-ndv4-topo.xml"):
+        plan = build_full_plan(load_topology(str(CAPTURES / "ncclxml" / name)), nodes=2)
+        assert not any("TCP sockets" in w for w in plan["warnings"]), name
+        assert any("no device name" in w for w in plan["warnings"]), name
+    assert not penv._valid_ifname("0000:10:1b.0") and penv._valid_ifname("enp31s0np0")
+    assert not penv._valid_ifname("a-very-long-interface-name")

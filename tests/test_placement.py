@@ -403,3 +403,66 @@ def test_dgx1_hybrid_cube_mesh_tp4_stays_in_a_quad():
         gs = [p["ranks"][r]["gpu"] for r in g]
         for a, b in itertools.combinations(gs, 2):
             assert doc["matrix"][f"GPU{a}"][f"GPU{b}"].startswith("NV")
+
+
+def test_dgx1_tp8_ring_stays_on_nvlink():
+    """Regression: a TP group's in-node bandwidth was its slowest *pair* (GPU0-GPU5 meet over SYS
+    on a DGX-1: 'pcie ~4.2 GB/s'), but a ring runs on its best Hamiltonian cycle, and the hybrid
+    cube mesh has one made of NV2 links only (0-3-2-1-5-6-7-4).  The alpha-beta screening of
+    --model candidates used that number and priced tp=8 ~10x too slow."""
+    from probes.examples import list_examples
+    from probes.load import load_topology
+
+    if "dgx1-v100" not in list_examples():
+        pytest.skip("dgx1-v100 not installed")
+    doc = load_topology("example:dgx1-v100")
+    p = pl.build_plan(doc, tp=8)
+    tier = p["tiers"]["tp"]
+    assert tier["where"] == "nvlink"
+    v = pl.node_view(doc)
+    assert tier["intra_GBps"] == pytest.approx(2 * 20.0)          # NV2 on V100: 2 x 20 GB/s (NCCL sm70)
+    assert pl.best_ring(v, [0, 1, 2, 3, 4, 5, 6, 7]) == (pytest.approx(40.0), True)
+    # brute force agrees: no cycle does better, and some pair is only SYS
+    assert min(v.pair_bw(a, b) for a, b in itertools.combinations(range(8), 2)) < 10
+    # a group split over two sockets without NVLink between them stays "pcie"
+    pc = load_topology("example:pcie-8x-consumer") if "pcie-8x-consumer" in list_examples() else None
+    if pc is not None:
+        vp = pl.node_view(pc)
+        bw, nv = pl.best_ring(vp, [0, 2, 4, 6])
+        assert not nv and bw == pytest.approx(min(vp.pair_bw(0, 4), vp.pair_bw(2, 6)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(numa_nodes=st.integers(1, 4), cores=st.integers(1, 24), smt=st.booleans(),
+       interleave=st.booleans(), gpu_numa=st.lists(st.integers(0, 3), min_size=1, max_size=8))
+def test_cpu_binding_partitions_each_numa_node(numa_nodes, cores, smt, interleave, gpu_numa):
+    """Per-rank CPU sets never overlap and cover their NUMA node, whatever the numbering (contiguous
+    or interleaved between nodes, with or without SMT siblings), whenever the node has at least as
+    many cores as ranks; rankfile slots are a permutation of the cores used."""
+    doc = hgx_doc(n_gpus=len(gpu_numa), numa_nodes=numa_nodes, cpus_per_numa=cores, smt=smt, nics=False)
+    total = cores * numa_nodes
+    for n in range(numa_nodes):
+        first = [n + numa_nodes * k for k in range(cores)] if interleave else list(range(n * cores, (n + 1) * cores))
+        cpus = first + ([c + total for c in first] if smt else [])
+        doc["numa_nodes"][n]["cpus"] = ",".join(map(str, sorted(cpus)))
+    for g, n in zip(doc["gpus"], gpu_numa):
+        g["numa_node"] = n % numa_nodes
+        g["numa_affinity"] = [n % numa_nodes]
+    v = pl.node_view(doc)
+    b = pl.cpu_binding(v, [g["index"] for g in doc["gpus"]])
+    by_numa = {}
+    for x in b:
+        by_numa.setdefault(x["numa_node"], []).append(x)
+    slots = []
+    core_of = pl.core_map(v)
+    for numa, xs in by_numa.items():
+        node_cpus = set(parse_cpulist(doc["numa_nodes"][numa]["cpus"]))
+        sets = [set(parse_cpulist(x["cpus"])) for x in xs]
+        assert all(s <= node_cpus for s in sets)
+        # the document has no thread siblings: interleaved lists without SMT read as SMT (c, c+N/2),
+        # so "enough cores" is judged by the same core model the binding uses
+        if len(xs) <= len({core_of[c] for c in node_cpus}):
+            assert sum(len(s) for s in sets) == len(set().union(*sets)) == len(node_cpus)
+            slots += [c for x in xs for c in parse_cpulist(x["logical_cores"])]
+    assert len(slots) == len(set(slots))
+    assert all(0 <= s < len(set(pl.core_map(v).values())) for s in slots)

@@ -166,11 +166,55 @@ def test_memory_matches_megatron_estimator():
     m = ms.parse_model_spec("layers=10,hidden=1000,heads=10,ffn=4000,params=1e9,seq=100,mbs=2,zero=0")
     axes = {"tp": 2, "pp": 1, "dp": 4, "cp": 1, "ep": 1}
     mem = ms.memory_per_gpu(m, axes)
+    # pp=1: the one stage holds every layer and both (untied) embeddings -> params / t
     assert mem["bytes_per_param"] == 18 and mem["weights_optimizer"] == pytest.approx(1e9 / 2 * 18)
-    # activations s*b*h*(18 + 4*ffn/h)/t per layer, l layers in flight on the first stage
-    assert mem["activations"] == pytest.approx(100 * 2 * 1000 * (18 + 16) / 2 * 10)
+    # activations s*b*h*(18 + 4*ffn/h)/t per layer, l layers in flight on the first stage, plus the
+    # embedding input (8sbp) and dropout (sbhp) and, with pp=1, the output layer + loss 4sbh(1+V/h)
+    s, b, h, v = 100, 2, 1000, 32000
+    assert mem["activations"] == pytest.approx(
+        (s * b * h * (18 + 16) * 10 + 8 * s * b + s * b * h + 4 * s * b * h * (1 + v / h)) / 2)
     m1 = dict(m, zero=1)
     assert ms.memory_per_gpu(m1, axes)["bytes_per_param"] == pytest.approx(6 + 12 / 4)
+
+
+def _megatron_theoretical_memory(L, h, ffn, V, params, s, b, t, p, dp, m, distributed_optimizer):
+    """megatron/training/theoretical_memory_usage.py (compute_weight_and_optimizer_memory and
+    compute_activation_memory, untied embeddings, no interleaving), in its own variable names."""
+    embedding_size = h * V
+    num_parameters_in_transformer_layers = params - 2 * embedding_size
+    most_loaded = (num_parameters_in_transformer_layers / p + embedding_size) / t
+    if p == 1:
+        most_loaded += embedding_size / t
+    num_bytes_per_parameter = 18 if not distributed_optimizer else 6 + (12 / dp)
+    weight_and_optimizer_memory = most_loaded * num_bytes_per_parameter
+    activation_memory = (s * b * h) * (18 + (4 * (ffn / h)))
+    activation_memory *= L
+    activation_memory += 8 * s * b * p
+    activation_memory += s * b * h * p
+    if p > 1:
+        activation_memory *= min(1, m / p)
+    if p == 1:
+        activation_memory += s * b * h * 4 * (1 + (V / h))
+    return weight_and_optimizer_memory, activation_memory / t
+
+
+def test_memory_most_loaded_stage_holds_the_embedding():
+    """Regression: weights were params/(t*p), an average; Megatron's estimator sizes the first
+    stage, which also holds the 128256x8192 input embedding (llama-70b, tp=8 pp=4: 38.1 GiB of
+    weights+optimizer, not 37.0), and discounts activations when m < p."""
+    m = ms.parse_model_spec("llama-70b")
+    for (t, p, d, mb, zero) in ((8, 4, 1, 1024, 1), (4, 8, 2, 3, 0), (8, 1, 4, 256, 1), (2, 16, 1, 8, 1)):
+        axes = {"tp": t, "pp": p, "dp": d, "cp": 1, "ep": 1}
+        got = ms.memory_per_gpu(dict(m, zero=zero), axes, mb)
+        w, a = _megatron_theoretical_memory(80, 8192, 28672, 128256, 70.6e9, 8192, 1, t, p, d, mb, zero == 1)
+        assert got["weights_optimizer"] == pytest.approx(w, rel=1e-9)
+        assert got["activations"] == pytest.approx(a, rel=1e-9)
+    got = ms.memory_per_gpu(m, {"tp": 8, "pp": 4, "dp": 1, "cp": 1, "ep": 1}, 1024)
+    assert got["weights_optimizer"] / 2**30 == pytest.approx(38.08, abs=0.01)
+    # fewer micro-batches than stages in flight: activations shrink by m/p
+    few = ms.memory_per_gpu(m, {"tp": 4, "pp": 8, "dp": 1, "cp": 1, "ep": 1}, 2)
+    many = ms.memory_per_gpu(m, {"tp": 4, "pp": 8, "dp": 1, "cp": 1, "ep": 1}, 64)
+    assert few["activations"] == pytest.approx(many["activations"] * 2 / 8)
 
 
 def test_volumes_and_bubble():
@@ -272,3 +316,34 @@ def test_build_full_plan_fixture_hosts():
         assert pl.check_plan_invariants(p) == []
         assert p["estimate"]["memory"]["fits"] in (True, None)
         assert all(v["reason"] for v in p["env"].values())
+
+
+def test_405b_without_axes_falls_back_to_uneven_pipelines():
+    """Regression: `plan --model llama-405b` on 512 (or 8192) GPUs said "does not fit": 126 layers
+    and a power-of-two GPU count leave only pp = 1 or 2 when pp must divide the layers, and the
+    6 bytes/param that the distributed optimizer does not shard need a deep pipeline.  Llama 3
+    405B trains on pp=16 with uneven stages; the ranking now tries those when nothing else fits."""
+    v = pl.node_view(hgx_doc())
+    m = ms.parse_model_spec("llama-405b")
+    even = ms.candidate_axes(m, 512, 8, {})
+    assert {a["pp"] for a in even} <= {1, 2}
+    rows = ms.rank_factorizations(v, 64, 8, m, pl.DEFAULT_ORDER, top=1)
+    best = rows[0]
+    assert best["estimate"]["memory"]["fits"] is True and 126 % best["parallelism"]["pp"]
+    assert any("uneven stages" in a for a in best["estimate"]["assumptions"])
+
+
+def test_uneven_stages_cost_compute_and_memory():
+    """The slowest (ceil(l/p)-layer) stage sets the pace and the memory: 10 layers on pp=4 run at
+    12/10 of the balanced compute time, and the first stage holds 3 layers' weights, not 2.5."""
+    m = ms.parse_model_spec("layers=10,hidden=4096,heads=32,ffn=14336,vocab=1000,gbs=64,zero=0")
+    v = pl.node_view(hgx_doc())
+    est = {}
+    for pp in (2, 4):
+        lay = pl.make_layout(v, 1, 8, {"tp": 2, "pp": pp, "dp": 8 // (2 * pp), "cp": 1, "ep": 1})
+        est[pp] = ms.step_estimate(m, lay, use_cost_model=False)
+    per_gpu = {pp: est[pp]["compute_s"] * 8 for pp in est}   # same world size: compare directly
+    assert per_gpu[4] / per_gpu[2] == pytest.approx(12 / 10, rel=1e-4)
+    mem = ms.memory_per_gpu(m, {"tp": 1, "pp": 4, "dp": 1, "cp": 1, "ep": 1}, 64)
+    transformer = m["params"] - 2 * 1000 * 4096
+    assert mem["params_on_gpu"] == pytest.approx(transformer * 3 / 10 + 1000 * 4096)
