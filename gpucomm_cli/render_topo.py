@@ -25,6 +25,7 @@ from probes.model import (
     nic_rate_gbps,
     pcie_bw_GBps,
 )
+from probes.model import natural_key as _natural
 
 _GPU_KEY = re.compile(r"^GPU(\d+)$")
 
@@ -293,8 +294,6 @@ def _escape(s: str) -> str:
 
 # --------------------------------------------------------------------------------------------
 # Tree
-def _natural(s: str) -> tuple:
-    return tuple((0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", s))
 
 
 class _Graph:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from probes.errors import InputError, PlanInfeasible
+from probes.model import natural_key as _natural
 
 MAX_HOSTS = 1_000_000
 CLUSTER_SCHEMA = "gpucomm.cluster/v1"
@@ -242,8 +243,6 @@ class Fabric:
         return [s.name for s in self.switches.values() if s.nodes]
 
 
-def _natural(s: str) -> tuple:
-    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s))
 
 
 _TOPO_KEYS = {"switchname": "SwitchName", "switches": "Switches", "nodes": "Nodes", "linkspeed": "LinkSpeed",

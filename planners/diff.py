@@ -22,6 +22,7 @@ from collections import Counter
 from typing import Any, Optional
 
 from probes.model import gpu_id, nic_id
+from probes.model import natural_key as _natural
 
 SCHEMA = "gpucomm.diff/v1"
 
@@ -119,8 +120,6 @@ def fingerprint(doc: dict) -> dict:
     return fp
 
 
-def _natural(s: str) -> tuple:
-    return tuple((0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", str(s)))
 
 
 def _presence(attr: str) -> bool:

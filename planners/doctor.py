@@ -35,6 +35,7 @@ from collections import Counter
 from typing import Callable, Optional
 
 from probes.model import gpu_id, nic_id, parse_cpulist, pcie_bw_GBps, smi_rank
+from probes.model import natural_key as _natural
 
 SCHEMA = "gpucomm.doctor/v1"
 SEVERITIES = ("error", "warning", "info")
@@ -826,8 +827,6 @@ def run_doctor(doc: dict, rules: Optional[list] = None) -> dict:
             "degraded": bool(counts["error"] or counts["warning"])}
 
 
-def _natural(s: str) -> tuple:
-    return tuple((0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", s or ""))
 
 
 def parse_rules(spec: Optional[str]) -> Optional[list]:

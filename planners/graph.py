@@ -39,11 +39,11 @@ NET ``name, bw, asic, port, gdr, nic``.  Edge attributes: ``type`` (NVL, PCI, SY
 from __future__ import annotations
 
 import copy
-
 import re
 from typing import Any, Optional
 
 from probes.errors import InputError
+from probes.model import natural_key as _natural
 from probes.model import (arch_from_name, cpu_id, gpu_id, is_sentinel_bus_id, nic_id, nvlink_bw_per_link,
                           pcie_bw_GBps)
 
@@ -809,5 +809,3 @@ def net_nodes(G) -> list:
     return sorted((n for n, a in G.nodes(data=True) if a.get("type") == "NET"), key=lambda n: _natural(n))
 
 
-def _natural(s: str) -> tuple:
-    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s))

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from probes.errors import InputError, NothingToDo, PlanInfeasible
+from probes.model import natural_key as _natural
 from probes.model import (
     arch_from_name,
     canonical_cpulist,
@@ -292,10 +293,6 @@ def compute_nics(nics: Dict[str, dict]) -> Dict[str, dict]:
     return {k: v for k, v in rdma.items() if (nic_rate_gbps(v) or top) >= 0.75 * top}
 
 
-def _natural(s: str) -> tuple:
-    import re
-
-    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s))
 
 
 @dataclass

@@ -365,8 +365,13 @@ def finalize(doc: dict) -> dict:
     return doc
 
 
-def _natural(s: str) -> tuple:
-    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s))
+def natural_key(s) -> tuple:
+    """Sort key that orders embedded numbers numerically: mlx5_2 < mlx5_10, GPU9 < GPU10.
+    (``re.split`` with a group alternates text and digits, so the tuples always compare.)"""
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", "" if s is None else str(s)))
+
+
+_natural = natural_key
 
 
 def matrix_order(doc: dict) -> list[str]:
