@@ -9,7 +9,7 @@ import typer
 from .settings import SETTINGS, diag
 
 TOPO_FORMATS = ["table", "json", "yaml", "matrix", "tree", "dot", "nccl-xml"]
-ALL_SOURCES = ("nvml", "smi", "sysfs", "ib", "net", "numa")
+ALL_SOURCES = ("nvml", "smi", "sysfs", "ib", "net", "numa")  # for --help; probes.probe validates
 
 
 def _render_topology(doc: dict) -> None:
@@ -54,18 +54,6 @@ def _capture(draw) -> str:
     return buf.getvalue()
 
 
-def _parse_sources(text: Optional[str]) -> Optional[list]:
-    from probes.errors import InputError
-
-    if not text:
-        return None
-    names = [s.strip() for s in text.split(",") if s.strip()]
-    bad = [n for n in names if n not in ALL_SOURCES]
-    if bad:
-        raise InputError(f"--sources: unknown source {bad[0]!r}", expected=",".join(ALL_SOURCES))
-    return names
-
-
 def probe(
     src: Optional[str] = typer.Option(None, "--from", help="Replay a recorded input instead of probing this node: "
                                       "a saved topology, a snapshot (dir or .tar.gz), `nvidia-smi topo -m` output, "
@@ -92,7 +80,7 @@ def probe(
             raise InputError("not a directory", str(sysfs_root), expected="a directory holding sys/")
         if sysfs_root:
             host.provenance = "snapshot"
-        doc = probe_host(host, _parse_sources(sources))
+        doc = probe_host(host, sources)  # validates --sources (probes.probe.parse_sources)
     _render_topology(doc)
 
 
