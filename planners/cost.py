@@ -42,7 +42,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Optional, Sequence
 
-from probes.errors import InputError, PlanInfeasible, TopologyError
+from probes.errors import InputError, NothingToDo, PlanInfeasible, TopologyError
 
 # --------------------------------------------------------------------------------------------
 # Vocabulary
@@ -458,6 +458,10 @@ def predict(g: CommGraph, collective: str, sizes: Iterable[int], algo: str = "au
     prediction.  Raises PlanInfeasible when ``algo`` cannot run this collective on this graph."""
     coll = normalize_collective(collective)
     sizes = [int(s) for s in sizes]
+    if g.n_ranks < 2 and coll != "send_recv":
+        # nccl-tests' bus factors are 0 for one rank and NCCL does a local copy: nothing to predict
+        # (send_recv to oneself is a real, timed copy in nccl-tests, so it stays).
+        raise NothingToDo(f"{coll} over {g.n_ranks} rank moves no data between GPUs; use 2 or more GPUs (or --nodes)")
     if coll in ("all_to_all", "send_recv"):
         if algo not in (None, "auto", "ring"):
             raise PlanInfeasible(f"--algo {algo}: {coll} is point-to-point in NCCL (no ring/tree/NVLS choice)")

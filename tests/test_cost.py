@@ -420,3 +420,10 @@ def test_fabric_gbps_sets_delivered_rate_not_nccls_choice():
     a, b = predict(plain, "all_reduce", [1 << 30])[0], predict(sock, "all_reduce", [1 << 30])[0]
     assert (a["algorithm"], a["protocol"], a["nccl_time_us"]) == (b["algorithm"], b["protocol"], b["nccl_time_us"])
     assert b["time_us"] > a["time_us"]
+
+
+def test_one_rank_has_nothing_to_predict(cli):
+    """A single GPU moves no data: exit 3 with one line, not a division by zero."""
+    r = cli("predict", "example:hgx-h100", "--gpus-per-node", "1")
+    assert r.code == 3, r.stderr
+    assert r.stderr.startswith("gpucomm: error:") and "1 rank" in r.stderr

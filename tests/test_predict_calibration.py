@@ -22,7 +22,6 @@ The machines (see fixtures/captures/nccltests/SOURCES.md):
 """
 from __future__ import annotations
 
-import statistics
 import sys
 from pathlib import Path
 
@@ -32,13 +31,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # allow `python tests/test_predict_calibration.py`
     sys.path.insert(0, str(ROOT))
 
-from planners import cost  # noqa: E402
-from planners.nccltests import load_nccltests, measured_series  # noqa: E402
+from planners import compare, cost  # noqa: E402
+from planners.nccltests import load_nccltests  # noqa: E402
 from probes.model import finalize, gpu_record, link_record, new_document, nic_record, normalize_bus_id  # noqa: E402
 
 CAPTURES = ROOT / "fixtures" / "captures"
 NT = CAPTURES / "nccltests"
-MiB = 1 << 20
 
 
 def _bus(raw: str) -> str:
@@ -115,27 +113,19 @@ CASES = [
 ]
 
 
-def _pct(pred: float, meas: float) -> float:
-    return 100.0 * (pred - meas) / meas
-
-
 def calibrate(name: str, builder, nodes: int, fabric) -> dict:
+    """Predicted vs measured rows of one capture; the comparison itself is planners.compare's (the
+    same code as ``gpucomm predict TOPO --compare FILE``)."""
     parsed = load_nccltests(str(NT / name))
     doc = builder(parsed)
     gpn = parsed["n_ranks"] // nodes
-    g = cost.summarize(doc, nodes=nodes, gpus_per_node=gpn, fabric_gbps=fabric)
-    meas = measured_series(parsed)
-    pred = cost.predict(g, parsed["collective"], [m["size_bytes"] for m in meas])
-    rows = []
-    for m, p in zip(meas, pred):
-        err = _pct(p["busbw_GBps"], m["busbw_GBps"]) if m["busbw_GBps"] and m["busbw_GBps"] >= 0.05 else None
-        rows.append({"size": m["size_bytes"], "meas_us": m["time_us"], "pred_us": p["time_us"],
-                     "meas_busbw": m["busbw_GBps"], "pred_busbw": p["busbw_GBps"], "err_pct": err,
-                     "algo": f"{p['algorithm']}/{p['protocol']}"})
-    big = [abs(r["err_pct"]) for r in rows if r["size"] >= MiB and r["err_pct"] is not None]
+    c = compare.compare_run(doc, parsed, nodes=nodes, gpus_per_node=gpn, fabric_gbps=fabric)
+    rows = [{"size": x["size_bytes"], "meas_us": x["measured_time_us"], "pred_us": x["predicted_time_us"],
+             "meas_busbw": x["measured_busbw_GBps"], "pred_busbw": x["predicted_busbw_GBps"],
+             "err_pct": x["error_pct"], "algo": f"{x['algorithm']}/{x['protocol']}"} for x in c["rows"]]
     return {"capture": name, "collective": parsed["collective"], "n_ranks": parsed["n_ranks"], "nodes": nodes,
-            "rows": rows, "largest": rows[-1], "median_abs_err_ge_1MiB": statistics.median(big) if big else None,
-            "summary": g}
+            "rows": rows, "largest": rows[-1], "median_abs_err_ge_1MiB": c["summary"]["median_abs_error_pct_ge_1MiB"],
+            "summary": c["graph"]}
 
 
 def _human(n: int) -> str:
