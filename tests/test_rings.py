@@ -373,3 +373,56 @@ def test_heuristic_search_beyond_ten_gpus():
     first = plan_idx(plan, plan.channels[0])
     switch_of = [i // 4 for i in first]
     assert sum(1 for a, b in zip(switch_of, switch_of[1:] + switch_of[:1]) if a != b) == 4
+
+
+# ----------------------------------------------------------------------------------------------
+# --compare LOG: NCCL's own debug log next to our rings and our model of NCCL (planners/nccllog.py)
+_NCCLLOGS = CAPTURES / "nccllogs"
+_PANLICHEN_XML = str(CAPTURES / "ncclxml" / "panlichen-rtx3090-8gpu-topo.xml")
+
+
+def test_cli_rings_compare_with_the_panlichen_log():
+    """The RTX 3090 topology XML with the log of a 2-node run on it: our model of NCCL matches the
+    log's channel counts (2 channels, ring graph 1 channel) and typeIntra SYS; its bandwidth (7 vs
+    4 GB/s) only matches once P2P is off between the GPUs NCCL routed through the CPU (GeForce: the
+    XML does not carry NVML's P2P status, the log's path print does)."""
+    log = str(_NCCLLOGS / "panlichen-rtx3090-4node-log.log")
+    r = run_cli("rings", _PANLICHEN_XML, "--nodes", "2", "--compare", log, "--format", "json")
+    assert r.code == 0 and r.stderr == "", r.stderr
+    sec = r.json()["nccl_log"]
+    assert (sec["nranks"], sec["nnodes"], sec["local_ranks"], sec["version"]) == (16, 2, 8, "2.18.1+cuda11.7")
+    c = sec["comparison"]
+    assert c["channels"] == {"nccl": 2, "model": 2, "match": True, "ours": 1}
+    assert c["search_channels"] == {"nccl": 1, "model": 1, "match": True}
+    assert c["type_intra"] == {"nccl": "SYS", "model": "SYS", "match": True}
+    assert c["bw_intra"] == {"nccl": 4.0, "model": 7.0, "match": False}
+    assert c["type_inter"] == {"nccl": "SYS", "model": "PHB", "match": False}
+    adj = c["adjusted_model"]
+    assert (adj["search_channels"], adj["bw_intra"], adj["bw_inter"], adj["type_intra"]) == (1, 4.0, 4.0, "SYS")
+    assert sec["graph"]["channels"][0]["gpus"] == list(range(8)) and sec["rings"][0]["node0_gpus"] == list(range(8))
+    t = run_cli("rings", _PANLICHEN_XML, "--nodes", "2", "--compare", log)
+    assert t.code == 0 and t.stderr == ""
+    assert "NCCL (log)" in t.stdout and "our model of NCCL" in t.stdout
+    assert ("verdict: NCCL used 2 channels (ring graph 1 x 4 GB/s, SYS/SYS); our model of NCCL predicted 2 "
+            "(1 x 7, SYS/PHB) (differs: bw_intra 4 vs 7, bw_inter 4 vs 7, type_inter SYS vs PHB); "
+            "our rings give 7 GB/s vs NCCL's 4") in t.stdout
+    assert "with P2P off there our model of NCCL predicts 2 channels, ring graph 1 x 4/4 GB/s SYS/PHB" in t.stdout
+
+
+def test_cli_rings_compare_layout_warning():
+    # a 2-node log against a 1-node plan: warned, and the log's view is still shown
+    w = run_cli("rings", _PANLICHEN_XML, "--compare", str(_NCCLLOGS / "panlichen-rtx3090-4node-log27.log"))
+    assert w.code == 0 and "NCCL rings (log" in w.stdout
+    assert w.stderr == ("gpucomm: warning: the log is from 2 node(s) (16 ranks); this plan is for --nodes 1: "
+                        "rerun with --nodes 2 to compare like with like\n")
+
+
+@pytest.mark.parametrize("target,text", [
+    ("missing.log", "missing.log: no such file"),
+    (_PANLICHEN_XML, "no NCCL debug lines found"),
+    (str(_NCCLLOGS), "is a directory"),
+])
+def test_cli_rings_compare_errors(target, text):
+    r = run_cli("rings", "example:hgx-h100", "--compare", target)
+    assert r.code == 1 and "Traceback" not in r.stderr
+    assert r.stderr.startswith("gpucomm: error:") and text in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -201,3 +201,21 @@ def test_cli_trees():
         e = run_cli("trees", "example:dgx-a100", *args)
         assert e.code == code and "Traceback" not in e.stderr and len(e.stderr.strip().splitlines()) == 1, args
     assert run_cli("trees", "example:cpu-only").code == 3
+
+
+def test_cli_trees_compare_with_real_logs():
+    """--compare LOG: every tree link NCCL logged on the RTX 3090 2-node run is one of ours, and the
+    H100 2-node log's 16 tree channels are what our model of NCCL predicts."""
+    xml = str(CAPTURES / "ncclxml" / "panlichen-rtx3090-8gpu-topo.xml")
+    log = str(CAPTURES / "nccllogs" / "panlichen-rtx3090-4node-log.log")
+    r = run_cli("trees", xml, "--nodes", "2", "--compare", log, "--format", "json")
+    assert r.code == 0 and r.stderr == "", r.stderr
+    c = r.json()["nccl_log"]["comparison"]
+    assert c["channels"] == {"nccl": 2, "model": 2, "match": True, "ours": 2}
+    assert (c["links_vs_ours"]["checked"], c["links_vs_ours"]["match"]) == (8, 8)
+    assert (c["links_vs_nccl_chains"]["checked"], c["links_vs_nccl_chains"]["match"]) == (8, 8)
+    assert c["search_channels"] == {"nccl": 1, "model": 1, "match": True}
+    t = run_cli("trees", xml, "--nodes", "2", "--compare", log)
+    assert t.code == 0 and "our trees: 8 of 8 logged tree links agree" in t.stdout
+    e = run_cli("trees", xml, "--compare", str(CAPTURES / "ncclxml" / "panlichen-rtx3090-graph.xml"))
+    assert e.code == 1 and "no NCCL debug lines found" in e.stderr and len(e.stderr.strip().splitlines()) == 1
