@@ -41,3 +41,17 @@ def run_cli(*args: str) -> Result:
 @pytest.fixture
 def cli():
     return run_cli
+
+
+def pytest_addoption(parser):
+    parser.addoption("--run-gpu", action="store_true", default=False,
+                     help="run the @pytest.mark.gpu tests (need an NVIDIA GPU, its driver and NVML)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--run-gpu"):
+        return
+    skip = pytest.mark.skip(reason="needs a GPU: run with --run-gpu on a GPU node")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
