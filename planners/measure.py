@@ -666,19 +666,25 @@ def _collective_spawn_worker(local_rank: int, cfg: dict) -> None:
     _worker_guard(_collective_spawn_body, local_rank, cfg)
 
 
-def _collective_spawn_body(local_rank: int, cfg: dict) -> None:
+def _run_spawned(body, local_rank: int, cfg: dict) -> None:
+    """One worker started by torch.multiprocessing: join the FileStore world, run ``body``, and
+    leave rank 0's result in ``cfg['result_path']`` for the parent."""
     import json
 
     torch, dist = import_torch()
     torch.set_num_threads(1)  # n processes on a small host: one compute thread each
     _init_group(dist, torch, cfg["backend"], local_rank, cfg["world_size"], cfg["init_method"], cfg["timeout_s"])
     try:
-        res = collective_body(local_rank, cfg["world_size"], local_rank, cfg, dist, torch)
+        res = body(local_rank, cfg["world_size"], local_rank, cfg, dist, torch)
     finally:
         dist.destroy_process_group()
     if res is not None:
         with open(cfg["result_path"], "w", encoding="utf-8") as f:
             json.dump(res, f)
+
+
+def _collective_spawn_body(local_rank: int, cfg: dict) -> None:
+    _run_spawned(collective_body, local_rank, cfg)
 
 
 def run_collective_bench(*, backend: Optional[str] = None, sizes: Optional[str] = None, iters: int = DEFAULT_ITERS,
@@ -823,18 +829,7 @@ def _p2p_sendrecv_spawn_worker(local_rank: int, cfg: dict) -> None:
 
 
 def _p2p_sendrecv_spawn_body(local_rank: int, cfg: dict) -> None:
-    import json
-
-    torch, dist = import_torch()
-    torch.set_num_threads(1)
-    _init_group(dist, torch, cfg["backend"], local_rank, cfg["world_size"], cfg["init_method"], cfg["timeout_s"])
-    try:
-        res = p2p_sendrecv_body(local_rank, cfg["world_size"], local_rank, cfg, dist, torch)
-    finally:
-        dist.destroy_process_group()
-    if res is not None:
-        with open(cfg["result_path"], "w", encoding="utf-8") as f:
-            json.dump(res, f)
+    _run_spawned(p2p_sendrecv_body, local_rank, cfg)
 
 
 def p2p_cuda_copy(torch, devices: list, nbytes: int, warmup: int, iters: int, progress: bool = False) -> dict:
