@@ -727,29 +727,23 @@ def synth_cluster(nodes: int, topology: str, levels: int = 3, nodes_per_leaf: in
     speed = f" LinkSpeed={int(link_gbps)}" if link_gbps else ""
     lines = [f"# gpucomm synth: {nodes} x {topology}, {levels}-level fat tree",
              "# topology/tree (slurm.conf: TopologyPlugin=topology/tree)"]
+    def group(children: list, per: int, name: str, member: str) -> list:
+        """Switches named ``<name>01..`` over ``per`` children each; returns their names."""
+        count = (len(children) + per - 1) // per
+        w = max(2, len(str(count)))
+        made = []
+        for k in range(count):
+            made.append(f"{name}{k + 1:0{w}d}")
+            lines.append(f"SwitchName={made[-1]} {member}={compress_hostlist(children[k * per:(k + 1) * per])}{speed}")
+        return made
+
     if levels == 1:
         lines.append(f"SwitchName=core Nodes={compress_hostlist(names)}{speed}")
     else:
-        nleaf = (nodes + nodes_per_leaf - 1) // nodes_per_leaf
-        lw = max(2, len(str(nleaf)))
-        leaves = []
-        for k in range(nleaf):
-            chunk = names[k * nodes_per_leaf:(k + 1) * nodes_per_leaf]
-            leaf = f"leaf{k + 1:0{lw}d}"
-            leaves.append(leaf)
-            lines.append(f"SwitchName={leaf} Nodes={compress_hostlist(chunk)}{speed}")
-        if levels == 2:
-            lines.append(f"SwitchName=core Switches={compress_hostlist(leaves)}{speed}")
-        else:
-            nsp = (nleaf + leaves_per_spine - 1) // leaves_per_spine
-            sw = max(2, len(str(nsp)))
-            spines = []
-            for k in range(nsp):
-                chunk = leaves[k * leaves_per_spine:(k + 1) * leaves_per_spine]
-                spine = f"spine{k + 1:0{sw}d}"
-                spines.append(spine)
-                lines.append(f"SwitchName={spine} Switches={compress_hostlist(chunk)}{speed}")
-            lines.append(f"SwitchName=core Switches={compress_hostlist(spines)}{speed}")
+        top = group(names, nodes_per_leaf, "leaf", "Nodes")
+        if levels == 3:
+            top = group(top, leaves_per_spine, "spine", "Switches")
+        lines.append(f"SwitchName=core Switches={compress_hostlist(top)}{speed}")
     conf = "\n".join(lines) + "\n"
     fabric = {"topology_conf": topology_conf_name} if topology_conf_name else {"topology_conf_text": conf}
     doc = {"schema": CLUSTER_SCHEMA, "name": f"synth-{nodes}x-{topology.split(':')[-1]}",
