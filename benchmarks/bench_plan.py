@@ -27,7 +27,7 @@ from _timing import python_baseline, report, time_call, time_cmd  # noqa: E402
 
 
 def _topology() -> str:
-    from probes.examples import list_examples
+    from gpucomm.probes.examples import list_examples
 
     if "hgx-h100" in list_examples():
         return "example:hgx-h100"
@@ -41,9 +41,9 @@ def _topology() -> str:
 
 
 def main() -> None:
-    from gpucomm_cli.cmd_plan import build_full_plan, load_cluster_file
-    from planners.cluster import synth_cluster
-    from probes.load import load_topology
+    from gpucomm.commands.plan import build_full_plan, load_cluster_file
+    from gpucomm.planners.placement.cluster import synth_cluster
+    from gpucomm.probes.load import load_topology
 
     topo = _topology()
     doc = load_topology(topo)

@@ -28,10 +28,10 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5, help="repetitions per measurement (median is reported)")
     args = ap.parse_args()
 
-    from planners.graph import build_graph
-    from planners.nccl_ref import nvswitch_document
-    from planners.rings import search_rings
-    from probes.model import dumps_json
+    from gpucomm.planners.nccl.graph import build_graph
+    from gpucomm.planners.nccl.search import nvswitch_document
+    from gpucomm.planners.collectives.rings import search_rings
+    from gpucomm.probes.model import dumps_json
 
     cases = [
         ("8 GPUs (HGX H100)", nvswitch_document(8, 90, 18, nics=8), 1),

@@ -1,3 +1,3 @@
-from .app import main
+from gpucomm.app import main
 
 main()

@@ -9,9 +9,9 @@ from typing import List, Optional
 
 import typer
 
-from . import __version__
-from .exitcodes import ExitCode
-from .settings import SETTINGS, reset
+from gpucomm import __version__
+from gpucomm.exitcodes import ExitCode
+from gpucomm.settings import SETTINGS, reset
 
 app = typer.Typer(
     name="gpucomm",
@@ -26,13 +26,13 @@ app = typer.Typer(
 
 # Command modules, each with ``register(app)``.  Order = order in --help.
 COMMAND_MODULES = [
-    "gpucomm_cli.cmd_probe",      # probe, show, snapshot, examples
-    "gpucomm_cli.cmd_paths",      # paths
-    "gpucomm_cli.cmd_collective", # rings, trees
-    "gpucomm_cli.cmd_predict",    # predict
-    "gpucomm_cli.cmd_plan",       # plan, select, synth
-    "gpucomm_cli.cmd_doctor",     # doctor, diff
-    "gpucomm_cli.cmd_bench",      # bench p2p|collective
+    "gpucomm.commands.probe",      # probe, show, snapshot, examples
+    "gpucomm.commands.paths",      # paths
+    "gpucomm.commands.collective", # rings, trees
+    "gpucomm.commands.predict",    # predict
+    "gpucomm.commands.plan",       # plan, select, synth
+    "gpucomm.commands.doctor",     # doctor, diff
+    "gpucomm.commands.bench",      # bench p2p|collective
 ]
 
 
@@ -114,7 +114,7 @@ def _click_module():
 
 def run(argv: Optional[List[str]] = None) -> int:
     """Run the CLI and return an exit code (used by main() and by tests)."""
-    from probes.errors import GpucommError
+    from gpucomm.probes.errors import GpucommError
 
     click = _click_module()
 

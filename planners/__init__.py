@@ -1,0 +1,1 @@
+"""Decisions over a topology: pure functions of the typed ``Topology`` (``gpucomm.probes.topology``)."""

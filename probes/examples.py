@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import InputError
+from gpucomm.probes.errors import InputError
 
 _HERE = Path(__file__).resolve().parent
 

@@ -13,11 +13,11 @@ import re
 from pathlib import Path
 from typing import Optional
 
-from .errors import InputError
-from .model import SCHEMA, finalize
+from gpucomm.probes.errors import InputError
+from gpucomm.probes.model import SCHEMA, finalize
 
 MAX_INPUT_BYTES = 64 * 1024 * 1024
-# ANSI SGR escapes, with or without the ESC byte (same pattern as probes.smi_topo).
+# ANSI SGR escapes, with or without the ESC byte (same pattern as gpucomm.probes.formats.smi_topo).
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b|\[[0-9;]*m")
 
 
@@ -77,7 +77,7 @@ def detect_kind(text: str) -> Optional[str]:
     if re.search(r"ROCm\s+System\s+Management\s+Interface", text[:8192]) or \
             re.search(r"(?:Link\s+Type|Weight)\s+between\s+two\s+GPUs", text):
         return "rocm-smi"
-    from .smi_topo import looks_like
+    from gpucomm.probes.formats.smi_topo import looks_like
 
     bare = _ANSI_RE.sub("", text[:20000])
     if looks_like(text) or (re.search(r"(^|\s)GPU0(\s|$)", bare) and re.search(r"\bX\b", bare)):
@@ -95,15 +95,15 @@ def load_document(text: str, path: str, kind: str) -> dict:
     if kind in ("json", "yaml"):
         return load_saved(text, path, kind)
     if kind == "nvidia-smi":
-        from .smi_topo import parse_topo_text
+        from gpucomm.probes.formats.smi_topo import parse_topo_text
 
         return parse_topo_text(text, path=path)
     if kind == "nccl-xml":
-        from .nccl_xml import parse_nccl_xml
+        from gpucomm.probes.formats.nccl_xml import parse_nccl_xml
 
         return parse_nccl_xml(text, path=path)
     if kind == "rocm-smi":
-        from .rocm_smi import parse_rocm_text
+        from gpucomm.probes.formats.rocm_smi import parse_rocm_text
 
         return parse_rocm_text(text, path=path)
     raise InputError(f"unknown input kind {kind}", path)  # pragma: no cover
@@ -126,14 +126,14 @@ def load_saved(text: str, path: str, kind: str) -> dict:
             msg = str(getattr(e, "problem", None) or "invalid YAML")
             raise InputError(f"invalid YAML: {msg}", path, line=(line + 1) if line is not None else None,
                              expected="a gpucomm topology document") from None
-    from .validate import check_document
+    from gpucomm.probes.validate import check_document
 
     check_document(doc, path)
     return doc
 
 
 def resolve_example(name: str) -> Path:
-    from .examples import example_path
+    from gpucomm.probes.examples import example_path
 
     return example_path(name)
 
@@ -147,11 +147,11 @@ def load_topology(src: str) -> dict:
         src_path = src
     p = Path(src_path)
     if p.is_dir():
-        from .snapshot import load_snapshot
+        from gpucomm.probes.sources.snapshot import load_snapshot
 
         return finalize(load_snapshot(p))
     if src_path.endswith((".tar.gz", ".tgz")) or _is_gzip(p):
-        from .snapshot import load_snapshot
+        from gpucomm.probes.sources.snapshot import load_snapshot
 
         return finalize(load_snapshot(p))
     text = read_text_input(src_path)

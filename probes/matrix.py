@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .model import cpu_id, gpu_id, nic_id, normalize_bus_id, warn
+from gpucomm.probes.model import cpu_id, gpu_id, nic_id, normalize_bus_id, warn
 
 
 def _chains(doc: dict) -> tuple[dict, dict]:

@@ -18,7 +18,7 @@ Identity:
     that kind: NVML's GPU->NVSwitch links and the GPU<->GPU ``NV#`` links that topo -m implies
     describe the same wires, and must not be added up.
 
-The matrix is computed from the merged PCI tree (:func:`probes.matrix.compute_matrix`) whenever a
+The matrix is computed from the merged PCI tree (:func:`gpucomm.probes.matrix.compute_matrix`) whenever a
 device has a PCI parent; otherwise nvidia-smi's matrix is copied; otherwise it stays empty with a
 warning.  When both exist and disagree, the computed one is kept and the difference is reported.
 Like nvidia-smi, the matrix has columns only for RDMA NICs (``rdma`` not False).
@@ -28,7 +28,7 @@ from __future__ import annotations
 import copy
 from typing import Optional
 
-from .model import gpu_id, new_document, nic_id, nic_rate_gbps, warn
+from gpucomm.probes.model import gpu_id, new_document, nic_id, nic_rate_gbps, warn
 
 PRIORITY = {"file": 0, "nvml": 10, "smi": 20, "nvidia-smi": 20, "ib": 25, "net": 27, "sysfs": 30, "numa": 35,
             "default": 90}
@@ -253,7 +253,7 @@ def _matrix(doc: dict, parts: list, order: list) -> None:
     smi = next((parts[i]["matrix"] for i in order if parts[i].get("matrix")), None)
     has_tree = any(g.get("parent") for g in doc["gpus"]) or any(n.get("parent") for n in doc["nics"])
     if has_tree:
-        from .matrix import compute_matrix
+        from gpucomm.probes.matrix import compute_matrix
 
         compute_matrix(doc)
         # nvidia-smi lists only RDMA devices as NICs (every NIC legend in the captures is an

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import InputError
-from .model import SCHEMA, new_document
+from gpucomm.probes.errors import InputError
+from gpucomm.probes.model import SCHEMA, new_document
 
 _TYPES = {"gpus": list, "nics": list, "switches": list, "links": list, "numa_nodes": list,
           "sources": list, "warnings": list, "matrix": dict, "host": dict}

@@ -30,7 +30,7 @@ class Result:
 
 def run_cli(*args: str) -> Result:
     """Run ``gpucomm ARGS`` in-process; returns exit code, stdout, stderr."""
-    from gpucomm_cli.app import run
+    from gpucomm.app import run
 
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):

@@ -194,7 +194,7 @@ def validate(doc: dict) -> None:
 
         import jsonschema
 
-        from probes.model import schema_path
+        from gpucomm.probes.model import schema_path
 
         with open(schema_path()) as f:
             schema = json.load(f)

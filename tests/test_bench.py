@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from conftest import FIXTURES, HOSTS, ROOT, run_cli
 
-from planners import measure as M
-from probes.errors import InputError
-from probes.load import load_topology
+from gpucomm.planners.measure import bench as M
+from gpucomm.probes.errors import InputError
+from gpucomm.probes.load import load_topology
 
 BENCH_SCHEMA = ROOT / "planners" / "schema" / "bench.schema.json"
 BASE_TOPO = FIXTURES / "faults" / "pcie-4gpu-healthy.json"
@@ -133,7 +133,7 @@ def _fake_result(n=4):
 
 def test_table_parses_as_nccl_tests_output():
     """The text table is nccl-tests' layout: gpucomm's own nccl-tests parser reads it back."""
-    from planners.nccltests import parse_nccltests
+    from gpucomm.probes.formats.nccltests import parse_nccltests
 
     res = _fake_result()
     text = M.render_collective_table(res)
@@ -213,7 +213,7 @@ def test_apply_measurements_gpu_pairs():
     assert any("measured.p2p" in n for n in notes)
     _validate_topology(out)
     # the saved document is still a valid topology and the doctor reads it (150 of 247 GB/s: fine)
-    from planners.doctor import run_doctor
+    from gpucomm.planners.health.doctor import run_doctor
 
     assert run_doctor(out)["findings"] == []
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from gpucomm_cli.app import hoist_globals
-from probes.model import dumps_json, gpu_record, new_document
+from gpucomm.app import hoist_globals
+from gpucomm.probes.model import dumps_json, gpu_record, new_document
 
 
 def test_version(cli):
@@ -102,12 +102,12 @@ def test_unknown_example(cli):
 
 
 def test_internal_error_is_123_and_one_line(cli, monkeypatch, saved):
-    import probes.load
+    from gpucomm.probes import load as load_module
 
     def boom(src):
         raise ZeroDivisionError("oops")
 
-    monkeypatch.setattr(probes.load, "load_topology", boom)
+    monkeypatch.setattr(load_module, "load_topology", boom)
     r = cli("show", saved)
     assert r.code == 123
     assert "bug" in r.stderr and "Traceback" not in r.stderr
@@ -116,7 +116,7 @@ def test_internal_error_is_123_and_one_line(cli, monkeypatch, saved):
 def test_traceback_flag_reraises(cli, tmp_path):
     p = tmp_path / "empty.txt"
     p.write_text("")
-    from probes.errors import InputError
+    from gpucomm.probes.errors import InputError
 
     with pytest.raises(InputError):
         cli("--traceback", "show", p)

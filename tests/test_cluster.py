@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import run_cli
-from gpucomm_cli.cmd_plan import build_full_plan, load_cluster_file
-from planners import cluster as cl
-from probes.errors import InputError
+from gpucomm.commands.plan import build_full_plan, load_cluster_file
+from gpucomm.planners.placement import cluster as cl
+from gpucomm.probes.errors import InputError
 from test_placement import hgx_doc
 
 # slurm-config-examples.md (topology.conf(5) EXAMPLE, verbatim)
@@ -202,7 +202,7 @@ def test_order_hosts_prefers_whole_blocks_per_leaf(tmp_path):
 
 
 def test_node_blocks():
-    from planners.placement import RankGenerator
+    from gpucomm.planners.placement.layout import RankGenerator
 
     assert cl.node_blocks(RankGenerator(tp=8, ep=1, dp=4, pp=2, cp=1), 8) == [4, 8]
     assert cl.node_blocks(RankGenerator(tp=2, ep=1, dp=4, pp=2, cp=1), 8) == [2]
@@ -301,7 +301,7 @@ json_values = st.recursive(st.none() | st.booleans() | st.integers(-5, 5) | st.t
                        max_size=4))
 def test_cluster_file_fuzz(obj):
     """parse_cluster on arbitrary YAML-shaped data: a Cluster or a one-line InputError."""
-    from probes.model import new_document
+    from gpucomm.probes.model import new_document
 
     def load(src):
         if "node" not in src:

@@ -1,4 +1,4 @@
-"""planners.cost: NCCL's tuning model on hand-built graph summaries (expected values computed by hand
+"""gpucomm.planners.collectives.cost: NCCL's tuning model on hand-built graph summaries (expected values computed by hand
 from NCCL_NOTES §3.1), size parsing, topology summaries, and the ``gpucomm predict`` command."""
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planners import cost
-from planners.cost import CommGraph, parse_size, parse_sizes, predict, tuning_table
-from probes.errors import InputError, PlanInfeasible, TopologyError
-from probes.model import dumps_json, gpu_record, link_record, new_document, nic_record
+from gpucomm.planners.collectives import cost
+from gpucomm.planners.collectives.cost import CommGraph, parse_size, parse_sizes, predict, tuning_table
+from gpucomm.probes.errors import InputError, PlanInfeasible, TopologyError
+from gpucomm.probes.model import dumps_json, gpu_record, link_record, new_document, nic_record
 
 from conftest import CAPTURES
 
@@ -302,7 +302,7 @@ def _pcie_doc(n=4, numa_split=True, nics=0, rate=None):
 
 
 def test_summarize_h100_capture():
-    from probes.load import load_topology
+    from gpucomm.probes.load import load_topology
 
     g = cost.summarize(load_topology(str(H100_SMI)))
     assert (g.n_ranks, g.gpus_per_node, g.cc, g.type_intra) == (8, 8, 90, "NVL")

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from conftest import CAPTURES, FIXTURES, HOSTS, ROOT, run_cli
 
-from planners.diff import SCHEMA, diff_documents, fingerprint
-from probes.load import load_topology
+from gpucomm.planners.health.diff import SCHEMA, diff_documents, fingerprint
+from gpucomm.probes.load import load_topology
 
 FAULTS = FIXTURES / "faults"
 SCHEMA_FILE = ROOT / "planners" / "schema" / "diff.schema.json"

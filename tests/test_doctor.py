@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from conftest import CAPTURES, FIXTURES, HOSTS, ROOT, run_cli
 
-from planners.doctor import RULES, SCHEMA, clean_document, expected_pair_bw, nvlink_totals, run_doctor
-from probes.load import load_topology
+from gpucomm.planners.health.doctor import RULES, SCHEMA, clean_document, expected_pair_bw, nvlink_totals, run_doctor
+from gpucomm.probes.load import load_topology
 
 FAULTS = FIXTURES / "faults"
 SCHEMA_FILE = ROOT / "planners" / "schema" / "doctor.schema.json"

@@ -13,12 +13,12 @@ import subprocess
 import pytest
 
 from conftest import run_cli
-from gpucomm_cli.cmd_plan import build_full_plan
-from planners import env as penv
-from planners import launch
-from planners import placement as pl
-from probes.matrix import compute_matrix
-from probes.model import finalize, nic_record, parse_cpulist
+from gpucomm.commands.plan import build_full_plan
+from gpucomm.planners.launch import env as penv
+from gpucomm.planners.launch import scripts as launch
+from gpucomm.planners.placement import layout as pl
+from gpucomm.probes.matrix import compute_matrix
+from gpucomm.probes.model import finalize, nic_record, parse_cpulist
 from test_placement import hgx_doc, pcie_pairs_doc, vm_flat_doc
 
 
@@ -85,8 +85,8 @@ def test_cuda_device_order_when_nvml_order_is_not_pci_order():
 
 
 def test_vm_flat_tree_gets_a_topology_file_that_imports_back():
-    pytest.importorskip("probes.nccl_xml")
-    from probes.nccl_xml import parse_nccl_xml
+    pytest.importorskip("gpucomm.probes.formats.nccl_xml")
+    from gpucomm.probes.formats.nccl_xml import parse_nccl_xml
 
     doc = vm_flat_doc()
     v = pl.node_view(doc)
@@ -331,7 +331,7 @@ def test_plan_json_validates_against_the_shipped_schema(hgx_plan):
     jsonschema = pytest.importorskip("jsonschema")
     from pathlib import Path
 
-    import planners
+    from gpucomm import planners
 
     schema = json.loads((Path(planners.__file__).parent / "schema" / "plan.schema.json").read_text())
     jsonschema.validate(hgx_plan, schema)
@@ -363,8 +363,8 @@ def test_down_rail_nic_degrades_to_one_shared_nic():
 
 
 def test_gb200_keeps_gpudirect_over_c2c():
-    from probes.examples import list_examples
-    from probes.load import load_topology
+    from gpucomm.probes.examples import list_examples
+    from gpucomm.probes.load import load_topology
 
     if "gb200-tray" not in list_examples():
         pytest.skip("gb200-tray not installed")
@@ -397,7 +397,7 @@ def test_rankfile_logical_cores_follow_hwloc_order_on_interleaved_numbering():
 
 def test_rankfile_slots_on_the_interleaved_capture():
     from conftest import CAPTURES
-    from probes.load import load_topology
+    from gpucomm.probes.load import load_topology
 
     doc = load_topology(str(CAPTURES / "topo" / "09_a100-sxm4-80gb-x8_8nic.txt"))
     plan = build_full_plan(doc, nodes=2, tp=8)
@@ -412,7 +412,7 @@ def test_smi_capture_nics_are_rdma_devices():
     ports; they were taken for plain Ethernet: no NCCL_IB_HCA, a 'no RDMA NIC' warning, and
     NCCL_SOCKET_IFNAME='=mlx5_0' (not a network interface at all)."""
     from conftest import CAPTURES
-    from probes.load import load_topology
+    from gpucomm.probes.load import load_topology
 
     doc = load_topology(str(CAPTURES / "topo" / "09_a100-sxm4-80gb-x8_8nic.txt"))
     plan = build_full_plan(doc, nodes=2, tp=8)
@@ -448,7 +448,7 @@ def test_odd_nic_in_a_shared_set_is_not_a_rail():
     9th NIC mlx5_8; dealing the three out gave GPU2 two NICs (mlx5_2 and mlx5_8) and put the odd
     NIC in NCCL_IB_HCA.  Rails are symmetric: one each, the odd one unused."""
     from conftest import CAPTURES
-    from probes.load import load_topology
+    from gpucomm.probes.load import load_topology
 
     doc = load_topology(str(CAPTURES / "topo" / "85_a100-sxm4-80gb-x8_9nic_azure-nd-a100-v4_esc.txt"))
     plan = build_full_plan(doc, nodes=2, tp=8)
@@ -471,7 +471,7 @@ def test_nccl_xml_skeleton_nics_never_named_by_bus_id():
     that id went into NCCL_SOCKET_IFNAME='=0000:10:1b.0' (not an interface name: Linux forbids ':')
     and, for InfiniBand/EFA NICs, they were taken for plain Ethernet ("falls back to TCP")."""
     from conftest import CAPTURES
-    from probes.load import load_topology
+    from gpucomm.probes.load import load_topology
 
     for name in ("aws-p4d-24xl-topo.xml", "azure-ndv4-topo.xml", "oci-topo-flattened.xml"):
         doc = load_topology(str(CAPTURES / "ncclxml" / name))

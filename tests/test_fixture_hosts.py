@@ -35,8 +35,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from probes.errors import InputError
-from probes.model import dumps_json, gpu_id, schema_path
+from gpucomm.probes.errors import InputError
+from gpucomm.probes.model import dumps_json, gpu_id, schema_path
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -65,7 +65,7 @@ def meta(name: str) -> dict:
 
 @functools.lru_cache(maxsize=None)
 def _doc_text(name: str) -> str:
-    from probes.snapshot import load_snapshot
+    from gpucomm.probes.sources.snapshot import load_snapshot
 
     return dumps_json(load_snapshot(HOSTS_DIR / name))
 
@@ -77,7 +77,7 @@ def doc(name: str) -> dict:
 
 @functools.lru_cache(maxsize=None)
 def capture(rel: str) -> dict:
-    from probes.smi_topo import parse_topo_text
+    from gpucomm.probes.formats.smi_topo import parse_topo_text
 
     path = CAPTURES_DIR / rel
     return parse_topo_text(path.read_bytes().decode("utf-8"), path=str(path))
@@ -218,7 +218,7 @@ def test_golden_document(name):
 
 
 def test_golden_is_byte_identical_across_loads():
-    from probes.snapshot import load_snapshot
+    from gpucomm.probes.sources.snapshot import load_snapshot
 
     assert dumps_json(load_snapshot(HOSTS_DIR / "hgx-h100")) == _doc_text("hgx-h100")
 
@@ -486,8 +486,8 @@ def test_packaged_example_archives_in_sync():
 
 
 def test_packaged_archive_loads_like_directory():
-    from probes.model import dumps_json
-    from probes.snapshot import load_snapshot
+    from gpucomm.probes.model import dumps_json
+    from gpucomm.probes.sources.snapshot import load_snapshot
 
     a = load_snapshot(ROOT / "probes" / "examples" / "hgx-h100.tar.gz")
     d = load_snapshot(HOSTS_DIR / "hgx-h100")

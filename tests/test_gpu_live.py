@@ -29,7 +29,7 @@ def test_live_probe_sees_every_gpu_nvml_sees():
 
 def test_live_matrix_agrees_with_nvidia_smi_topo():
     """Our matrix (from NVML + sysfs) against nvidia-smi's own, cell by cell on the GPU rows."""
-    from probes.smi_topo import parse_topo_text
+    from gpucomm.probes.formats.smi_topo import parse_topo_text
 
     if shutil.which("nvidia-smi") is None:
         pytest.skip("nvidia-smi not on PATH")

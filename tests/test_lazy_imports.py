@@ -8,7 +8,7 @@ from conftest import ROOT
 
 CHECK = """
 import sys, io, contextlib
-from gpucomm_cli.app import run
+from gpucomm.app import run
 with contextlib.redirect_stdout(io.StringIO()):
     code = run({args!r})
 heavy = sorted(m for m in ("torch", "networkx", "numpy") if m in sys.modules)

@@ -8,8 +8,8 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from probes.merge import merge, partial_priority
-from probes.model import (finalize, gpu_record, link_record, new_document, nic_record,
+from gpucomm.probes.merge import merge, partial_priority
+from gpucomm.probes.model import (finalize, gpu_record, link_record, new_document, nic_record,
                           source_record, switch_record)
 from sysfs_tree import validate
 

@@ -1,4 +1,4 @@
-"""probes.model: cpulists, bus ids, constants -- property-based where it is a parser."""
+"""gpucomm.probes.model: cpulists, bus ids, constants -- property-based where it is a parser."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from probes import model
+from gpucomm.probes import model
 
 
 @given(st.sets(st.integers(min_value=0, max_value=4096), max_size=200))

@@ -1,4 +1,4 @@
-"""NCCL topology XML import/export (probes/nccl_xml.py) on the real files of fixtures/captures/ncclxml.
+"""NCCL topology XML import/export (probes/formats/nccl_xml.py) on the real files of fixtures/captures/ncclxml.
 
 Exact values below were read off the capture files by hand (see the comments next to each)."""
 from __future__ import annotations
@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import CAPTURES, run_cli
-from probes.errors import GpucommError, InputError, TopologyError
-from probes.model import gpu_id, nic_id, schema_path
-from probes.nccl_xml import (
+from gpucomm.probes.errors import GpucommError, InputError, TopologyError
+from gpucomm.probes.model import gpu_id, nic_id, schema_path
+from gpucomm.probes.formats.nccl_xml import (
     bcm_device_id,
     bcm_gen,
     export_nccl_xml,
@@ -348,7 +348,7 @@ def test_oci_h100_without_flattening_is_pxb():
 def test_flatten_bcm_is_a_pure_function_equal_to_import_flattening():
     import copy
 
-    from probes.matrix import compute_matrix
+    from gpucomm.probes.matrix import compute_matrix
 
     for name in ("oci-H100-topology.xml", "oci-oke-BM.GPU4.8.xml", "azure-ndv4-topo.xml"):
         doc = copy.deepcopy(_doc(name, flatten=False))
@@ -412,7 +412,7 @@ def test_bcm_gen_rules():
 def test_flatten_bcm_parent_sub_switch_like_nccl():
     """NCCL scans all links of a Gen5 level-0 switch, including its uplink: a level-1 parent is
     absorbed too and the switch takes its place."""
-    from probes.model import link_record, new_document, switch_record
+    from gpucomm.probes.model import link_record, new_document, switch_record
 
     def sw(i, sub, parent):
         # flat id fields, as the sysfs probe writes them
@@ -573,7 +573,7 @@ def test_import_matches_the_tree_nccl_printed_for_this_xml(log):
     assert checked == 11   # 2 switches + 8 GPUs + 1 NIC
     for name, devid in devids.items():
         sw = _sw(doc, _nccl_node_id(name))
-        from probes.nccl_xml import switch_ids
+        from gpucomm.probes.formats.nccl_xml import switch_ids
 
         assert bcm_device_id(switch_ids(sw)) == devid == 0x11F8400011F8BEEF
     log_text = (CAPTURES / "nccllogs" / log).read_text(encoding="utf-8")
@@ -678,7 +678,7 @@ def test_round_trip_import_export_import(name, tmp_path):
 
 @pytest.mark.parametrize("name", ["oci-oke-BM.GPU4.8.xml", "azure-ndv4-topo.xml", "aws-p5.48xl-topo.xml"])
 def test_export_survives_a_saved_json_document_and_is_deterministic(name):
-    from probes.model import dumps_json
+    from gpucomm.probes.model import dumps_json
 
     doc = _doc(name)
     again = parse_nccl_xml(_text(name), name)
@@ -695,7 +695,7 @@ def test_round_trip_keeps_unflattened_bcm_hierarchy():
 
 def test_export_from_a_synthetic_document_without_ids():
     """Switches without bus ids get fake ffff:ff:NN.0 bridges; host bridges are folded into the CPU."""
-    from probes.model import gpu_record, link_record, new_document, nic_record, switch_record
+    from gpucomm.probes.model import gpu_record, link_record, new_document, nic_record, switch_record
 
     doc = new_document("live")
     doc["host"].update(cpu_vendor="Intel(R) Corporation", cpu_arch="aarch64")
@@ -741,7 +741,7 @@ def test_export_of_recorded_hosts_is_strict_and_keeps_gpus_and_nvlinks(host):
     """Documents from the live probes (sysfs/NVML/ib via snapshots) export too: GPUs, NIC names and
     NVLink counts survive the trip through NCCL's format (the PCIe view becomes NCCL's: no NODE,
     Broadcom switches flattened)."""
-    from probes.load import load_topology
+    from gpucomm.probes.load import load_topology
 
     doc = load_topology(str(CAPTURES.parent / "hosts" / host))
     text = export_nccl_xml(doc)
@@ -791,7 +791,7 @@ def test_inter_cpu_bandwidth_table():
 
 
 def test_guid_conversion():
-    from probes.nccl_xml import guid_from_nccl, guid_to_nccl
+    from gpucomm.probes.formats.nccl_xml import guid_from_nccl, guid_to_nccl
 
     assert guid_from_nccl("0x30c7170003fd7010") == "1070:fd03:0017:c730"   # panlichen: OUI 10:70:fd
     assert guid_from_nccl("0x8011e0003ae6d94") == "946d:ae03:001e:0108"    # 15 digits (leading zero dropped)
@@ -806,7 +806,7 @@ def test_flatten_bcm_on_a_recorded_sysfs_host():
     PCIe tree the sysfs source builds) flattens like NCCL would import its exported XML."""
     import copy
 
-    from probes.load import load_topology
+    from gpucomm.probes.load import load_topology
 
     host = CAPTURES.parent / "hosts" / "dgx-a100"
     if not host.is_dir():
@@ -1052,7 +1052,7 @@ def test_fuzz_random_text(text):
 # Through the loader and the CLI
 @pytest.mark.parametrize("name", ALL_XML)
 def test_loader_detects_nccl_xml(name):
-    from probes.load import detect_kind, load_topology
+    from gpucomm.probes.load import detect_kind, load_topology
 
     assert detect_kind(_text(name)) == "nccl-xml"
     assert load_topology(str(XML_DIR / name))["matrix"] == _doc(name)["matrix"]

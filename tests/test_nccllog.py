@@ -1,4 +1,4 @@
-"""planners/nccllog.py: NCCL debug logs (NCCL_DEBUG=INFO) read back, on the real logs of
+"""probes/formats/nccllog.py: NCCL debug logs (NCCL_DEBUG=INFO) read back, on the real logs of
 fixtures/captures/nccllogs/ (values checked by reading the files), synthetic logs built with NCCL's
 own print formats (round trip), and damaged input (only InputError or a partial result)."""
 from __future__ import annotations
@@ -12,13 +12,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import CAPTURES
-from probes.errors import InputError
-from probes.load import load_topology
-from probes.model import dumps_json
+from gpucomm.probes.errors import InputError
+from gpucomm.probes.load import load_topology
+from gpucomm.probes.model import dumps_json
 
-from planners.nccllog import (PATH_TYPES, compare_rings, compare_trees, nccl_bus_id, parse_nccl_log, pick_graph,
+from gpucomm.probes.formats.nccllog import (PATH_TYPES, compare_rings, compare_trees, nccl_bus_id, parse_nccl_log, pick_graph,
                               header_bus_id)
-from planners.trees import connect_trees
+from gpucomm.planners.collectives.trees import connect_trees
 
 LOGS = CAPTURES / "nccllogs"
 PANLICHEN_XML = CAPTURES / "ncclxml" / "panlichen-rtx3090-8gpu-topo.xml"
@@ -273,8 +273,8 @@ def test_fuzz_only_input_error_or_partial_result(lines, rnd):
 # The comparison itself (CLI runs are in test_rings.py / test_trees.py)
 @pytest.fixture(scope="module")
 def panlichen():
-    from planners.rings import search_rings
-    from planners.trees import build_trees
+    from gpucomm.planners.collectives.rings import search_rings
+    from gpucomm.planners.collectives.trees import build_trees
 
     doc = load_topology(str(PANLICHEN_XML))
     rp = search_rings(doc, nodes=2)
@@ -313,7 +313,7 @@ def test_compare_trees_on_the_panlichen_log(panlichen):
 
 def test_compare_warns_when_the_log_is_from_another_layout(panlichen):
     doc, _, _ = panlichen
-    from planners.rings import search_rings
+    from gpucomm.planners.collectives.rings import search_rings
 
     rp = search_rings(doc, nodes=1)
     sec = compare_rings(_parse("panlichen-rtx3090-4node-log.log"), rp.to_dict(), rp.nccl_reference, doc, 1)

@@ -1,4 +1,4 @@
-"""planners.nccltests: the nccl-tests / rccl-tests table parser, on the real captures and fuzzed."""
+"""gpucomm.probes.formats.nccltests: the nccl-tests / rccl-tests table parser, on the real captures and fuzzed."""
 from __future__ import annotations
 
 import json
@@ -7,8 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from planners.nccltests import load_nccltests, measured_series, parse_nccltests
-from probes.errors import InputError
+from gpucomm.probes.formats.nccltests import load_nccltests, measured_series, parse_nccltests
+from gpucomm.probes.errors import InputError
 
 from conftest import CAPTURES
 

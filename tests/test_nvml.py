@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from probes import nvml
-from probes.errors import InputError
-from probes.host import Host
-from probes.merge import merge
-from probes.probe import probe_host
+from gpucomm.probes.sources import nvml
+from gpucomm.probes.errors import InputError
+from gpucomm.probes.sources.host import Host
+from gpucomm.probes.merge import merge
+from gpucomm.probes.sources.probe import probe_host
 from sysfs_tree import GPU_3D, NVSWITCH, SysfsTree, validate
 
 

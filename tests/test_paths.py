@@ -1,4 +1,4 @@
-"""planners/graph.py and planners/paths.py: NCCL's graph model, bandwidth constants and path rules,
+"""planners/nccl/graph.py and planners/nccl/paths.py: NCCL's graph model, bandwidth constants and path rules,
 checked against a real NCCL log, real captures and generated PCI trees; ``gpucomm paths``."""
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import CAPTURES, run_cli
-from probes.errors import InputError
-from probes.load import load_topology
-from probes.matrix import compute_matrix
-from probes.model import finalize, gpu_record, link_record, new_document, nic_record, switch_record
+from gpucomm.probes.errors import InputError
+from gpucomm.probes.load import load_topology
+from gpucomm.probes.matrix import compute_matrix
+from gpucomm.probes.model import finalize, gpu_record, link_record, new_document, nic_record, switch_record
 
-from planners.graph import build_graph, cpu_info, graph_from_matrix, inter_cpu_bw
-from planners.nccl_ref import nvswitch_document
-from planners.paths import RANK, compute_path_set, compute_paths, path_table
+from gpucomm.planners.nccl.graph import build_graph, cpu_info, graph_from_matrix, inter_cpu_bw
+from gpucomm.planners.nccl.search import nvswitch_document
+from gpucomm.planners.nccl.paths import RANK, compute_path_set, compute_paths, path_table
 
 PANLICHEN_XML = CAPTURES / "ncclxml" / "panlichen-rtx3090-8gpu-topo.xml"
 PANLICHEN_LOG = CAPTURES / "nccllogs" / "panlichen-rtx3090-4node-log27.log"
@@ -344,7 +344,7 @@ _H100 = None
 @settings(max_examples=100, deadline=None)
 @given(st.one_of(st.text(max_size=20), st.sampled_from(["GPU3", "7", "mlx5_1", "0000:18:00.0", "NET:mlx5_0", "GPU99"])))
 def test_endpoint_names_resolve_or_fail_cleanly(name):
-    from planners.paths import resolve_endpoint
+    from gpucomm.planners.nccl.paths import resolve_endpoint
 
     global _H100
     if _H100 is None:

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planners import placement as pl
-from probes.errors import InputError, NothingToDo, PlanInfeasible
-from probes.matrix import compute_matrix
-from probes.model import (finalize, gpu_record, link_record, new_document, nic_record, parse_cpulist,
+from gpucomm.planners.placement import layout as pl
+from gpucomm.probes.errors import InputError, NothingToDo, PlanInfeasible
+from gpucomm.probes.matrix import compute_matrix
+from gpucomm.probes.model import (finalize, gpu_record, link_record, new_document, nic_record, parse_cpulist,
                           pcie_bw_GBps, switch_record)
 
 GPU_BUS = ["18", "2a", "3a", "5d", "9a", "ab", "ba", "db"]
@@ -365,8 +365,8 @@ HGX = hgx_doc()
 
 
 def test_fixture_hosts_plan(tmp_path):
-    from probes.examples import list_examples
-    from probes.load import load_topology
+    from gpucomm.probes.examples import list_examples
+    from gpucomm.probes.load import load_topology
 
     names = [n for n in ("hgx-h100", "dgx-a100", "dgx1-v100", "a100-pcie-4x-nvbridge", "gb200-tray",
                          "pcie-8x-consumer") if n in list_examples()]
@@ -392,8 +392,8 @@ def test_fixture_hosts_plan(tmp_path):
 
 
 def test_dgx1_hybrid_cube_mesh_tp4_stays_in_a_quad():
-    from probes.examples import list_examples
-    from probes.load import load_topology
+    from gpucomm.probes.examples import list_examples
+    from gpucomm.probes.load import load_topology
 
     if "dgx1-v100" not in list_examples():
         pytest.skip("dgx1-v100 not installed")
@@ -410,8 +410,8 @@ def test_dgx1_tp8_ring_stays_on_nvlink():
     on a DGX-1: 'pcie ~4.2 GB/s'), but a ring runs on its best Hamiltonian cycle, and the hybrid
     cube mesh has one made of NV2 links only (0-3-2-1-5-6-7-4).  The alpha-beta screening of
     --model candidates used that number and priced tp=8 ~10x too slow."""
-    from probes.examples import list_examples
-    from probes.load import load_topology
+    from gpucomm.probes.examples import list_examples
+    from gpucomm.probes.load import load_topology
 
     if "dgx1-v100" not in list_examples():
         pytest.skip("dgx1-v100 not installed")

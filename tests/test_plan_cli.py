@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import planners
+from gpucomm import planners
 from conftest import run_cli
-from gpucomm_cli.cmd_plan import build_full_plan
-from planners import model_specs as ms
-from planners import placement as pl
-from probes.errors import InputError, PlanInfeasible
+from gpucomm.commands.plan import build_full_plan
+from gpucomm.planners.placement import models as ms
+from gpucomm.planners.placement import layout as pl
+from gpucomm.probes.errors import InputError, PlanInfeasible
 from test_placement import hgx_doc
 
 SCHEMA = json.loads((Path(planners.__file__).parent / "schema" / "plan.schema.json").read_text())
@@ -30,7 +30,7 @@ def hgx_file(tmp_path_factory):
 
 
 def _example(name):
-    from probes.examples import list_examples
+    from gpucomm.probes.examples import list_examples
 
     return f"example:{name}" if name in list_examples() else None
 
@@ -117,7 +117,7 @@ def test_errors(hgx_file, args, code, msg):
 
 
 def test_nothing_to_do_without_gpus_or_topology(tmp_path):
-    from probes.model import new_document
+    from gpucomm.probes.model import new_document
 
     p = tmp_path / "empty.json"
     p.write_text(json.dumps(new_document("json")))
@@ -257,7 +257,7 @@ def test_ranking_llama70b_on_64_gpus():
     assert len(rows) == 4 and all(r["estimate"]["memory"]["fits"] for r in rows)
     times = [r["estimate"]["step_time_s"] for r in rows]
     assert times == sorted(times)
-    assert all(r["estimate"]["cost_model"].startswith("planners.cost") for r in rows)
+    assert all(r["estimate"]["cost_model"].startswith("gpucomm predict") for r in rows)
     for r in rows:
         p = r["parallelism"]
         assert p["tp"] * p["pp"] * p["dp"] * p["cp"] * p["ep"] == 64 and 8 % p["tp"] == 0 and 80 % p["pp"] == 0
@@ -304,8 +304,8 @@ def test_moe_needs_experts_for_ep():
 
 
 def test_build_full_plan_fixture_hosts():
-    from probes.examples import list_examples
-    from probes.load import load_topology
+    from gpucomm.probes.examples import list_examples
+    from gpucomm.probes.load import load_topology
 
     for name in ("hgx-h100", "dgx-a100", "gb200-tray", "dgx1-v100"):
         if name not in list_examples():

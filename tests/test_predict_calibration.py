@@ -1,4 +1,4 @@
-"""Calibration of planners.cost against the real nccl-tests captures in fixtures/captures/nccltests.
+"""Calibration of gpucomm.planners.collectives.cost against the real nccl-tests captures in fixtures/captures/nccltests.
 
 For each capture we build the topology of the machine it ran on, predict the same sweep, and report
 per row predicted vs measured bus bandwidth (out-of-place columns).  ``calibration_table()`` returns
@@ -31,9 +31,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # allow `python tests/test_predict_calibration.py`
     sys.path.insert(0, str(ROOT))
 
-from planners import compare, cost  # noqa: E402
-from planners.nccltests import load_nccltests  # noqa: E402
-from probes.model import finalize, gpu_record, link_record, new_document, nic_record, normalize_bus_id  # noqa: E402
+from gpucomm.planners.collectives import compare  # noqa: E402
+from gpucomm.planners.collectives import cost  # noqa: E402
+from gpucomm.probes.formats.nccltests import load_nccltests  # noqa: E402
+from gpucomm.probes.model import finalize, gpu_record, link_record, new_document, nic_record, normalize_bus_id  # noqa: E402
 
 CAPTURES = ROOT / "fixtures" / "captures"
 NT = CAPTURES / "nccltests"
@@ -94,7 +95,7 @@ def build_polaris_node(parsed: dict) -> dict:
 
 def build_h100(parsed: dict) -> dict:
     host = ROOT / "fixtures" / "hosts" / "hgx-h100"
-    from probes.load import load_topology
+    from gpucomm.probes.load import load_topology
 
     if host.is_dir():
         return load_topology(str(host))
@@ -114,7 +115,7 @@ CASES = [
 
 
 def calibrate(name: str, builder, nodes: int, fabric) -> dict:
-    """Predicted vs measured rows of one capture; the comparison itself is planners.compare's (the
+    """Predicted vs measured rows of one capture; the comparison itself is gpucomm.planners.collectives.compare's (the
     same code as ``gpucomm predict TOPO --compare FILE``)."""
     parsed = load_nccltests(str(NT / name))
     doc = builder(parsed)

@@ -1,4 +1,4 @@
-"""``gpucomm predict TOPO --compare FILE`` and planners/compare.py: predictions checked against measured
+"""``gpucomm predict TOPO --compare FILE`` and planners/collectives/compare.py: predictions checked against measured
 nccl-tests runs.
 
 The three real captures (fixtures/captures/nccltests) are compared against the topologies the
@@ -20,9 +20,10 @@ from hypothesis import strategies as st
 from conftest import HOSTS, ROOT, run_cli
 
 import test_predict_calibration as calib
-from planners import compare, cost
-from probes.errors import InputError
-from probes.model import dumps_json
+from gpucomm.planners.collectives import compare
+from gpucomm.planners.collectives import cost
+from gpucomm.probes.errors import InputError
+from gpucomm.probes.model import dumps_json
 
 SCHEMA_FILE = ROOT / "planners" / "schema" / "predict-compare.schema.json"
 H100 = "example:hgx-h100"
@@ -161,7 +162,7 @@ def _run_text(coll: str, n_ranks: int, rows: list[tuple[int, float]], hosts: int
     per_rank = coll in ("all_gather", "reduce_scatter", "alltoall")
     for size, t in rows:
         algbw = size / t / 1e3
-        # nccl-tests' factors: gather/scatter (n-1)/n like all_gather (gather.cu), the rest from planners.cost
+        # nccl-tests' factors: gather/scatter (n-1)/n like all_gather (gather.cu), the rest from gpucomm.planners.collectives.cost
         busbw = algbw * (cost.busbw_factor(name, n_ranks) if name in cost.COLLECTIVES else (n_ranks - 1) / n_ranks)
         count = size // esize // (n_ranks if per_rank else 1)
         cell = f"{t:8.2f} {algbw:7.2f} {busbw:7.2f}       0"
@@ -172,7 +173,7 @@ def _run_text(coll: str, n_ranks: int, rows: list[tuple[int, float]], hosts: int
 
 @functools.lru_cache(maxsize=None)
 def _h100_doc() -> dict:
-    from probes.load import load_topology
+    from gpucomm.probes.load import load_topology
 
     return load_topology(H100)
 
@@ -296,7 +297,7 @@ def test_plain_predict_unchanged_defaults():
     assert [(x["size_bytes"], x["type"]) for x in d["rows"]] == [(1 << 30, "float")]
 
 
-# ------------------------------------------------------------------ planners.compare, property-based
+# ------------------------------------------------------------------ gpucomm.planners.collectives.compare, property-based
 _meas = st.one_of(st.none(), st.floats(min_value=0, max_value=1000, allow_nan=False))
 
 
@@ -362,7 +363,7 @@ _LOG_LINES = st.sampled_from([
 @settings(max_examples=60, deadline=None)
 @given(st.lists(_LOG_LINES, max_size=12), st.one_of(st.none(), st.sampled_from(["all_reduce", "broadcast"])))
 def test_fuzz_logs_give_a_report_or_one_input_error(lines, coll):
-    from gpucomm_cli.cmd_predict import build_comparison
+    from gpucomm.commands.predict import build_comparison
 
     try:
         rep = build_comparison(_h100_doc(), "\n".join(lines), "fuzz.log", collective=coll)

@@ -7,11 +7,11 @@ import os
 import pytest
 
 from conftest import CAPTURES, run_cli
-from probes import smi
-from probes.errors import InputError
-from probes.host import CommandResult, CommandRunner, Host, RecordedRunner
-from probes.model import dumps_json
-from probes.probe import DEFAULT_SOURCES, parse_sources, probe_host
+from gpucomm.probes.sources import smi
+from gpucomm.probes.errors import InputError
+from gpucomm.probes.sources.host import CommandResult, CommandRunner, Host, RecordedRunner
+from gpucomm.probes.model import dumps_json
+from gpucomm.probes.sources.probe import DEFAULT_SOURCES, parse_sources, probe_host
 from sysfs_tree import two_socket_switch_tree, validate
 
 
@@ -69,7 +69,7 @@ def test_source_selection():
 
 
 def test_a_crashing_source_is_contained(monkeypatch):
-    from probes import ib
+    from gpucomm.probes.sources import ib
 
     def boom(host):
         raise ZeroDivisionError("synthetic")

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpucomm_cli.render_topo import dot, matrix_rich, matrix_text, summary_table, tree
-from probes.matrix import compute_matrix
-from probes.model import (
+from gpucomm.render.topology import dot, matrix_rich, matrix_text, summary_table, tree
+from gpucomm.probes.matrix import compute_matrix
+from gpucomm.probes.model import (
     finalize,
     gpu_record,
     link_record,
@@ -25,7 +25,7 @@ from probes.model import (
     source_record,
     switch_record,
 )
-from probes.smi_topo import parse_topo_text
+from gpucomm.probes.formats.smi_topo import parse_topo_text
 
 ROOT = Path(__file__).resolve().parent.parent
 TOPO = ROOT / "fixtures" / "captures" / "topo"
@@ -254,7 +254,7 @@ def documents(draw):
 @FUZZ
 @given(documents())
 def test_generated_documents_round_trip(doc):
-    from probes.model import canonical_cpulist
+    from gpucomm.probes.model import canonical_cpulist
 
     for g in doc["gpus"]:
         g["cpu_affinity"] = canonical_cpulist(g["cpu_affinity"])

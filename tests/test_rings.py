@@ -1,4 +1,4 @@
-"""planners/nccl_ref.py (NCCL's channel search reproduced) and planners/rings.py (our ring search):
+"""planners/nccl/search.py (NCCL's channel search reproduced) and planners/collectives/rings.py (our ring search):
 the worked examples, a real NCCL log/graph dump, exactness on small machines, our rings >= NCCL on
 every real topology capture and every fixture host, and ``gpucomm rings``."""
 from __future__ import annotations
@@ -13,15 +13,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import CAPTURES, ROOT, run_cli
-from probes.errors import InputError, PlanInfeasible, TopologyError
-from probes.examples import list_examples
-from probes.load import load_topology
-from probes.model import link_record
+from gpucomm.probes.errors import InputError, PlanInfeasible, TopologyError
+from gpucomm.probes.examples import list_examples
+from gpucomm.probes.load import load_topology
+from gpucomm.probes.model import link_record
 
-from planners.graph import build_graph, gpu_nodes
-from planners.nccl_ref import Capacity, nccl_reference, nvswitch_document
-from planners.paths import compute_path_set, path_loads
-from planners.rings import _Packer, search_rings
+from gpucomm.planners.nccl.graph import build_graph, gpu_nodes
+from gpucomm.planners.nccl.search import Capacity, nccl_reference, nvswitch_document
+from gpucomm.planners.nccl.paths import compute_path_set, path_loads
+from gpucomm.planners.collectives.rings import _Packer, search_rings
 from test_paths import p2p_disabled, pci_trees
 
 TABLE_FILE = ROOT / "tests" / "out" / "rings_vs_nccl.txt"
@@ -303,12 +303,12 @@ def damaged_docs(draw):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(damaged_docs(), st.sampled_from([1, 2]))
 def test_damaged_documents_never_crash(doc, nodes):
-    from probes.errors import GpucommError
+    from gpucomm.probes.errors import GpucommError
 
     try:
         plan = search_rings(doc, nodes=nodes)
         assert plan.channels and plan.total_bw > 0
-        build_trees_ok = __import__("planners.trees", fromlist=["build_trees"]).build_trees(doc, nodes=nodes,
+        build_trees_ok = __import__("gpucomm.planners.collectives.trees", fromlist=["build_trees"]).build_trees(doc, nodes=nodes,
                                                                                              reference=False)
         assert build_trees_ok.channels
     except GpucommError as e:
@@ -318,7 +318,7 @@ def test_damaged_documents_never_crash(doc, nodes):
 @settings(max_examples=100, deadline=None)
 @given(st.one_of(st.text(max_size=30), st.just("0-3"), st.just("GPU0,GPU2"), st.just("7-2")))
 def test_gpu_list_parser_never_crashes(text):
-    from gpucomm_cli.cmd_collective import parse_gpu_list
+    from gpucomm.commands.collective import parse_gpu_list
 
     try:
         out = parse_gpu_list(text)
@@ -331,7 +331,7 @@ def test_gpu_list_parser_never_crashes(text):
 @settings(max_examples=100, deadline=None)
 @given(st.one_of(st.text(max_size=8), st.integers(-5, 100), st.none()))
 def test_channel_count_parser(value):
-    from planners.rings import _parse_channels
+    from gpucomm.planners.collectives.rings import _parse_channels
 
     try:
         n = _parse_channels(value)
@@ -343,7 +343,7 @@ def test_channel_count_parser(value):
 
 def _pcie_box(nsw: int, per: int) -> dict:
     """nsw PCIe Gen4 switches with ``per`` L40S each, spread over two SPR sockets."""
-    from probes.model import finalize, gpu_record, new_document, switch_record
+    from gpucomm.probes.model import finalize, gpu_record, new_document, switch_record
 
     doc = new_document("json")
     doc["host"].update(cpu_vendor="GenuineIntel", cpu_model="Intel(R) Xeon(R) Platinum 8480+")
@@ -376,7 +376,7 @@ def test_heuristic_search_beyond_ten_gpus():
 
 
 # ----------------------------------------------------------------------------------------------
-# --compare LOG: NCCL's own debug log next to our rings and our model of NCCL (planners/nccllog.py)
+# --compare LOG: NCCL's own debug log next to our rings and our model of NCCL (probes/formats/nccllog.py)
 _NCCLLOGS = CAPTURES / "nccllogs"
 _PANLICHEN_XML = str(CAPTURES / "ncclxml" / "panlichen-rtx3090-8gpu-topo.xml")
 

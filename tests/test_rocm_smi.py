@@ -1,4 +1,4 @@
-"""rocm-smi --showtopo captures (probes/rocm_smi.py) on fixtures/captures/rocm.
+"""rocm-smi --showtopo captures (probes/formats/rocm_smi.py) on fixtures/captures/rocm.
 
 Expected values were read off the capture files (quoted next to each check)."""
 from __future__ import annotations
@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import CAPTURES, run_cli
-from probes.errors import InputError
-from probes.model import schema_path
-from probes.rocm_smi import XGMI_LINK_GBPS, parse_rocm_text
+from gpucomm.probes.errors import InputError
+from gpucomm.probes.model import schema_path
+from gpucomm.probes.formats.rocm_smi import XGMI_LINK_GBPS, parse_rocm_text
 
 ROCM_DIR = CAPTURES / "rocm"
 ALL_ROCM = sorted(p.name for p in ROCM_DIR.glob("*.txt"))
@@ -198,7 +198,7 @@ def test_fuzz_random_text(text):
 # --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ALL_ROCM)
 def test_loader_and_cli_show(name):
-    from probes.load import detect_kind, load_topology
+    from gpucomm.probes.load import detect_kind, load_topology
 
     assert detect_kind(_text(name)) == "rocm-smi"
     doc = load_topology(str(ROCM_DIR / name))

@@ -9,11 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import run_cli
-from planners.select import (count_partitions, gpuallocator_besteffort, gpuallocator_pair_scores, parse_index_list,
+from gpucomm.planners.placement.select import (count_partitions, gpuallocator_besteffort, gpuallocator_pair_scores, parse_index_list,
                              select_gpus)
-from probes.errors import InputError, PlanInfeasible
-from probes.matrix import compute_matrix
-from probes.model import finalize, gpu_record, link_record, new_document, switch_record
+from gpucomm.probes.errors import InputError, PlanInfeasible
+from gpucomm.probes.matrix import compute_matrix
+from gpucomm.probes.model import finalize, gpu_record, link_record, new_document, switch_record
 from test_placement import hgx_doc, pcie_pairs_doc
 
 # go-gpuallocator gpuallocator/common_test.go NewDGX1VoltaNode: NVLink counts and PCIe levels.

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from probes.errors import InputError
-from probes.model import schema_path
-from probes.smi_nvlink import apply_nvlink_status, looks_like, parse_nvlink_status
-from probes.smi_topo import parse_topo_text
+from gpucomm.probes.errors import InputError
+from gpucomm.probes.model import schema_path
+from gpucomm.probes.formats.smi_nvlink import apply_nvlink_status, looks_like, parse_nvlink_status
+from gpucomm.probes.formats.smi_topo import parse_topo_text
 
 ROOT = Path(__file__).resolve().parent.parent
 EXTRA = ROOT / "fixtures" / "captures" / "extra"

@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from probes.errors import InputError
-from probes.model import dumps_json, finalize, format_cpulist, parse_cpulist, schema_path
-from probes.smi_topo import looks_like, parse_topo_text
+from gpucomm.probes.errors import InputError
+from gpucomm.probes.model import dumps_json, finalize, format_cpulist, parse_cpulist, schema_path
+from gpucomm.probes.formats.smi_topo import looks_like, parse_topo_text
 
 ROOT = Path(__file__).resolve().parent.parent
 TOPO = ROOT / "fixtures" / "captures" / "topo"
@@ -424,7 +424,7 @@ def test_generated_grid_parses_exactly(grid):
 
 # --------------------------------------------------------------------------------------------
 def test_parsing_imports_neither_networkx_nor_rich():
-    code = ("import sys; from probes.smi_topo import parse_topo_text; from probes.smi_nvlink import parse_nvlink_status;"
+    code = ("import sys; from gpucomm.probes.formats.smi_topo import parse_topo_text; from gpucomm.probes.formats.smi_nvlink import parse_nvlink_status;"
             f"parse_topo_text(open({str(by_prefix('11'))!r}, encoding='utf-8').read());"
             "bad = [m for m in ('networkx', 'rich', 'torch') if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)

@@ -13,12 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import CAPTURES, HOSTS
-from probes import nvml, snapshot
-from probes.errors import InputError
-from probes.host import Host, RecordedRunner
-from probes.model import dumps_json
-from probes.probe import probe_host
-from probes.smi_topo import parse_topo_text
+from gpucomm.probes.sources import nvml
+from gpucomm.probes.sources import snapshot
+from gpucomm.probes.errors import InputError
+from gpucomm.probes.sources.host import Host, RecordedRunner
+from gpucomm.probes.model import dumps_json
+from gpucomm.probes.sources.probe import probe_host
+from gpucomm.probes.formats.smi_topo import parse_topo_text
 from sysfs_tree import two_socket_switch_tree, validate
 from test_nvml import fake_nvml, gpu
 

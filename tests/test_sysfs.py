@@ -8,9 +8,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from probes import ib, net, numa, sysfs
-from probes.host import Host
-from probes.probe import probe_host
+from gpucomm.probes.sources import ib
+from gpucomm.probes.sources import net
+from gpucomm.probes.sources import numa
+from gpucomm.probes.sources import sysfs
+from gpucomm.probes.sources.host import Host
+from gpucomm.probes.sources.probe import probe_host
 from sysfs_tree import (GPU_3D, NIC_ETH, NIC_IB, NVSWITCH, SysfsTree, acs_config, two_socket_switch_tree,
                         validate)
 

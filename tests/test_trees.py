@@ -1,4 +1,4 @@
-"""planners/trees.py: NCCL's double binary tree (trees.cc rules), chains inside a node, checked
+"""planners/collectives/trees.py: NCCL's double binary tree (trees.cc rules), chains inside a node, checked
 against trees.cc's own illustrations and the tree lines of real NCCL logs; ``gpucomm trees``."""
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import CAPTURES, run_cli
-from probes.errors import InputError, PlanInfeasible
-from probes.load import load_topology
+from gpucomm.probes.errors import InputError, PlanInfeasible
+from gpucomm.probes.load import load_topology
 
-from planners.trees import (TreePlan, btree, build_trees, connect_trees, dtree, dtree_roots, log2i, parse_tree_log,
+from gpucomm.planners.collectives.trees import (TreePlan, btree, build_trees, connect_trees, dtree, dtree_roots, log2i, parse_tree_log,
                             validate_trees)
-from planners.validate import validate_tree
+from gpucomm.planners.collectives.validate import validate_tree
 
 
 def _node_trees(n: int) -> tuple:

@@ -14,7 +14,7 @@ Two kinds of evidence, for every text format gpucomm reads:
    banners; NCCL's xml.cc dump writer; nccl-tests' common.cu headers of every era).  The parse
    must give back exactly what was rendered, or -- where the format really loses information --
    a partial result with a warning, never a wrong cell and never an exception other than
-   :class:`probes.errors.InputError`.
+   :class:`gpucomm.probes.errors.InputError`.
 
 Each bug these found has a regression test here (marked "regression").
 """
@@ -29,14 +29,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from planners.nccltests import parse_nccltests, split_nccltests
-from probes.errors import InputError
-from probes.load import detect_kind
-from probes.model import finalize, format_cpulist, schema_path
-from probes.nccl_xml import parse_nccl_xml
-from probes.rocm_smi import parse_rocm_text
-from probes.smi_nvlink import parse_nvlink_status
-from probes.smi_topo import parse_topo_text
+from gpucomm.probes.formats.nccltests import parse_nccltests, split_nccltests
+from gpucomm.probes.errors import InputError
+from gpucomm.probes.load import detect_kind
+from gpucomm.probes.model import finalize, format_cpulist, schema_path
+from gpucomm.probes.formats.nccl_xml import parse_nccl_xml
+from gpucomm.probes.formats.rocm_smi import parse_rocm_text
+from gpucomm.probes.formats.smi_nvlink import parse_nvlink_status
+from gpucomm.probes.formats.smi_topo import parse_topo_text
 
 ROOT = Path(__file__).resolve().parent.parent
 CAP = ROOT / "fixtures" / "captures"

@@ -1,0 +1,365 @@
+"""``gpucomm rings`` and ``gpucomm trees``: ring channels with predicted bandwidth next to what NCCL's
+own search would pick (planners/collectives/rings.py, planners/nccl/search.py), and NCCL's double binary trees
+(planners/collectives/trees.py).  ``--compare LOG`` adds what NCCL actually did, read from its debug log
+(probes/formats/nccllog.py)."""
+from __future__ import annotations
+
+import re
+
+from typing import Optional
+
+import typer
+
+from gpucomm.settings import diag
+
+TOPO_HELP = ("Topology: a saved topology, snapshot, `nvidia-smi topo -m` output, NCCL topology XML, "
+             "rocm-smi output, or example:<name>.")
+
+
+# ASCII digits only: str.isdigit() accepts superscripts that int() rejects.
+_DIGITS = re.compile(r"[0-9]+\Z").match
+
+
+def parse_gpu_list(text: Optional[str]) -> Optional[list]:
+    """``0,1,2,3`` / ``0-3`` / ``GPU0,GPU2`` -> [ints]; None when not given.  InputError otherwise."""
+    from gpucomm.probes.errors import InputError
+
+    if text is None:
+        return None
+    out = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if part.upper().startswith("GPU"):
+            part = part[3:]
+        if not part:
+            continue
+        if "-" in part:
+            lo, _, hi = part.partition("-")
+            if not (_DIGITS(lo.strip()) and _DIGITS(hi.strip())) or int(hi) < int(lo) or int(hi) - int(lo) > 4096:
+                raise InputError(f"--gpus {text!r}: bad range {part!r}", expected="e.g. 0,1,2,3 or 0-3")
+            out.extend(range(int(lo), int(hi) + 1))
+        elif _DIGITS(part):
+            out.append(int(part))
+        else:
+            raise InputError(f"--gpus {text!r}: {part!r} is not a GPU index", expected="e.g. 0,1,2,3 or 0-3")
+    if not out:
+        raise InputError("--gpus is empty", expected="e.g. 0,1,2,3")
+    if len(set(out)) != len(out):
+        dup = sorted({x for x in out if out.count(x) > 1})[0]
+        raise InputError(f"--gpus {text!r}: GPU {dup} is listed twice")
+    return out
+
+
+COMPARE_HELP = ("NCCL debug log of a run on this machine (NCCL_DEBUG=INFO, best with "
+                "NCCL_DEBUG_SUBSYS=INIT,GRAPH): show what NCCL did next to this plan and our model of NCCL.")
+
+
+def read_nccl_log(path: str) -> dict:
+    """Read and parse ``--compare LOG`` (InputError naming the file on any problem)."""
+    from pathlib import Path
+
+    from gpucomm.probes.formats.nccllog import parse_nccl_log
+    from gpucomm.probes.errors import InputError
+    from gpucomm.probes.load import read_text_input
+
+    expected = "an NCCL_DEBUG=INFO log file"
+    if Path(path).is_dir():
+        raise InputError("is a directory", path, expected=expected)
+    try:
+        text = read_text_input(path)
+    except InputError as e:
+        if "file is empty" in str(e):
+            raise InputError("file is empty", path, expected=expected) from None
+        raise
+    return parse_nccl_log(text, path)
+
+
+def build_rings(doc: dict, gpus: Optional[list] = None, channels: str = "auto", nodes: int = 1,
+                log: Optional[dict] = None) -> dict:
+    """The ``gpucomm.rings/v1`` document (no I/O); with ``log`` (a parsed NCCL log) it gains an
+    ``nccl_log`` section (gpucomm.probes.formats.nccllog.compare_rings)."""
+    from gpucomm.planners.collectives.rings import search_rings
+
+    plan = search_rings(doc, gpus=gpus, channels=channels, nodes=nodes)
+    out = plan.to_dict()
+    if log is not None:
+        from gpucomm.probes.formats.nccllog import compare_rings
+
+        out["nccl_log"] = compare_rings(log, out, plan.nccl_reference, doc, nodes)
+    return out
+
+
+def _fmt(x) -> str:
+    if x is None:
+        return "-"
+    return f"{x:g}" if isinstance(x, float) else str(x)
+
+
+def _log_header(sec: dict) -> str:
+    lay = "?"
+    if sec.get("nranks") is not None:
+        lay = f"{sec['nranks']} ranks"
+        if sec.get("nnodes") and sec.get("local_ranks"):
+            lay += f" = {sec['nnodes']} node{'s' if sec['nnodes'] != 1 else ''} x {sec['local_ranks']}"
+    hosts = sec.get("hosts") or []
+    shown = ", ".join(hosts[:4]) + (f", ... ({len(hosts)})" if len(hosts) > 4 else "")
+    ver = f"NCCL {sec['version']}; " if sec.get("version") else ""
+    return f"NCCL log {sec.get('source')}: {ver}{lay}" + (f"; hosts {shown}" if hosts else "")
+
+
+def _order(gpus, nets=None) -> str:
+    if not gpus:
+        return "-"
+    body = " ".join("?" if g is None else str(g) for g in gpus)
+    if nets:
+        return f"{nets[0]} > {body} > {nets[-1]}"
+    return body
+
+
+def _transports_text(sec: dict) -> str:
+    by = (sec.get("transports") or {}).get("by_via") or {}
+    if not by:
+        return "-"
+    items = sorted(by.items(), key=lambda kv: (-kv[1], kv[0]))
+    text = ", ".join(f"{k} x{v}" for k, v in items[:4]) + (f", +{len(items) - 4} more" if len(items) > 4 else "")
+    return text
+
+
+def _print_log_notes(console, sec: dict) -> None:
+    # one line each (soft wrap), so they can be grepped and copied whole
+    console.print(f"verdict: {sec['verdict']}", soft_wrap=True)
+    for n in sec.get("notes") or []:
+        console.print(f"note: {n}", soft_wrap=True)
+
+
+def _log_diagnostics(sec: dict) -> None:
+    for w in sec.get("warnings") or []:
+        diag(f"gpucomm: warning: {w}")
+    lw = sec.get("log_warnings") or []
+    for w in lw[:3]:
+        diag(f"gpucomm: warning: {w}")
+    if len(lw) > 3:
+        diag(f"gpucomm: warning: ... {len(lw) - 3} more unreadable lines in the log", verbose_only=False)
+    for w in lw[3:]:
+        diag(f"gpucomm: warning: {w}", verbose_only=True)
+
+
+def render_rings_log(console, sec: dict, out: dict) -> None:
+    """The --compare part of ``gpucomm rings``: NCCL (log) | our model of NCCL | our rings."""
+    from rich.table import Table
+
+    cmp_ = sec["comparison"]
+    g = sec.get("graph")
+    console.print(_log_header(sec))
+    t = Table(show_header=True, title_justify="left")
+    for c in ("", "NCCL (log)", "our model of NCCL", "our rings"):
+        t.add_column(c, no_wrap=True)
+    ch = cmp_["channels"]
+    t.add_row("channels", f"{_fmt(ch['nccl'])}" + (f" ({sec['channels_from']})" if sec.get("channels_from") else ""),
+              _fmt(ch["model"]), _fmt(ch["ours"]))
+    ref = sec.get("model") or {}
+    if g is not None:
+        t.add_row("ring graph", f"{g['n_channels']} x {_fmt(g['bw_intra'])}/{_fmt(g['bw_inter'])} GB/s",
+                  f"{_fmt(ref.get('search_channels'))} x {_fmt(ref.get('bw_intra'))}/{_fmt(ref.get('bw_inter'))} GB/s",
+                  "-")
+        t.add_row("path types (intra/inter)", f"{g['type_intra']}/{g['type_inter']}",
+                  f"{_fmt(ref.get('type_intra'))}/{_fmt(ref.get('type_inter'))}", "-")
+    bb = cmp_["busbw_GBps"]
+    t.add_row("bus bandwidth", f"{_fmt(bb['nccl'])} GB/s" if bb["nccl"] is not None else "-",
+              f"{_fmt(bb['model'])} GB/s", f"{_fmt(bb['ours'])} GB/s")
+    oc = cmp_["order_channel0"]
+    nets = g["channels"][0]["nets"] if g and g["channels"] else None
+    t.add_row("channel 0 (GPUs)", _order(oc["nccl"], [f"NET/{n}" for n in nets] if nets else None),
+              _order(oc["model"]), _order(oc["ours"]))
+    t.add_row("transports", _transports_text(sec), "", "")
+    console.print(t)
+    rings = sec.get("rings") or []
+    if rings:
+        rt = Table(title="NCCL rings (log; node 0 as GPU indices)", title_justify="left")
+        for c in ("channel", "ranks", "node 0 (GPUs)"):
+            rt.add_column(c, no_wrap=True)
+        for r in rings[:32]:
+            ranks = " ".join(map(str, r["ranks"])) + ("" if r["complete"] else " ... (partial)")
+            if len(ranks) > 100:
+                ranks = ranks[:97] + "..."
+            rt.add_row(str(r["channel"]), ranks, _order(r["node0_gpus"]))
+        if len(rings) > 32:
+            rt.add_row("...", f"({len(rings) - 32} more)", "")
+        console.print(rt)
+    _print_log_notes(console, sec)
+
+
+def rings(
+    topo: str = typer.Argument(..., help=TOPO_HELP),
+    gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU indices to use, e.g. 0,1,2,3 or 0-3 (default: all)."),
+    channels: str = typer.Option("auto", "--channels", help="auto, or the number of channels (1-64)."),
+    nodes: int = typer.Option(1, "--nodes", "-N", help="Identical nodes joined through their NICs "
+                              "(> 1: every channel enters and leaves each node through a NIC)."),
+    compare: Optional[str] = typer.Option(None, "--compare", metavar="LOG", help=COMPARE_HELP),
+) -> None:
+    """Ring channels maximising total bus bandwidth, with NCCL's own choice for comparison.
+
+    Each channel is a cycle over the GPUs (or, across nodes, a NIC-to-NIC chain); link capacity is
+    shared between channels.  Formats: table (default), json (schema gpucomm.rings/v1), yaml."""
+    from gpucomm.probes.load import load_topology
+
+    from gpucomm.render.output import emit
+
+    gpu_list = parse_gpu_list(gpus)
+    log = read_nccl_log(compare) if compare else None
+    doc = load_topology(topo)
+    out = build_rings(doc, gpus=gpu_list, channels=channels, nodes=nodes, log=log)
+
+    def table(console) -> None:
+        from rich.table import Table
+
+        multi = out["nodes"] > 1
+        t = Table(title=f"Rings: {len(out['channels'])} channels, {out['total_bw_GBps']:g} GB/s total "
+                        f"({'%d nodes' % out['nodes'] if multi else '1 node'}, GPUs "
+                        f"{','.join(map(str, out['gpus']))})", title_justify="left")
+        t.add_column("channel", justify="right")
+        t.add_column("order", no_wrap=True)
+        t.add_column("GB/s", justify="right")
+        t.add_column("bottleneck hop", no_wrap=True)
+        for ch in out["channels"]:
+            order = " > ".join(f"GPU{g}" for g in ch["gpus"])
+            if multi:
+                order = f"{ch['nics'][0]} > {order} > {ch['nics'][1]}"
+            else:
+                order += f" > GPU{ch['gpus'][0]}"
+            worst = min(ch["links"], key=lambda l: (l["path_bw_GBps"], l["type"])) if ch["links"] else None
+            hop = f"{worst['from']}->{worst['to']} {worst['type']} {worst['path_bw_GBps']:g}" if worst else "-"
+            t.add_row(str(ch["channel"]), order, f"{ch['bw_GBps']:g}", hop)
+        console.print(t)
+        ref = out["nccl_reference"]
+        if ref:
+            console.print(f"NCCL reference: {ref['channels']} channels ({ref['search_channels']} searched x "
+                          f"{ref['bw_GBps']:g} GB/s, type {ref['type_intra']}/{ref['type_inter'] or '-'}) = "
+                          f"{ref['total_bw_GBps']:g} GB/s; ours {out['total_bw_GBps']:g} GB/s "
+                          f"({out['method']}{'' if out['exact'] else ', heuristic'})")
+        for a in out["assumptions"]:
+            console.print(f"assumed: {a}")
+        if "nccl_log" in out:
+            render_rings_log(console, out["nccl_log"], out)
+
+    emit(out, table=table, allowed=["table", "json", "yaml"])
+    for w in out["warnings"]:
+        diag(f"gpucomm: warning: {w}")
+    if "nccl_log" in out:
+        _log_diagnostics(out["nccl_log"])
+    for w in doc.get("warnings") or []:
+        diag(f"gpucomm: warning: {w}", verbose_only=True)
+
+
+def build_tree_doc(doc: dict, nodes: int = 1, gpus_per_node: Optional[int] = None,
+                   gpus: Optional[list] = None, log: Optional[dict] = None) -> dict:
+    """The ``gpucomm.trees/v1`` document (no I/O); with ``log`` (a parsed NCCL log) it gains an
+    ``nccl_log`` section (gpucomm.probes.formats.nccllog.compare_trees)."""
+    from gpucomm.planners.collectives.trees import build_trees
+
+    plan = build_trees(doc, nodes=nodes, gpus_per_node=gpus_per_node, gpus=gpus)
+    out = plan.to_dict()
+    if log is not None:
+        from gpucomm.probes.formats.nccllog import compare_trees
+
+        out["nccl_log"] = compare_trees(log, out, plan.nccl_reference, doc, nodes)
+    return out
+
+
+def render_trees_log(console, sec: dict, out: dict) -> None:
+    """The --compare part of ``gpucomm trees``."""
+    from rich.table import Table
+
+    cmp_ = sec["comparison"]
+    g = sec.get("graph")
+    console.print(_log_header(sec))
+    t = Table(show_header=True, title_justify="left")
+    for c in ("", "NCCL (log)", "our model of NCCL", "our trees"):
+        t.add_column(c, no_wrap=True)
+    ch = cmp_["channels"]
+    t.add_row("tree channels", _fmt(ch["nccl"]), _fmt(ch["model"]), _fmt(ch["ours"]))
+    ref = sec.get("model") or {}
+    if g is not None:
+        t.add_row("tree graph",
+                  f"{g['pattern_name']} {g['n_channels']} x {_fmt(g['bw_intra'])}/{_fmt(g['bw_inter'])} GB/s",
+                  f"{_fmt(ref.get('pattern'))} {_fmt(ref.get('search_channels'))} x {_fmt(ref.get('bw_intra'))}/"
+                  f"{_fmt(ref.get('bw_inter'))} GB/s", out.get("pattern", "-"))
+        t.add_row("path types (intra/inter)", f"{g['type_intra']}/{g['type_inter']}",
+                  f"{_fmt(ref.get('type_intra'))}/{_fmt(ref.get('type_inter'))}", "-")
+        chain = g["channels"][0]["gpus"] if g["channels"] else None
+        t.add_row("chain 0 (GPUs)", _order(chain), "", _order((out.get("chains") or [None])[0]))
+    lv = cmp_["links_vs_ours"]
+    t.add_row("logged tree links", f"{lv['checked']} (channel, rank) entries",
+              "", f"{lv['match']} agree" if lv["checked"] else lv.get("skipped", "-"))
+    rb = cmp_.get("links_vs_nccl_chains")
+    if rb:
+        t.add_row("  rebuilt from NCCL's chains", "", "", f"{rb['match']} of {rb['checked']} agree")
+    t.add_row("transports", _transports_text(sec), "", "")
+    console.print(t)
+    diffs = lv.get("differ") or []
+    for d in diffs[:3]:
+        console.print(f"differs: channel {d['channel']} rank {d['rank']}: NCCL up {d['nccl']['up']} down "
+                      f"{d['nccl']['down']}, ours up {d['ours']['up']} down {d['ours']['down']}")
+    _print_log_notes(console, sec)
+
+
+def trees(
+    topo: str = typer.Argument(..., help=TOPO_HELP),
+    nodes: int = typer.Option(1, "--nodes", "-N", help="Number of identical nodes."),
+    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", "-g",
+                                                help="GPUs per node (default: all; the first G by index)."),
+    gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU indices used per node, e.g. 0,1,2,3 or 0-3."),
+    compare: Optional[str] = typer.Option(None, "--compare", metavar="LOG", help=COMPARE_HELP),
+) -> None:
+    """NCCL's double binary trees across nodes (chains inside a node), two tree channels per ring.
+
+    Formats: table (default), json (schema gpucomm.trees/v1), yaml."""
+    from gpucomm.probes.errors import InputError
+    from gpucomm.probes.load import load_topology
+
+    from gpucomm.render.output import emit
+
+    gpu_list = parse_gpu_list(gpus)
+    if gpu_list is not None and gpus_per_node is not None and gpus_per_node != len(gpu_list):
+        raise InputError(f"--gpus lists {len(gpu_list)} GPUs but --gpus-per-node is {gpus_per_node}")
+    log = read_nccl_log(compare) if compare else None
+    doc = load_topology(topo)
+    out = build_tree_doc(doc, nodes=nodes, gpus_per_node=gpus_per_node, gpus=gpu_list, log=log)
+
+    def table(console) -> None:
+        from rich.table import Table
+
+        gpn = out["gpus_per_node"]
+        t = Table(title=f"Trees: {len(out['channels'])} channels, {out['nranks']} ranks "
+                        f"({out['nodes']} x {gpn}), pattern {out['pattern']}, depth {out['depth']}",
+                  title_justify="left")
+        for c, j in (("channel", "right"), ("tree", "right"), ("root", "right"), ("chain (GPUs)", "left"),
+                     ("node links parent>child (ranks)", "left")):
+            t.add_column(c, justify=j)
+        chains = out["chains"]
+        for ch in out["channels"]:
+            cross = [f"{r['up']}>{r['rank']}" for r in ch["ranks"]
+                     if r["up"] != -1 and r["up"] // gpn != r["rank"] // gpn]
+            chain = chains[ch["channel"] % len(chains)]
+            shown = ", ".join(cross[:12]) + (f", ... ({len(cross)})" if len(cross) > 12 else "")
+            t.add_row(str(ch["channel"]), str(ch["tree"]), str(ch["root"]), ">".join(map(str, chain)), shown or "-")
+        console.print(t)
+        ref = out["nccl_reference"]
+        if ref:
+            console.print(f"NCCL reference: {ref['channels']} channels (tree graph {ref['search_channels']} x "
+                          f"{ref['bw_intra']}/{ref['bw_inter']} GB/s, {ref['pattern']})")
+        for a in out["assumptions"]:
+            console.print(f"assumed: {a}")
+        if "nccl_log" in out:
+            render_trees_log(console, out["nccl_log"], out)
+
+    emit(out, table=table, allowed=["table", "json", "yaml"])
+    for w in out.get("warnings") or []:
+        diag(f"gpucomm: warning: {w}", verbose_only=True)
+    if "nccl_log" in out:
+        _log_diagnostics(out["nccl_log"])
+
+
+def register(app: typer.Typer) -> None:
+    app.command("rings")(rings)
+    app.command("trees")(trees)

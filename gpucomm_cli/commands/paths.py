@@ -1,0 +1,68 @@
+"""``gpucomm paths``: path type, hops and bottleneck bandwidth between GPUs and NICs (NCCL's rules,
+planners/nccl/paths.py)."""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import typer
+
+from gpucomm.settings import diag
+
+PATHS_SCHEMA = "gpucomm.paths/v1"
+
+
+def build_paths(doc: dict, between: Optional[Tuple[str, str]] = None, rule: str = "widest") -> dict:
+    """The ``gpucomm.paths/v1`` document (no I/O)."""
+    from gpucomm.planners.nccl.graph import build_graph
+    from gpucomm.planners.nccl.paths import path_table
+
+    G = build_graph(doc)
+    rows = path_table(G, between=between, rule=rule)
+    return {"schema": PATHS_SCHEMA, "rule": rule, "rows": rows,
+            "assumptions": list(G.graph.get("assumptions") or [])}
+
+
+def paths(
+    topo: str = typer.Argument(..., help="Topology: a saved topology, snapshot, `nvidia-smi topo -m` output, "
+                               "NCCL topology XML, rocm-smi output, or example:<name>."),
+    between: Optional[Tuple[str, str]] = typer.Option(None, "--between", help="Only the path between two devices: "
+                                                      "GPU<index>, an index, a GPU bus id or a NIC name."),
+    rule: str = typer.Option("widest", "--rule", help="widest: the widest route (ties: fewer hops); nccl: the route "
+                             "NCCL's transports take (best type, then bandwidth, then hops)."),
+) -> None:
+    """Path type, hops and bottleneck bandwidth for every GPU->GPU and GPU<->NIC pair (or one pair).
+
+    Types follow NCCL (LOC NVL NVB C2C PIX PXB P2C PXN PHB SYS); bandwidths are NCCL's per-link
+    constants (PCIe width*speed, NVLink count*per-link) unless the topology carries measured values.
+    Formats: table (default), json (schema gpucomm.paths/v1), yaml."""
+    from gpucomm.probes.errors import InputError
+    from gpucomm.probes.load import load_topology
+
+    from gpucomm.render.output import emit
+
+    rule_l = (rule or "").strip().lower()
+    if rule_l not in ("widest", "nccl"):
+        raise InputError(f"--rule {rule!r} is not a path rule", expected="widest or nccl")
+    doc = load_topology(topo)
+    out = build_paths(doc, between=between, rule=rule_l)
+
+    def table(console) -> None:
+        from rich.table import Table
+
+        t = Table(title=f"Paths ({'widest route' if rule_l == 'widest' else 'NCCL route'})", title_justify="left")
+        for c, j in (("src", "left"), ("dst", "left"), ("type", "left"), ("hops", "right"),
+                     ("bottleneck GB/s", "right"), ("via", "left")):
+            t.add_column(c, justify=j, no_wrap=True)
+        for r in out["rows"]:
+            t.add_row(r["src"], r["dst"], r["type"], str(r["hops"]), f"{r['bw_GBps']:g}", r["via"] or "-")
+        console.print(t)
+        for a in out["assumptions"]:
+            console.print(f"assumed: {a}")
+
+    emit(out, table=table, allowed=["table", "json", "yaml"])
+    for w in doc.get("warnings") or []:
+        diag(f"gpucomm: warning: {w}", verbose_only=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("paths")(paths)

@@ -1,0 +1,441 @@
+"""``gpucomm plan``, ``gpucomm select``, ``gpucomm synth``: rank placement, env and launch configs,
+GPU selection for schedulers, and synthetic clusters (SPEC §2, §5, §6).  The logic lives in
+gpucomm.planners.placement.layout / model_specs / env / launch / select / cluster; this module parses flags, does the
+I/O and renders."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from gpucomm.settings import diag
+
+EMITS = ("torchrun", "slurm", "rankfile", "env", "wrapper", "json", "nccl-xml")
+
+
+# ============================================================================================
+# Loading
+def load_cluster_file(path: str, default_topology: Optional[str] = None):
+    """Read and validate a cluster file (YAML or JSON) and everything it names."""
+    import yaml
+
+    from gpucomm.planners.placement.cluster import parse_cluster
+    from gpucomm.probes.errors import InputError
+    from gpucomm.probes.load import load_topology, read_text_input
+
+    text = read_text_input(path)
+    try:
+        obj = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise InputError(f"invalid YAML/JSON: {getattr(e, 'problem', None) or 'syntax error'}", path,
+                         line=(mark.line + 1) if mark is not None else None,
+                         expected="a gpucomm cluster file (nodes:, fabric:)") from None
+    base = os.path.dirname(os.path.abspath(path))
+    return parse_cluster(obj, path, base, load_topology, read_text_input, default_topology)
+
+
+# ============================================================================================
+def build_full_plan(doc: Optional[dict], *, nodes: Optional[int] = None, tp=None, pp=None, dp=None, cp=None,
+                    ep=None, order: str = "tp-cp-ep-dp-pp", model: Optional[str] = None, top: int = 5,
+                    gpus_per_node: Optional[int] = None, gpus: Optional[List[int]] = None, cluster=None,
+                    command: str = "train.py", topo_file_path: Optional[str] = None, port: int = 29500,
+                    hosts: Optional[List[str]] = None) -> dict:
+    """Everything ``plan`` computes, as the ``gpucomm.plan/v1`` document (no I/O; benchmarks and
+    tests call it directly)."""
+    from gpucomm.planners.launch import env as penv
+    from gpucomm.planners.launch import scripts as launch
+    from gpucomm.planners.placement import models as model_specs
+    from gpucomm.planners.placement import layout as placement
+    from gpucomm.planners.placement.cluster import choose_host_order, traffic_report
+    from gpucomm.planners.placement.select import select_gpus
+    from gpucomm.probes.errors import InputError, PlanInfeasible
+
+    order = placement.parse_order(order)
+    mspec = model_specs.parse_model_spec(model)
+    hosts_pool = None
+    if cluster is not None:
+        ref_host = cluster.nodes[0]
+        doc = cluster.doc(ref_host)
+        counts = {h: len(cluster.doc(h).get("gpus") or []) for h in cluster.nodes}
+        want = gpus_per_node or (len(gpus) if gpus else counts[ref_host])
+        hosts_pool = [h for h in cluster.nodes if counts[h] >= want]
+        if not hosts_pool:
+            raise PlanInfeasible(f"no node of the cluster has {want} GPUs")
+    if doc is None:
+        raise InputError("plan needs a topology (TOPO) or --cluster FILE")
+    view = placement.node_view(doc)
+    if gpus is None and gpus_per_node is not None and gpus_per_node < view.gpu_count:
+        if gpus_per_node < 1:
+            raise InputError(f"--gpus-per-node {gpus_per_node}", expected="an integer >= 1")
+        gpus = select_gpus(doc, gpus_per_node, compare=False)["gpus"]
+    if gpus is not None:
+        view = placement.node_view(doc, gpus)
+    gpn = len(gpus) if gpus is not None else (gpus_per_node or view.gpu_count)
+    if gpn > view.gpu_count:
+        raise PlanInfeasible(f"{gpn} GPUs per node requested but the topology has {view.gpu_count}")
+    if nodes is None:
+        if hosts_pool is not None:
+            if tp and pp and dp:
+                total_req = tp * pp * dp * (cp or 1) * (ep or 1)
+                if total_req % gpn:
+                    raise PlanInfeasible(f"tp*cp*ep*dp*pp = {total_req} is not a whole number of {gpn}-GPU nodes")
+                nodes = total_req // gpn
+            else:
+                nodes = len(hosts_pool)
+        else:
+            nodes = 1
+    if not isinstance(nodes, int) or nodes < 1:
+        raise InputError(f"--nodes {nodes}", expected="an integer >= 1")
+    if hosts_pool is not None and nodes > len(hosts_pool):
+        raise PlanInfeasible(f"the plan needs {nodes} nodes but the cluster has {len(hosts_pool)} with {gpn} GPUs")
+    total = nodes * gpn
+    candidates = None
+    warnings: List[str] = []
+    if mspec is not None and tp is None and pp is None and dp is None:
+        fixed = {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep}
+        rows = model_specs.rank_factorizations(view, nodes, gpn, mspec, order, fixed, top=top, gpus=gpus)
+        candidates = [{"rank": r["rank"], "parallelism": r["parallelism"],
+                       "step_time_s": r["estimate"]["step_time_s"], "comm_s": r["estimate"]["comm_s"],
+                       "bubble_s": r["estimate"]["bubble_s"], "micro_batches": r["estimate"]["micro_batches"],
+                       "memory_per_gpu_bytes": r["estimate"]["memory"]["per_gpu_bytes"],
+                       "fits": r["estimate"]["memory"]["fits"]} for r in rows]
+        best = rows[0]["parallelism"]
+        axes = {k: best[k] for k in placement.AXES}
+    else:
+        if mspec is None and tp is None and pp is None and dp is None and cp is None and ep is None:
+            warnings.append("no --tp/--pp/--dp/--model given: plain data parallelism over all GPUs")
+        axes = placement.resolve_axes(total, tp, pp, dp, cp, ep, gpn)
+    weights = model_specs.axis_weights(mspec, axes) if mspec else None
+    layout = placement.make_layout(view, nodes, gpn, axes, order, weights, gpus)
+    node_docs = None
+    if hosts is not None:
+        if cluster is not None:
+            raise InputError("--hosts and --cluster together", expected="one of them (a cluster file names its hosts)")
+        if len(hosts) != nodes or len(set(hosts)) != len(hosts):
+            raise InputError(f"--hosts names {len(hosts)} distinct host(s) for {nodes} node(s)",
+                             expected=f"{nodes} distinct host names, node rank order")
+    estimate = model_specs.step_estimate(mspec, layout) if mspec is not None else None
+    host_order = None
+    if hosts_pool is not None:
+        skeleton = {"groups": {a: layout.gen.get_ranks(a) for a in placement.AXES}, "nodes": nodes,
+                    "gpus_per_node": gpn, "estimate": estimate}
+        hosts, host_order = choose_host_order(cluster, hosts_pool, nodes, layout.gen, gpn, skeleton)
+        node_docs = [cluster.doc(h) for h in hosts]
+    plan = placement.plan_document(layout, hosts=hosts, node_docs=node_docs)
+    plan["host_order"] = host_order
+    plan["warnings"] = list(dict.fromkeys(warnings + plan["warnings"] + (cluster.warnings if cluster else [])))
+    if mspec is not None:
+        plan["estimate"] = estimate
+        mem = plan["estimate"]["memory"]
+        if mem["fits"] is False:
+            plan["warnings"].append(f"{mspec['name']} needs about {mem['per_gpu_bytes'] / 2**30:.1f} GiB per GPU; "
+                                    f"the GPUs have {mem['capacity_bytes'] / 2**30:.1f} GiB")
+        elif mem["fits"] is None:
+            plan["warnings"].append("GPU memory unknown: memory fit not checked")
+    plan["candidates"] = candidates
+    penv.build_env(plan, view, topo_file_path=topo_file_path or penv.DEFAULT_TOPO_FILE)
+    traffic = None
+    if nodes > 1 or cluster is not None:
+        traffic = traffic_report(plan, cluster.fabric if cluster is not None else None)
+    plan["traffic"] = traffic
+    switches = traffic["leaf_switches"] if traffic and traffic.get("leaf_switches") else None
+    launch.build_launch(plan, command=command, all_cpus=view.all_cpus, node_gpus=len(doc.get("gpus") or []),
+                        switches=switches, port=port, n_cores=len(set(placement.core_map(view).values())) or None)
+    return plan
+
+
+# ============================================================================================
+def _fmt_bytes(n: Optional[float]) -> str:
+    if n is None:
+        return "-"
+    for unit, div in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= div:
+            return f"{n / div:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def _fmt_s(x: Optional[float]) -> str:
+    if x is None:
+        return "-"
+    return f"{x * 1e3:.2f} ms" if x < 1 else f"{x:.2f} s"
+
+
+def draw_plan(plan: dict, console) -> None:
+    from rich.table import Table
+
+    p = plan["parallelism"]
+    console.print(f"gpucomm plan: {plan['nodes']} node(s) x {plan['gpus_per_node']} GPUs = {plan['world_size']} ranks; "
+                  f"tp={p['tp']} cp={p['cp']} ep={p['ep']} dp={p['dp']} pp={p['pp']} (order {p['order']})")
+    console.print(f"  torch: {plan['mesh']['device_mesh']['code']};  DeepSpeed axes "
+                  f"{plan['mesh']['deepspeed_axes']} dims {plan['mesh']['deepspeed_dims']}")
+    if plan.get("candidates"):
+        t = Table(title="Candidate factorizations (best first)")
+        for c in ("#", "tp", "cp", "ep", "dp", "pp", "micro-batches", "step", "comm", "bubble", "memory/GPU", "fits"):
+            t.add_column(c, justify="right")
+        for c in plan["candidates"]:
+            q = c["parallelism"]
+            t.add_row(str(c["rank"]), str(q["tp"]), str(q["cp"]), str(q["ep"]), str(q["dp"]), str(q["pp"]),
+                      str(c["micro_batches"]), _fmt_s(c["step_time_s"]), _fmt_s(c["comm_s"]), _fmt_s(c["bubble_s"]),
+                      _fmt_bytes(c["memory_per_gpu_bytes"]), {True: "yes", False: "no", None: "?"}[c["fits"]])
+        console.print(t)
+    t = Table(title="Local ranks (the same on every node)")
+    for c in ("local rank", "GPU", "bus id", "NUMA", "CPUs", "NICs"):
+        t.add_column(c)
+    for lr in plan["local_ranks"]:
+        t.add_row(str(lr["local_rank"]), str(lr["gpu"]), lr.get("pci_bus_id") or "-",
+                  "-" if lr.get("numa_node") is None else str(lr["numa_node"]), lr.get("cpus") or "-",
+                  ",".join(lr.get("nics") or []) or "-")
+    console.print(t)
+    t = Table(title="Groups")
+    for c in ("axis", "groups", "size", "spans", "link", "first groups"):
+        t.add_column(c)
+    for axis in ("tp", "cp", "ep", "dp", "pp"):
+        groups = plan["groups"][axis]
+        tier = plan["tiers"][axis]
+        if tier["size"] <= 1:
+            continue
+        bw = tier.get("inter_GBps") if tier.get("nodes", 1) > 1 else tier.get("intra_GBps")
+        link = tier["where"] + (f" ~{bw:g} GB/s" if bw else "")
+        first = " ".join(str(g) for g in groups[:2]) + (" ..." if len(groups) > 2 else "")
+        t.add_row(axis, str(len(groups)), str(tier["size"]), f"{tier['nodes']} node(s)", link, first)
+    console.print(t)
+    if plan.get("estimate"):
+        e = plan["estimate"]
+        t = Table(title=f"Estimate per step ({e['model']['name']}, {e['micro_batches']} micro-batches; {e['cost_model']})")
+        for c in ("part", "collective", "group", "where", "per GPU", "time"):
+            t.add_column(c)
+        t.add_row("compute", "-", "-", "-", "-", _fmt_s(e["compute_s"]))
+        t.add_row("pipeline bubble", "-", "-", "-", f"{e['bubble_fraction']:.3f} of ideal", _fmt_s(e["bubble_s"]))
+        for axis, c in e["comm"].items():
+            t.add_row(axis, c["collective"], f"{c['group_size']} ranks / {c['nodes_per_group']} node(s)",
+                      c["where"] or "-", _fmt_bytes(c["bytes_per_gpu"]), _fmt_s(c["time_s"]))
+        t.add_row("step", "", "", "", "", _fmt_s(e["step_time_s"]))
+        console.print(t)
+        m = e["memory"]
+        console.print(f"  memory per GPU: {_fmt_bytes(m['per_gpu_bytes'])} (weights+optimizer "
+                      f"{_fmt_bytes(m['weights_optimizer_bytes'])}, activations {_fmt_bytes(m['activation_bytes'])}) "
+                      f"of {_fmt_bytes(m['capacity_bytes'])}")
+    if plan.get("traffic") and plan["traffic"].get("by_level"):
+        tr = plan["traffic"]
+        t = Table(title="Traffic between nodes" + (f" (fabric {tr['fabric']}, {tr['leaf_switches']} leaf switches)"
+                                                   if tr.get("fabric") else ""))
+        for c in ("crosses", "edges", "bytes/step"):
+            t.add_column(c)
+        for lvl, v in tr["by_level"].items():
+            t.add_row(lvl, str(v["edges"]), _fmt_bytes(v["bytes_per_step"]) if v["bytes_per_step"] is not None else "-")
+        console.print(t)
+    t = Table(title="Environment")
+    for c in ("variable", "value", "why"):
+        t.add_column(c, overflow="fold")
+    for k, v in plan["env"].items():
+        t.add_row(k, v["value"], v["reason"])
+    console.print(t)
+    console.print("  launch: --emit torchrun | slurm | rankfile | wrapper | env | json"
+                  + (" | nccl-xml" if plan.get("files") else ""))
+
+
+def plan(
+    topo: Optional[str] = typer.Argument(None, help="Node topology: a saved topology, snapshot, `nvidia-smi topo -m` "
+                                         "output, NCCL XML, or example:<name> (optional with --cluster)."),
+    tp: Optional[int] = typer.Option(None, "--tp", help="Tensor-parallel size (kept inside a node's NVLink domain)."),
+    pp: Optional[int] = typer.Option(None, "--pp", help="Pipeline-parallel size."),
+    dp: Optional[int] = typer.Option(None, "--dp", help="Data-parallel size (default: what is left)."),
+    cp: Optional[int] = typer.Option(None, "--cp", help="Context-parallel size."),
+    ep: Optional[int] = typer.Option(None, "--ep", help="Expert-parallel size."),
+    nodes: Optional[int] = typer.Option(None, "--nodes", "-N", help="Number of identical nodes (default 1)."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="Cluster file (YAML/JSON: nodes + fabric)."),
+    order: str = typer.Option("tp-cp-ep-dp-pp", "--order", help="Megatron rank order, leftmost = adjacent ranks "
+                              "(tp-cp-ep-pp-dp = Megatron's --use-tp-pp-dp-mapping)."),
+    model: Optional[str] = typer.Option(None, "--model", help="llama-8b|llama-70b|llama-405b[,key=value...] or "
+                                        "layers=80,hidden=8192,heads=64,seq=8192,mbs=1,gbs=1024,dtype=bf16,params=70e9"),
+    emit: Optional[str] = typer.Option(None, "--emit", help="Print one artifact: " + ", ".join(EMITS) + "."),
+    top: int = typer.Option(5, "--top", help="Candidate factorizations to show (with --model and free axes)."),
+    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", "-g",
+                                                help="Use K GPUs per node (the best K, as `gpucomm select`)."),
+    gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU indices to use on each node, e.g. 0-3."),
+    command: str = typer.Option("train.py", "--command", help="Training script and its arguments for the launch files."),
+    topo_file_path: Optional[str] = typer.Option(None, "--topo-file-path",
+                                                 help="Where NCCL_TOPO_FILE will live on the nodes (VMs)."),
+    port: int = typer.Option(29500, "--master-port", help="Rendezvous port."),
+    hosts: Optional[str] = typer.Option(None, "--hosts", help="Host names of the nodes in node-rank order "
+                                        "(Slurm hostlist, e.g. node[01-04]); default: relative/allocated hosts."),
+) -> None:
+    """Rank mapping, groups, env and launch configs for TP/PP/DP/CP/EP on a node or a cluster.
+
+    Without --emit: a table (or --format json|yaml: the gpucomm.plan/v1 document).  With --model and
+    no --tp/--pp/--dp: candidate factorizations ranked by estimated step time (--cp/--ep stay fixed)."""
+    from gpucomm.planners.placement.select import parse_index_list
+    from gpucomm.probes.errors import InputError, NothingToDo
+    from gpucomm.probes.load import load_topology
+
+    from gpucomm.render.output import chosen_format, emit as emit_doc, write_text
+
+    if emit is not None and emit not in EMITS:
+        raise InputError(f"--emit {emit}", expected=", ".join(EMITS))
+    if topo is None and cluster is None:
+        raise InputError("give a topology (TOPO) or --cluster FILE", expected="gpucomm plan TOPO --tp 8 ...")
+    if top < 1:
+        raise InputError(f"--top {top}", expected="an integer >= 1")
+    gpu_list = parse_index_list(gpus, "--gpus")
+    if gpus is not None and not gpu_list:
+        raise InputError("--gpus is empty", expected="e.g. 0-3")
+    host_list = None
+    if hosts is not None:
+        from gpucomm.planners.placement.cluster import expand_hostlist
+
+        try:
+            host_list = expand_hostlist(hosts)
+        except ValueError as e:
+            raise InputError(f"--hosts {hosts!r}: {e}", expected="a Slurm hostlist like node[01-04]") from None
+        if nodes is None:
+            nodes = len(host_list)
+    cl = load_cluster_file(cluster, default_topology=topo) if cluster else None
+    doc = load_topology(topo) if (topo and cl is None) else None
+    result = build_full_plan(doc, nodes=nodes, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, order=order, model=model,
+                             top=top, gpus_per_node=gpus_per_node, gpus=gpu_list, cluster=cl, command=command,
+                             topo_file_path=topo_file_path, port=port, hosts=host_list)
+    if emit is not None:
+        from gpucomm.probes.model import dumps_json
+
+        if emit == "json":
+            text = dumps_json(result)
+        elif emit == "env":
+            from gpucomm.planners.launch.env import env_shell
+
+            text = env_shell(result)
+        elif emit == "nccl-xml":
+            text = (result.get("files") or {}).get("nccl-topo.xml")
+            if text is None:
+                raise NothingToDo("this topology shows its PCIe tree: NCCL needs no NCCL_TOPO_FILE "
+                                  "(only VMs with a flat PCIe tree get one)")
+        else:
+            text = result["launch"][emit]
+        write_text(text if text.endswith("\n") else text + "\n")
+    else:
+        emit_doc(result, table=lambda console: draw_plan(result, console), allowed=["table", "json", "yaml"])
+        _ = chosen_format
+    for w in result.get("warnings", []):
+        diag(f"gpucomm: warning: {w}")
+
+
+# ============================================================================================
+def draw_select(res: dict, console) -> None:
+    from rich.table import Table
+
+    d = res["details"]
+    console.print(f"gpucomm select: {res['count']} of free GPUs {res['free']} -> {res['gpus']}  "
+                  f"(CUDA_VISIBLE_DEVICES={','.join(map(str, res['gpus']))})")
+    t = Table(title="Why")
+    for c in ("policy", "GPUs", "ring GB/s", "NUMA nodes", "nearby NICs", "free GPUs fragmented", "go-gpuallocator score"):
+        t.add_column(c)
+    ga = res.get("gpuallocator")
+    t.add_row("gpucomm", str(res["gpus"]), _g(d["ring_GBps"]), str(d["numa_nodes"]), ",".join(d["nearby_nics"]) or "-",
+              str(d["fragmented_free_gpus"]), str(d.get("gpuallocator_score", "-")))
+    if ga and ga.get("details"):
+        g = ga["details"]
+        t.add_row("go-gpuallocator", str(ga["gpus"]), _g(g["ring_GBps"]), str(g["numa_nodes"]),
+                  ",".join(g["nearby_nics"]) or "-", str(g["fragmented_free_gpus"]), str(ga["score"]))
+    console.print(t)
+    console.print("  links: " + ", ".join(f"{k} {v}" for k, v in d["links"].items()) if d["links"] else "")
+
+
+def _g(x) -> str:
+    return "-" if x is None else f"{x:g}"
+
+
+def select(
+    topo: str = typer.Argument(..., help="Node topology (file, snapshot, capture or example:<name>)."),
+    count: int = typer.Option(..., "--count", "-k", help="How many GPUs to allocate."),
+    free: Optional[str] = typer.Option(None, "--free", help="Free GPU indices, e.g. 0,1,3 or 0-3,6 (default: all)."),
+    policy: str = typer.Option("gpucomm", "--policy", help="gpucomm (default) or gpuallocator (NVIDIA "
+                               "go-gpuallocator's best-effort policy, as the Kubernetes device plugin)."),
+) -> None:
+    """The best K of the free GPUs (for schedulers and device plugins).
+
+    Formats: table, json (gpucomm.select/v1), yaml, list (just the indices, comma-separated)."""
+    from gpucomm.planners.placement.select import parse_index_list, select_gpus
+    from gpucomm.probes.errors import InputError
+    from gpucomm.probes.load import load_topology
+
+    from gpucomm.render.output import emit as emit_doc
+
+    if policy not in ("gpucomm", "gpuallocator"):
+        raise InputError(f"--policy {policy}", expected="gpucomm or gpuallocator")
+    free_list = parse_index_list(free, "--free")
+    doc = load_topology(topo)
+    res = select_gpus(doc, count, free_list, compare=True)
+    if policy == "gpuallocator":
+        ga = res.get("gpuallocator")
+        if not ga or not ga.get("gpus"):
+            raise InputError("go-gpuallocator's policy returns no devices for this request")
+        res = dict(res, policy="gpuallocator", gpus=ga["gpus"], details=ga["details"])
+    emit_doc(res, table=lambda console: draw_select(res, console),
+             extra={"list": lambda: ",".join(str(g) for g in res["gpus"])},
+             allowed=["table", "json", "yaml", "list"])
+    for w in res.get("warnings", []):
+        diag(f"gpucomm: warning: {w}")
+
+
+# ============================================================================================
+def synth(
+    nodes: int = typer.Option(..., "--nodes", "-N", help="Number of nodes."),
+    node: str = typer.Option(..., "--node", help="Topology of every node, e.g. example:hgx-h100."),
+    fat_tree: int = typer.Option(3, "--fat-tree", help="Levels of the fat tree (1, 2 or 3)."),
+    nodes_per_leaf: int = typer.Option(32, "--nodes-per-leaf", help="Nodes under each leaf switch."),
+    leaves_per_spine: int = typer.Option(8, "--leaves-per-spine", help="Leaf switches under each spine (3 levels)."),
+    prefix: str = typer.Option("node", "--prefix", help="Host name prefix."),
+    out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="Write cluster.yaml and topology.conf here "
+                                           "(default: print the cluster file with the topology.conf inline)."),
+) -> None:
+    """Write a synthetic cluster: NODES copies of a node under a fat tree (cluster YAML + Slurm topology.conf)."""
+    import yaml
+
+    from gpucomm.planners.placement.cluster import synth_cluster
+    from gpucomm.planners.placement.layout import compute_nics, is_rdma
+    from gpucomm.probes.errors import InputError
+    from gpucomm.probes.load import load_topology
+    from gpucomm.probes.model import nic_rate_gbps
+
+    from gpucomm.render.output import chosen_format, write_text
+
+    doc = load_topology(node)  # the node must load, and gives the uplink speed
+    nics = {n["name"]: n for n in doc.get("nics") or [] if isinstance(n, dict) and n.get("name")}
+    rate = sum((nic_rate_gbps(n) or 0) for n in compute_nics(nics).values() if is_rdma(n))
+    src = node
+    if out_dir is not None and not node.startswith("example:"):
+        src = os.path.relpath(os.path.abspath(node), os.path.abspath(out_dir))
+    cluster_doc, conf = synth_cluster(nodes, src, fat_tree, nodes_per_leaf, leaves_per_spine, prefix,
+                                      link_gbps=rate or None,
+                                      topology_conf_name="topology.conf" if out_dir is not None else None)
+    fmt = chosen_format("yaml")
+    if fmt not in ("yaml", "json", "table"):
+        raise InputError(f"--format {fmt} is not available for synth", expected="yaml, json")
+    if out_dir is not None:
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            (out_dir / "topology.conf").write_text(conf, encoding="utf-8")
+            (out_dir / "cluster.yaml").write_text(yaml.safe_dump(cluster_doc, sort_keys=True), encoding="utf-8")
+        except OSError as e:
+            raise InputError(f"cannot write: {e.strerror}", str(out_dir)) from None
+        diag(f"gpucomm: wrote {out_dir / 'cluster.yaml'} and {out_dir / 'topology.conf'} ({nodes} nodes)")
+        summary = {"cluster": str(out_dir / "cluster.yaml"), "topology_conf": str(out_dir / "topology.conf"),
+                   "nodes": nodes, "levels": fat_tree}
+        from gpucomm.probes.model import dumps_json
+
+        write_text(dumps_json(summary) if fmt == "json" else yaml.safe_dump(summary, sort_keys=True))
+        return
+    if fmt == "json":
+        from gpucomm.probes.model import dumps_json
+
+        write_text(dumps_json(cluster_doc))
+    else:
+        write_text(yaml.safe_dump(cluster_doc, sort_keys=True))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan")(plan)
+    app.command("select")(select)
+    app.command("synth")(synth)

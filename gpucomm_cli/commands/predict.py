@@ -1,0 +1,260 @@
+"""``gpucomm predict``: predicted time, algbw and busbw of a collective (NCCL's tuning model over the
+topology, calibrated against real nccl-tests runs; see planners/collectives/cost.py).  With ``--compare FILE`` the
+prediction is checked against a measured nccl-tests/rccl-tests run (planners/collectives/compare.py)."""
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from gpucomm.settings import diag
+
+PREDICT_SCHEMA = "gpucomm.predict/v1"
+
+
+def build_prediction(doc: dict, collective: str, size: str, nodes: int = 1, gpus_per_node: Optional[int] = None,
+                     fabric_gbps: Optional[float] = None, algo: str = "auto", gpus: Optional[list] = None,
+                     dtype: str = "float") -> dict:
+    """The ``gpucomm.predict/v1`` document (no I/O; used by the command and by benchmarks)."""
+    from gpucomm.planners.collectives import cost
+    from gpucomm.probes.formats.nccltests import TYPE_SIZES
+    from gpucomm.probes.errors import InputError
+
+    coll = cost.normalize_collective(collective)
+    sizes = cost.parse_sizes(size, "--size")
+    dt = (dtype or "float").lower()
+    if dt not in TYPE_SIZES:
+        raise InputError(f"--dtype {dtype}: unknown type", expected=", ".join(sorted(TYPE_SIZES)))
+    algo_l = (algo or "auto").lower()
+    if algo_l not in cost.USER_ALGOS:
+        raise InputError(f"--algo {algo}: unknown algorithm", expected=", ".join(cost.USER_ALGOS))
+    graph = cost.summarize(doc, nodes=nodes, gpus_per_node=gpus_per_node, fabric_gbps=fabric_gbps, gpus=gpus)
+    rows = cost.predict(graph, coll, sizes, algo=algo_l, dtype_bytes=TYPE_SIZES[dt])
+    for r in rows:
+        r["type"] = dt
+    return {
+        "schema": PREDICT_SCHEMA,
+        "collective": coll,
+        "nodes": graph.n_nodes,
+        "gpus_per_node": graph.gpus_per_node,
+        "n_ranks": graph.n_ranks,
+        "algo": algo_l,
+        "fabric_gbps": fabric_gbps,
+        "graph": cost.summary_dict(graph),
+        "rows": rows,
+        "warnings": list(doc.get("warnings") or []),
+    }
+
+
+def table_text(pred: dict) -> str:
+    """nccl-tests-style text table."""
+    plural = "s" if pred["nodes"] != 1 else ""
+    lines = [
+        f"# gpucomm predict: {pred['collective']}, {pred['n_ranks']} ranks "
+        f"({pred['nodes']} node{plural} x {pred['gpus_per_node']} GPUs), algo {pred['algo']}",
+    ] + _graph_lines(pred["graph"])
+    lines.append("#")
+    lines.append(f"# {'size':>12} {'count':>13} {'type':>8} {'time':>12} {'algbw':>9} {'busbw':>9}  algorithm")
+    lines.append(f"# {'(B)':>12} {'(elements)':>13} {'':>8} {'(us)':>12} {'(GB/s)':>9} {'(GB/s)':>9}")
+    for r in pred["rows"]:
+        algo = r["algorithm"] + (f"/{r['protocol']}" if r.get("protocol") else "")
+        lines.append(f"  {r['size_bytes']:>12} {r['count']:>13} {r['type']:>8} {_fmt_time(r['time_us']):>12} "
+                     f"{r['algbw_GBps']:>9.2f} {r['busbw_GBps']:>9.2f}  {algo}")
+    return "\n".join(lines) + "\n"
+
+
+def build_comparison(doc: dict, text: str, path: str, collective: Optional[str] = None,
+                     nodes: Optional[int] = None, gpus_per_node: Optional[int] = None,
+                     fabric_gbps: Optional[float] = None, algo: str = "auto",
+                     gpus: Optional[list] = None) -> dict:
+    """The ``gpucomm.predict-compare/v1`` document: every selected run of the nccl-tests output
+    ``text`` (read from ``path``) against the prediction for the same collective, ranks and sizes.
+    No I/O.  Raises InputError (one line) for a file that does not parse or a run that does not fit
+    the topology."""
+    from gpucomm.planners.collectives import compare
+    from gpucomm.planners.collectives import cost
+    from gpucomm.probes.errors import InputError
+
+    algo_l = (algo or "auto").lower()
+    if algo_l not in cost.USER_ALGOS:
+        raise InputError(f"--algo {algo}: unknown algorithm", expected=", ".join(cost.USER_ALGOS))
+    runs, warnings = compare.select_runs(text, path, collective)
+    fixed_gpn = len(gpus) if gpus else gpus_per_node
+    if gpus and gpus_per_node and gpus_per_node != len(gpus):
+        raise InputError(f"--gpus lists {len(gpus)} GPUs but --gpus-per-node is {gpus_per_node}")
+    topo_gpus = len(doc.get("gpus") or [])
+    graphs: dict = {}
+    out = []
+    for run in runs:
+        where = f"{path}:{run['rows'][0]['line']}"
+        n, gpn, notes = compare.resolve_layout(run["n_ranks"], run["nodes"], topo_gpus, nodes=nodes,
+                                               gpus_per_node=fixed_gpn, where=where)
+        key = (n, gpn)
+        if key not in graphs:   # one NCCL graph search per layout, shared by the runs of a log
+            graphs[key] = cost.summarize(doc, nodes=n, gpus_per_node=gpn, fabric_gbps=fabric_gbps, gpus=gpus)
+        c = compare.compare_run(doc, run, nodes=n, gpus_per_node=gpn, fabric_gbps=fabric_gbps, algo=algo_l,
+                                gpus=gpus, graph=graphs[key])
+        c["graph"] = cost.summary_dict(c["graph"])
+        c["fabric_gbps"] = fabric_gbps
+        c["notes"] = notes + [w for w in run.get("warnings") or []]
+        for r in c["rows"]:
+            if r["error_pct"] is not None:
+                r["error_pct"] = round(r["error_pct"], 4)
+        m = c["summary"]["median_abs_error_pct_ge_1MiB"]
+        if m is not None:
+            c["summary"]["median_abs_error_pct_ge_1MiB"] = round(m, 4)
+        if c["summary"]["largest"] and c["summary"]["largest"]["error_pct"] is not None:
+            c["summary"]["largest"]["error_pct"] = round(c["summary"]["largest"]["error_pct"], 4)
+        out.append(c)
+    return {"schema": compare.SCHEMA, "source": path, "comparisons": out,
+            "warnings": warnings + list(doc.get("warnings") or [])}
+
+
+def _human(n: Optional[int]) -> str:
+    """1073741824 -> 1GiB (exact binary multiples only), else bytes."""
+    if n is None:
+        return "n/a"
+    for unit, k in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= k and n % k == 0:
+            return f"{n // k}{unit}"
+    return f"{n}B"
+
+
+def _fmt_opt(v: Optional[float], fmt: str) -> str:
+    return "n/a" if v is None else format(v, fmt)
+
+
+def summary_line(summary: dict) -> str:
+    """One line: error at the largest size, median |error| >= 1 MiB, and the 80%-of-peak sizes."""
+    L = summary["largest"]
+    if L is None:
+        return "# summary: no rows"
+    pk = summary["peak"]
+    med = summary["median_abs_error_pct_ge_1MiB"]
+    return (f"# summary: at the largest size ({_human(L['size_bytes'])}) busbw measured "
+            f"{_fmt_opt(L['measured_busbw_GBps'], '.2f')} GB/s, predicted {L['predicted_busbw_GBps']:.2f} GB/s "
+            f"({_fmt_opt(L['error_pct'], '+.1f')}%); median |error| over {summary['sizes_ge_1MiB']} sizes >= 1MiB: "
+            + (f"{med:.1f}%" if med is not None else "n/a")
+            + f"; {pk['fraction'] * 100:g}% of peak busbw reached at {_human(pk['measured_size_bytes'])} measured, "
+            f"{_human(pk['predicted_size_bytes'])} predicted")
+
+
+def compare_table_text(rep: dict) -> str:
+    """nccl-tests-like text: per compared run, the graph lines, one row per size, a summary line."""
+    blocks = []
+    for c in rep["comparisons"]:
+        plural = "s" if c["nodes"] != 1 else ""
+        lines = [f"# gpucomm predict --compare: {c['collective']}, {c['n_ranks']} ranks ({c['nodes']} node{plural} "
+                 f"x {c['gpus_per_node']} GPUs), algo {c['algo']}",
+                 f"# measured: {rep['source']} line {c['line']}"
+                 + (f" ({c['test_name']}_perf)" if c.get("test_name") else "") + ", out-of-place columns"]
+        lines += _graph_lines(c["graph"])
+        lines += [f"# note: {n}" for n in c["notes"]]
+        lines.append("#")
+        lines.append(f"# {'size':>12} {'count':>13} {'type':>8} {'measured':>10} {'predicted':>10} "
+                     f"{'measured':>10} {'predicted':>10} {'error':>8}  predicted")
+        lines.append(f"# {'(B)':>12} {'(elements)':>13} {'':>8} {'time (us)':>10} {'time (us)':>10} "
+                     f"{'busbw':>10} {'busbw':>10} {'(%)':>8}  algorithm")
+        for r in c["rows"]:
+            algo = r["algorithm"] + (f"/{r['protocol']}" if r.get("protocol") else "")
+            mt = _fmt_time(r["measured_time_us"]) if r["measured_time_us"] is not None else "n/a"
+            lines.append(f"  {r['size_bytes']:>12} {_fmt_opt(r['count'], 'd'):>13} {str(r['type'] or '-'):>8} "
+                         f"{mt:>10} {_fmt_time(r['predicted_time_us']):>10} "
+                         f"{_fmt_opt(r['measured_busbw_GBps'], '.2f'):>10} {r['predicted_busbw_GBps']:>10.2f} "
+                         f"{_fmt_opt(r['error_pct'], '+.1f'):>8}  {algo}")
+        lines.append(summary_line(c["summary"]))
+        blocks.append("\n".join(lines))
+    return "\n#\n".join(blocks) + "\n"
+
+
+def _graph_lines(g: dict) -> list[str]:
+    """The ``#`` lines describing NCCL's graphs and the achievable bandwidths (``cost.summary_dict``)."""
+    lines = [
+        f"# NCCL ring graph: {g['channels']} channels x {g['bw_intra']:g}/{g['bw_inter']:g} GB/s, "
+        f"type {g['type_intra']}/{g['type_inter']}, sm{g['cc']}"
+        + (f"; NVLS {g['nvls_channels']} channels x {g['nvls_bw_intra']:g} GB/s" if g.get("nvls") else ""),
+    ]
+    ach = []
+    if g.get("ring_bus_bw"):
+        ach.append(f"ring {g['ring_bus_bw']:g}")
+    if g.get("node_net_bw"):
+        ach.append(f"network {g['node_net_bw']:g} per node")
+    if ach:
+        lines.append("# achievable bus bandwidth (GB/s): " + ", ".join(ach))
+    for n in g.get("notes") or []:
+        lines.append(f"# note: {n}")
+    return lines
+
+
+def _fmt_time(t: float) -> str:
+    # nccl-tests prints 4 significant-ish digits: 32.29, 206.2, 14920
+    return f"{t:.2f}" if t < 100 else f"{t:.1f}" if t < 10000 else f"{t:.0f}"
+
+
+def predict(
+    topo: str = typer.Argument(..., help="Topology: a saved topology, snapshot, `nvidia-smi topo -m` output, "
+                               "NCCL topology XML, rocm-smi output, or example:<name>."),
+    collective: Optional[str] = typer.Option(None, "--collective", "-c", help="all_reduce (default), all_gather, "
+                                             "reduce_scatter, broadcast, reduce, all_to_all, send_recv. With "
+                                             "--compare: only that collective's runs (default: every run)."),
+    size: Optional[str] = typer.Option(None, "--size", "-s", help="Bytes per operation with nccl-tests' meaning: "
+                                       "1GiB (default), a sweep 8B:8GiB (doubling), 1K:1G:x4 (factor 4), or a list "
+                                       "1M,2M. With --compare: the file's sizes."),
+    nodes: Optional[int] = typer.Option(None, "--nodes", "-N", help="Number of identical nodes (default 1; with "
+                                        "--compare: from the file's hosts and ranks)."),
+    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", "-g",
+                                                help="GPUs used per node (default: all; the first G by index)."),
+    gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU indices used per node, e.g. 0,1,2,3 or 0-3."),
+    fabric_gbps: Optional[float] = typer.Option(None, "--fabric-gbps", help="What one NIC delivers, in Gb/s: "
+                                                "sets the network bandwidth of the prediction (NCCL's algorithm "
+                                                "choice still sees the NIC link rate when the topology has one); "
+                                                "without NICs in the topology: one NIC per node. For NCCL's TCP "
+                                                "socket transport on a 200G NIC use about 38 (fitted to a "
+                                                "Polaris nccl-tests run)."),
+    algo: str = typer.Option("auto", "--algo", help="auto (what NCCL would pick), ring, tree, nvls, pat."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="Element type for the count column (float, "
+                                        "half, ...; default float; with --compare: the file's)."),
+    compare_file: Optional[str] = typer.Option(None, "--compare", help="nccl-tests/rccl-tests output to check "
+                                               "the prediction against: same collective, ranks and sizes; "
+                                               "measured (out-of-place) vs predicted busbw and the error per size."),
+) -> None:
+    """Predict time, algbw and busbw of a collective (nccl-tests formulas), per size.
+
+    With --compare FILE: the prediction next to a measured nccl-tests run, with the error per size and
+    a summary (error at the largest size, median |error| >= 1 MiB, size reaching 80% of peak busbw).
+
+    Formats: table (nccl-tests layout, default), json (schema gpucomm.predict/v1, or
+    gpucomm.predict-compare/v1 with --compare), yaml."""
+    from gpucomm.probes.errors import InputError
+    from gpucomm.probes.load import load_topology, read_text_input
+
+    from gpucomm.render.output import emit
+
+    from gpucomm.commands.collective import parse_gpu_list
+
+    gpu_list = parse_gpu_list(gpus)
+    if compare_file is not None:
+        for flag, value in (("--size", size), ("--dtype", dtype)):
+            if value is not None:
+                raise InputError(f"{flag} and --compare exclude each other: --compare predicts the file's sizes "
+                                 "and types")
+        text = read_text_input(compare_file)
+        doc = load_topology(topo)
+        rep = build_comparison(doc, text, compare_file, collective=collective, nodes=nodes,
+                               gpus_per_node=gpus_per_node, fabric_gbps=fabric_gbps, algo=algo, gpus=gpu_list)
+        emit(rep, extra={"table": lambda: compare_table_text(rep)}, allowed=["table", "json", "yaml"])
+        topo_warnings = set(doc.get("warnings") or [])
+        for w in rep["warnings"]:   # skipped runs matter; topology warnings only with --verbose, as below
+            diag(f"gpucomm: warning: {w}", verbose_only=w in topo_warnings)
+        return
+    doc = load_topology(topo)
+    pred = build_prediction(doc, collective or "all_reduce", size or "1GiB", nodes=1 if nodes is None else nodes,
+                            gpus_per_node=gpus_per_node, fabric_gbps=fabric_gbps, algo=algo, gpus=gpu_list,
+                            dtype=dtype or "float")
+    emit(pred, extra={"table": lambda: table_text(pred)}, allowed=["table", "json", "yaml"])
+    for w in pred["warnings"]:
+        diag(f"gpucomm: warning: {w}", verbose_only=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("predict")(predict)

@@ -1,0 +1,142 @@
+"""``gpucomm probe``, ``show``, ``snapshot``, ``examples``: discovery and its rendering."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from gpucomm.settings import SETTINGS, diag
+
+TOPO_FORMATS = ["table", "json", "yaml", "matrix", "tree", "dot", "nccl-xml"]
+ALL_SOURCES = ("nvml", "smi", "sysfs", "ib", "net", "numa")  # for --help; gpucomm.probes.sources.probe validates
+
+
+def _render_topology(doc: dict) -> None:
+    from gpucomm.probes.model import finalize
+
+    from gpucomm.render.output import emit
+
+    finalize(doc)
+
+    def render_topo():  # lazy: only table/matrix/tree/dot need rich
+        from gpucomm.render import topology as rt
+
+        return rt
+
+    def nccl_xml() -> str:
+        from gpucomm.probes.formats.nccl_xml import export_nccl_xml
+
+        return export_nccl_xml(doc)
+
+    emit(
+        doc,
+        table=lambda console: render_topo().summary_table(doc, console),
+        extra={
+            "matrix": lambda: render_topo().matrix_text(doc),
+            "tree": lambda: _capture(lambda c: render_topo().tree(doc, c)),
+            "dot": lambda: render_topo().dot(doc),
+            "nccl-xml": nccl_xml,
+        },
+        allowed=TOPO_FORMATS,
+    )
+    for w in doc.get("warnings", []):
+        diag(f"gpucomm: warning: {w}")
+
+
+def _capture(draw) -> str:
+    import io
+
+    from gpucomm.render.output import make_console
+
+    buf = io.StringIO()
+    draw(make_console(buf))
+    return buf.getvalue()
+
+
+def probe(
+    src: Optional[str] = typer.Option(None, "--from", help="Replay a recorded input instead of probing this node: "
+                                      "a saved topology, a snapshot (dir or .tar.gz), `nvidia-smi topo -m` output, "
+                                      "an NCCL topology XML, `rocm-smi --showtopo` output, or example:<name>."),
+    sources: Optional[str] = typer.Option(None, "--sources", help="Comma list of sources to use: "
+                                          + ",".join(ALL_SOURCES) + " (default: all available)."),
+    sysfs_root: Optional[Path] = typer.Option(None, "--sysfs-root", help="Read /sys (and /proc) under DIR."),
+) -> None:
+    """Discover this node (or replay SRC) and print the topology.
+
+    Formats: table (default), json, yaml, matrix (nvidia-smi layout), tree (PCIe hierarchy), dot, nccl-xml."""
+    if src:
+        from gpucomm.probes.load import load_topology
+
+        doc = load_topology(src)
+    else:
+        from gpucomm.probes.sources.host import Host
+        from gpucomm.probes.sources.probe import probe_host
+
+        host = Host(root=sysfs_root) if sysfs_root else Host()
+        if sysfs_root and not sysfs_root.is_dir():
+            from gpucomm.probes.errors import InputError
+
+            raise InputError("not a directory", str(sysfs_root), expected="a directory holding sys/")
+        if sysfs_root:
+            host.provenance = "snapshot"
+        doc = probe_host(host, sources)  # validates --sources (gpucomm.probes.sources.probe.parse_sources)
+    _render_topology(doc)
+
+
+def show(
+    topo: str = typer.Argument(..., metavar="TOPO", help="Any --from source (file, snapshot, example:<name>)."),
+) -> None:
+    """Render a saved topology as table, matrix, tree, dot, json, yaml or nccl-xml."""
+    from gpucomm.probes.load import load_topology
+
+    _render_topology(load_topology(topo))
+
+
+def snapshot(
+    out: Optional[str] = typer.Argument(None, metavar="OUT", help="Output .tar.gz or directory (or use -o)."),
+    sysfs_root: Optional[Path] = typer.Option(None, "--sysfs-root", help="Record from DIR instead of /."),
+) -> None:
+    """Record this node's raw inputs (sysfs subset, NVML dump, nvidia-smi outputs) for offline replay."""
+    from gpucomm.probes.errors import InputError
+    from gpucomm.probes.sources.host import Host
+    from gpucomm.probes.sources.snapshot import write_snapshot
+
+    target = out or SETTINGS.output
+    if not target:
+        raise InputError("snapshot needs an output path", expected="gpucomm snapshot -o node.tar.gz")
+    host = Host(root=sysfs_root) if sysfs_root else Host()
+    res = write_snapshot(host, Path(target))
+    diag(f"gpucomm: snapshot written to {res['path']} ({res.get('files', 0)} files, {res.get('bytes', 0)} bytes)")
+
+
+def examples() -> None:
+    """List the bundled example machines (use them as example:<name>)."""
+    from gpucomm.probes.examples import example_meta, list_examples
+
+    from gpucomm.render.output import emit
+
+    rows = []
+    for name, path in list_examples().items():
+        meta = example_meta(path)
+        rows.append({"name": f"example:{name}", "description": meta.get("description", ""),
+                     "capture": meta.get("capture")})
+
+    def table(console):
+        from rich.table import Table
+
+        t = Table(title="bundled example machines", show_lines=False)
+        t.add_column("name", style="bold")
+        t.add_column("description")
+        for r in rows:
+            t.add_row(r["name"], r["description"])
+        console.print(t)
+
+    emit({"schema": "gpucomm.examples/v1", "examples": rows}, table=table)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("probe")(probe)
+    app.command("show")(show)
+    app.command("snapshot")(snapshot)
+    app.command("examples")(examples)

@@ -1,0 +1,552 @@
+"""Rendering of a topology document (rendering only; nothing here parses a capture).
+
+* :func:`matrix_text` -- the ``nvidia-smi topo -m`` layout (NIC columns ``NIC0..`` with a NIC
+  Legend, CPU Affinity / NUMA Affinity / GPU NUMA ID, legend), plain text that
+  :func:`gpucomm.probes.formats.smi_topo.parse_topo_text` reads back to the same matrix.
+* :func:`matrix_rich` -- the same matrix on a terminal, one colour per level.
+* :func:`summary_table` -- host, sources, NUMA nodes, GPUs, NICs, warnings, then the matrix.
+* :func:`tree` -- the PCIe hierarchy (CPU/NUMA -> host bridges -> switches -> GPUs/NICs) with
+  link speeds, then the NVLink/NVSwitch and other links; a flat list when there is no tree.
+* :func:`dot` -- Graphviz DOT of devices, switches and links (deterministic).
+
+rich is imported inside the functions that need it (``gpucomm --help`` must not pay for it).
+"""
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from gpucomm.probes.model import (
+    cpu_id,
+    format_cpulist,
+    gpu_id,
+    matrix_order,
+    nic_id,
+    nic_rate_gbps,
+    pcie_bw_GBps,
+)
+from gpucomm.probes.model import natural_key as _natural
+
+_GPU_KEY = re.compile(r"^GPU(\d+)$")
+
+# nvidia-smi's own legend (driver >= 418 wording), printed under the matrix.
+LEGEND = (
+    ("X", "Self"),
+    ("SYS", "Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)"),
+    ("NODE", "Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node"),
+    ("PHB", "Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)"),
+    ("PXB", "Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)"),
+    ("PIX", "Connection traversing at most a single PCIe bridge"),
+    ("NV#", "Connection traversing a bonded set of # NVLinks"),
+)
+SHORT_LEGEND = (("X", "self"), ("NV#", "# bonded NVLinks"), ("PIX", "at most one PCIe bridge"),
+                ("PXB", "several PCIe bridges"), ("PHB", "PCIe host bridge"),
+                ("NODE", "host bridges within a NUMA node"), ("SYS", "across NUMA nodes (SMP link)"))
+TRAILING = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
+
+
+def level_style(cell: str) -> str:
+    """rich style for one matrix cell: NVLink green, same switch cyan, host bridge/NUMA yellow,
+    across sockets red."""
+    if cell == "X":
+        return "bold"
+    if cell.startswith("NV") or cell.startswith("XGMI"):
+        return "green"
+    if cell in ("PIX", "PXB"):
+        return "cyan"
+    if cell in ("PHB", "NODE"):
+        return "yellow"
+    if cell in ("SYS", "SOC"):
+        return "red"
+    return "dim"
+
+
+# --------------------------------------------------------------------------------------------
+# Matrix
+def _matrix_parts(doc: dict) -> dict:
+    """Everything both matrix renderers need: ordered keys, display labels, cells, trailing values."""
+    matrix = doc.get("matrix") or {}
+    order = [k for k in matrix_order(doc) if k in matrix]
+    # Columns seen only inside rows (a hand-edited document) still get a column.
+    for row in matrix.values():
+        for k in row:
+            if k not in order:
+                order.append(k)
+    gpus = [k for k in order if _GPU_KEY.match(k)]
+    nics = [k for k in order if not _GPU_KEY.match(k)]
+    order = gpus + nics
+    label = {k: k for k in gpus}
+    label.update({k: f"NIC{j}" for j, k in enumerate(nics)})
+    by_key = {f"GPU{g['index']}": g for g in doc.get("gpus", [])}
+    trailing = {}
+    for k in gpus:
+        g = by_key.get(k, {})
+        cpu = g.get("cpu_affinity") or "N/A"
+        numa = format_cpulist(g.get("numa_affinity") or []) or "N/A"
+        gnid = g.get("gpu_numa_id")
+        trailing[k] = (cpu, numa, str(gnid) if isinstance(gnid, int) else "N/A")
+    cells = {r: {c: ("X" if r == c else (matrix.get(r) or {}).get(c, "N/A")) for c in order} for r in order}
+    return {"order": order, "gpus": gpus, "nics": nics, "label": label, "cells": cells, "trailing": trailing}
+
+
+def matrix_text(doc: dict) -> str:
+    """The matrix as ``nvidia-smi topo -m`` prints it (spaces instead of tabs, so that it lines up
+    whatever the tab width)."""
+    p = _matrix_parts(doc)
+    order, label, cells = p["order"], p["label"], p["cells"]
+    if not order:
+        return "No GPUs or NICs in the topology matrix.\n"
+    w0 = max(8, max(len(label[k]) for k in order) + 1)
+    widths = {c: max(8, len(label[c]) + 1, max(len(cells[r][c]) + 2 for r in order)) for c in order}
+    tw = [max(len(TRAILING[i]), max((len(v[i]) for v in p["trailing"].values()), default=0)) + 4
+          for i in range(3)]
+
+    def cell(v: str) -> str:
+        return " X" if v == "X" else v
+
+    lines = [(" " * w0 + "".join(label[c].ljust(widths[c]) for c in order)
+              + "".join(TRAILING[i].ljust(tw[i]) for i in range(3))).rstrip()]
+    for r in order:
+        s = label[r].ljust(w0) + "".join(cell(cells[r][c]).ljust(widths[c]) for c in order)
+        if r in p["trailing"]:
+            s += "".join(p["trailing"][r][i].ljust(tw[i]) for i in range(3))
+        lines.append(s.rstrip())
+    lines += ["", "Legend:", ""]
+    lines += [f"  {code:<4} = {text}" for code, text in LEGEND]
+    if p["nics"]:
+        lines += ["", "NIC Legend:", ""]
+        lines += [f"  {label[k]}: {k}" for k in p["nics"]]
+    return "\n".join(lines) + "\n"
+
+
+def matrix_rich(doc: dict, console) -> None:
+    """Print the matrix on a rich console, one colour per connection level."""
+    from rich.table import Table
+    from rich.text import Text
+
+    p = _matrix_parts(doc)
+    order, label, cells = p["order"], p["label"], p["cells"]
+    if not order:
+        console.print("No GPUs or NICs in the topology matrix.")
+        return
+    t = Table(box=None, pad_edge=False, show_edge=False, header_style="bold", title="Topology matrix (nvidia-smi topo -m)",
+              title_justify="left")
+    t.add_column("")
+    for c in order:
+        t.add_column(label[c], no_wrap=True)
+    for title in TRAILING:
+        t.add_column(title, no_wrap=True)
+    for r in order:
+        row = [Text(label[r], style="bold")]
+        row += [Text(cells[r][c], style=level_style(cells[r][c])) for c in order]
+        row += [Text(v) for v in p["trailing"].get(r, ("", "", ""))]
+        t.add_row(*row)
+    console.print(t)
+    legend = Text("Legend: ")
+    for code, text in SHORT_LEGEND:
+        legend.append(code, style=level_style("NV1" if code == "NV#" else code))
+        legend.append(f" {text}" + ("  " if code != SHORT_LEGEND[-1][0] else ""))
+    console.print(legend)
+    if p["nics"]:
+        console.print("NIC Legend: " + ", ".join(f"{label[k]}={k}" for k in p["nics"]))
+
+
+# --------------------------------------------------------------------------------------------
+# Summary
+def _dash(v) -> str:
+    return "-" if v is None or v == "" or v == [] else str(v)
+
+
+def _pcie_text(pcie: Optional[dict]) -> str:
+    if not pcie:
+        return "-"
+
+    def one(gen, width):
+        if gen is None and width is None:
+            return "?"
+        return f"Gen{gen if gen is not None else '?'} x{width if width is not None else '?'}"
+
+    return f"{one(pcie.get('gen'), pcie.get('width'))} / {one(pcie.get('max_gen'), pcie.get('max_width'))}"
+
+
+def _gpu_nvlink_text(doc: dict, g: dict) -> str:
+    """NVLink summary of one GPU: per-link records when the source had them, else from links."""
+    recs = g.get("nvlink") or []
+    if recs:
+        active = [l for l in recs if str(l.get("state", "")).lower() in ("active", "up", "1", "true")]
+        bw = sum(l.get("bw_GBps") or 0 for l in active)
+        s = f"{len(active)}/{len(recs)} active"
+        return s + (f", {bw:g} GB/s" if bw else "")
+    gid, gkey = gpu_id(g), f"GPU{g['index']}"
+    nvs = {s["id"] for s in doc.get("switches", []) if s.get("kind") == "nvswitch"}
+    total, peers = 0, set()
+    for l in doc.get("links", []):
+        if l.get("kind") != "nvlink":
+            continue
+        ends = {l["a"], l["b"]}
+        if gid in ends or gkey in ends:
+            total += int(l.get("count") or 1)
+            peers |= ends - {gid, gkey}
+    if not total:
+        return "-"
+    switches = peers & nvs
+    parts = []
+    if peers - switches:
+        parts.append(f"{len(peers - switches)} GPU peer(s)")
+    if switches:
+        parts.append(f"{len(switches)} NVSwitch(es)")
+    return f"{total} link(s) to " + " + ".join(parts)
+
+
+def _ports_text(nic: dict) -> str:
+    parts = []
+    for p in nic.get("ports") or []:
+        rate = p.get("rate_gbps")
+        parts.append(f"{p.get('port')}: {_dash(p.get('state'))}" + (f" {rate:g} Gb/s" if rate else ""))
+    return ", ".join(parts) or "-"
+
+
+def summary_table(doc: dict, console) -> None:
+    """Rich tables: host, sources, NUMA nodes, GPUs, NICs, warnings, then the matrix."""
+    from rich.table import Table
+
+    host = doc.get("host") or {}
+    t = Table(title="Host", title_justify="left", show_header=False, box=None, pad_edge=False)
+    t.add_column("field", style="bold")
+    t.add_column("value")
+    for k in ("hostname", "provenance", "os", "kernel", "driver_version", "cuda_version", "cpu_vendor", "cpu_model",
+              "cpu_arch", "sockets", "collected_at"):
+        if k in host:
+            t.add_row(k, _dash(host.get(k)))
+    console.print(t)
+
+    if doc.get("sources"):
+        t = Table(title="Sources", title_justify="left")
+        for c in ("source", "status", "detail"):
+            t.add_column(c)
+        colour = {"ok": "green", "partial": "yellow", "unavailable": "dim", "error": "red"}
+        for s in doc["sources"]:
+            st = s.get("status", "")
+            t.add_row(s.get("name", ""), f"[{colour.get(st, '')}]{st}[/]" if colour.get(st) else st,
+                      _escape(s.get("detail", "")))
+        console.print(t)
+
+    if doc.get("numa_nodes"):
+        t = Table(title="NUMA nodes", title_justify="left")
+        for c in ("node", "CPUs", "memory", "distances"):
+            t.add_column(c)
+        for n in doc["numa_nodes"]:
+            mem = n.get("memory_bytes")
+            t.add_row(str(n.get("id")), _dash(n.get("cpus")), f"{mem / 2**30:.1f} GiB" if mem else "-",
+                      " ".join(map(str, n.get("distances") or [])) or "-")
+        console.print(t)
+
+    t = Table(title=f"GPUs ({len(doc.get('gpus', []))})", title_justify="left")
+    for c in ("GPU", "name", "bus id", "NUMA", "CPUs", "PCIe cur / max", "NVLink"):
+        t.add_column(c, no_wrap=c in ("bus id", "PCIe cur / max"))
+    for g in doc.get("gpus", []):
+        numa = g.get("numa_node")
+        aff = g.get("numa_affinity") or []
+        numa_s = str(numa) if numa is not None else (format_cpulist(aff) if aff else "-")
+        t.add_row(str(g["index"]), _escape(_dash(g.get("name"))), _dash(g.get("pci_bus_id")), numa_s,
+                  _dash(g.get("cpu_affinity")), _pcie_text(g.get("pcie")), _gpu_nvlink_text(doc, g))
+    console.print(t)
+
+    if doc.get("nics"):
+        t = Table(title=f"NICs ({len(doc['nics'])})", title_justify="left")
+        for c in ("NIC", "netdev", "bus id", "NUMA", "link layer", "ports"):
+            t.add_column(c)
+        for n in doc["nics"]:
+            t.add_row(_escape(n["name"]), _dash(n.get("netdev")), _dash(n.get("pci_bus_id")), _dash(n.get("numa_node")),
+                      _dash(n.get("link_layer")), _ports_text(n))
+        console.print(t)
+
+    # Other PCI functions (a GPU-less host still shows what it has).  Only when there are no GPUs,
+    # or with --verbose, to keep the GPU-node view short.
+    from gpucomm.settings import SETTINGS
+
+    pci = doc.get("pci_devices") or []
+    if pci and (not doc.get("gpus") or SETTINGS.verbose):
+        t = Table(title=f"PCI devices ({len(pci)})", title_justify="left")
+        for c in ("bus id", "class", "vendor:device", "role", "NUMA"):
+            t.add_column(c)
+        for p in pci:
+            t.add_row(_dash(p.get("bdf")), _dash(p.get("class")), f"{p.get('vendor') or '-'}:{p.get('device') or '-'}",
+                      _dash(p.get("role")), _dash(p.get("numa_node")))
+        console.print(t)
+    other_net = [n for n in doc.get("net_interfaces") or [] if n.get("kind") != "physical"]
+    if other_net:
+        console.print("Other network interfaces: " + ", ".join(
+            f"{_escape(n.get('name', '?'))} ({n.get('kind', '?')}, {n.get('operstate') or '-'})" for n in other_net))
+
+    if doc.get("warnings"):
+        console.print("[bold yellow]Warnings[/]")
+        for w in doc["warnings"]:
+            console.print(f"  [yellow]![/] {_escape(w)}")
+    matrix_rich(doc, console)
+
+
+def _escape(s: str) -> str:
+    from rich.markup import escape
+
+    return escape(str(s))
+
+
+# --------------------------------------------------------------------------------------------
+# Tree
+
+
+class _Graph:
+    """The PCI tree as parent pointers, plus display labels; shared by :func:`tree` and :func:`dot`."""
+
+    def __init__(self, doc: dict):
+        self.doc = doc
+        self.kind: dict = {}
+        self.label: dict = {}
+        self.parent: dict = {}
+        self.rec: dict = {}
+        switches = doc.get("switches", [])
+        for s in switches:
+            self.kind[s["id"]] = s.get("kind") or "pcie"
+            self.rec[s["id"]] = s
+        for g in doc.get("gpus", []):
+            i = gpu_id(g)
+            self.kind[i], self.rec[i] = "gpu", g
+        for n in doc.get("nics", []):
+            i = nic_id(n)
+            self.kind[i], self.rec[i] = "nic", n
+        cpus = {cpu_id(n["id"]) for n in doc.get("numa_nodes", []) if isinstance(n.get("id"), int)}
+        for node, r in list(self.rec.items()):
+            p = r.get("parent")
+            if p is None and r.get("numa_node") is not None and self.kind[node] != "nvswitch":
+                p = cpu_id(r["numa_node"])
+            if p is not None:
+                self.parent[node] = p
+                if p.startswith("CPU") and p not in self.kind:
+                    cpus.add(p)
+        for l in doc.get("links", []):
+            for e in (l["a"], l["b"]):
+                if e.startswith("CPU") and re.match(r"^CPU\d+$", e):
+                    cpus.add(e)
+        for c in cpus:
+            self.kind.setdefault(c, "cpu")
+        self.has_tree = any(r.get("parent") for r in self.rec.values()) or bool(switches)
+
+    def display(self, node: str) -> str:
+        k = self.kind.get(node)
+        r = self.rec.get(node, {})
+        if k == "gpu":
+            return f"GPU{r['index']}"
+        if k == "nic":
+            return r["name"]
+        return node
+
+    def children(self) -> dict:
+        ch: dict = {}
+        for node, p in self.parent.items():
+            ch.setdefault(p, []).append(node)
+        order = {"host_bridge": 0, "pcie": 1, "nvswitch": 2, "gpu": 3, "nic": 4}
+        for p in ch:
+            ch[p].sort(key=lambda n: (order.get(self.kind.get(n), 9), _natural(self.display(n))))
+        return ch
+
+    def pcie_link(self, a: str, b: str) -> Optional[dict]:
+        for l in self.doc.get("links", []):
+            if l.get("kind") == "pcie" and {l["a"], l["b"]} == {a, b}:
+                return l
+        return None
+
+
+def _speed(gen, width, bw=None) -> str:
+    if gen is None and width is None and bw is None:
+        return ""
+    s = f"Gen{gen if gen is not None else '?'} x{width if width is not None else '?'}"
+    if bw is None and (gen is not None or width is not None):
+        bw = pcie_bw_GBps(gen, width)
+    return s + (f", {bw:g} GB/s" if bw is not None else "")
+
+
+def _node_text(g: _Graph, node: str) -> str:
+    from rich.markup import escape
+
+    k, r = g.kind.get(node), g.rec.get(node, {})
+    up = g.parent.get(node)
+    link = g.pcie_link(node, up) if up else None
+    speed = _speed(link.get("gen"), link.get("width"), link.get("bw_GBps")) if link else ""
+    if k == "cpu":
+        n = int(node[3:])
+        numa = next((x for x in g.doc.get("numa_nodes", []) if x.get("id") == n), {})
+        cpus = numa.get("cpus")
+        return f"[bold]{node}[/] NUMA {n}" + (f"  cpus {cpus}" if cpus else "")
+    if k == "host_bridge":
+        return f"[bold]host bridge[/] {escape(node)}"
+    if k == "pcie":
+        bus = r.get("pci_bus_id") or node
+        return f"PCIe switch {escape(bus)}" + (f"  [dim]({speed})[/]" if speed else "")
+    if k == "nvswitch":
+        return f"NVSwitch {escape(node)}"
+    if k == "gpu":
+        pcie = r.get("pcie") or {}
+        if not speed and pcie:
+            speed = _speed(pcie.get("gen"), pcie.get("width"))
+            if (pcie.get("max_gen"), pcie.get("max_width")) not in ((None, None), (pcie.get("gen"), pcie.get("width"))):
+                speed += f" (max Gen{pcie.get('max_gen')} x{pcie.get('max_width')})"
+        parts = [f"[green bold]GPU{r['index']}[/]", escape(r.get("name") or ""), escape(r.get("pci_bus_id") or "")]
+        s = " ".join(p for p in parts if p)
+        return s + (f"  [dim]({speed})[/]" if speed else "")
+    if k == "nic":
+        rate = nic_rate_gbps(r)
+        extra = ", ".join(x for x in (r.get("netdev"), r.get("link_layer"), f"{rate:g} Gb/s" if rate else None) if x)
+        s = f"[cyan bold]{escape(r['name'])}[/]" + (f" {escape(r['pci_bus_id'])}" if r.get("pci_bus_id") else "")
+        s += f" {escape(extra)}" if extra else ""
+        return s + (f"  [dim]({speed})[/]" if speed else "")
+    return escape(node)
+
+
+def tree(doc: dict, console) -> None:
+    """Print the PCIe hierarchy as a rich Tree, then NVLink/NVSwitch and other links."""
+    from rich.tree import Tree
+
+    g = _Graph(doc)
+    ch = g.children()
+    title = "Topology" + ("" if g.has_tree else " (no PCI tree in this topology: devices grouped by NUMA node)")
+    root = Tree(f"[bold]{title}[/]")
+    placed: set = set()
+
+    def add(branch, node, depth=0):
+        placed.add(node)
+        b = branch.add(_node_text(g, node))
+        for c in ch.get(node, []):
+            if c not in placed and depth < 64:
+                add(b, c, depth + 1)
+
+    # Roots: CPUs first, then nodes whose parent is unknown to the document.
+    cpu_nodes = sorted((n for n, k in g.kind.items() if k == "cpu"), key=_natural)
+    for c in cpu_nodes:
+        add(root, c)
+    orphans = sorted((n for n in g.kind if n not in placed and g.parent.get(n) not in g.kind
+                      and g.kind[n] != "nvswitch"), key=lambda n: _natural(g.display(n)))
+    if orphans:
+        un = root.add("[dim]no known parent[/]")
+        for n in orphans:
+            if n not in placed:
+                add(un, n)
+
+    nv = [l for l in doc.get("links", []) if l.get("kind") == "nvlink"]
+    nvs = [s for s in doc.get("switches", []) if s.get("kind") == "nvswitch"]
+    if nv or nvs:
+        b = root.add("[green bold]NVLink[/]")
+        for s in sorted(nvs, key=lambda s: _natural(s["id"])):
+            ls = [l for l in nv if s["id"] in (l["a"], l["b"])]
+            gpus = {l["a"] if l["b"] == s["id"] else l["b"] for l in ls}
+            count = sum(int(l.get("count") or 1) for l in ls)
+            b.add(f"NVSwitch {s['id']}: {len(gpus)} GPU(s), {count} link(s)")
+        by_gpu: dict = {}
+        for l in nv:
+            a, z = l["a"], l["b"]
+            if g.kind.get(a) == "nvswitch" or g.kind.get(z) == "nvswitch":
+                gpu = z if g.kind.get(a) == "nvswitch" else a
+                other = a if gpu == z else z
+            else:
+                gpu, other = (a, z) if _natural(g.display(a)) <= _natural(g.display(z)) else (z, a)
+            by_gpu.setdefault(gpu, []).append((other, l))
+        for gpu in sorted(by_gpu, key=lambda n: _natural(g.display(n))):
+            peers = sorted(by_gpu[gpu], key=lambda x: _natural(g.display(x[0])))
+            text = ", ".join(f"{g.display(o)} NV{l.get('count') or 1} ({l.get('bw_GBps'):g} GB/s)" for o, l in peers)
+            b.add(f"{g.display(gpu)} -> {text}")
+    other = [l for l in doc.get("links", []) if l.get("kind") in ("smp", "c2c", "xgmi", "net")]
+    if other:
+        b = root.add("[bold]Other links[/]")
+        for l in sorted(other, key=lambda l: (l["kind"], _natural(l["a"]), _natural(l["b"]))):
+            b.add(f"{l['kind']}: {g.display(l['a'])} -- {g.display(l['b'])}, {l.get('bw_GBps'):g} GB/s")
+    console.print(root)
+
+
+# --------------------------------------------------------------------------------------------
+# DOT
+def _q(s: str) -> str:
+    return '"' + str(s).replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ") + '"'
+
+
+def _lbl(*parts) -> str:
+    """A DOT label from lines (each escaped, joined with DOT's \\n)."""
+    esc = [str(p).replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ") for p in parts if p not in (None, "")]
+    return '"' + "\\n".join(esc) + '"'
+
+
+_EDGE_STYLE = {
+    "nvlink": 'color="forestgreen", penwidth=2',
+    "pcie": 'color="black"',
+    "smp": 'color="firebrick", style=dashed',
+    "c2c": 'color="royalblue", penwidth=2',
+    "xgmi": 'color="purple", penwidth=2',
+    "net": 'color="gray40", style=dashed',
+}
+
+
+def dot(doc: dict) -> str:
+    """Graphviz DOT (undirected): CPUs, switches, GPUs, NICs; pcie/nvlink/smp/c2c/xgmi/net edges
+    labelled with bandwidth.  PCI parents without a ``pcie`` link get a dotted edge.  The output
+    is sorted, so the same document always gives the same text."""
+    g = _Graph(doc)
+    nodes: dict = {}
+    for node, k in g.kind.items():
+        r = g.rec.get(node, {})
+        if k == "cpu":
+            n = int(node[3:])
+            numa = next((x for x in doc.get("numa_nodes", []) if x.get("id") == n), {})
+            nodes[node] = f'shape=box3d, style=filled, fillcolor="lightyellow", label={_lbl(node, "NUMA %d" % n, numa.get("cpus"))}'
+        elif k == "gpu":
+            nodes[node] = ('shape=box, style="filled,bold", fillcolor="palegreen", '
+                           f'label={_lbl("GPU%d" % r["index"], r.get("name"), r.get("pci_bus_id"))}')
+        elif k == "nic":
+            rate = nic_rate_gbps(r)
+            nodes[node] = ('shape=box, style=filled, fillcolor="lightcyan", '
+                           f'label={_lbl(r["name"], r.get("netdev"), r.get("pci_bus_id"), "%g Gb/s" % rate if rate else None)}')
+        elif k == "nvswitch":
+            nodes[node] = f'shape=octagon, style=filled, fillcolor="honeydew", label={_lbl("NVSwitch", node)}'
+        elif k == "host_bridge":
+            nodes[node] = f'shape=trapezium, label={_lbl("host bridge", node)}'
+        else:
+            nodes[node] = f'shape=ellipse, label={_lbl("PCIe switch", r.get("pci_bus_id") or node)}'
+    edges: dict = {}
+    for l in doc.get("links", []):
+        a, b, kind = l["a"], l["b"], l.get("kind", "")
+        for e in (a, b):
+            if e not in nodes:
+                nodes[e] = f"shape=plaintext, label={_lbl(e)}"
+        key = (kind, *sorted((a, b), key=_natural))
+        bw = l.get("bw_GBps")
+        parts = []
+        if kind == "nvlink":
+            parts.append(f"NV{l.get('count') or 1}")
+        elif kind == "pcie" and (l.get("gen") or l.get("width")):
+            parts.append(f"Gen{l.get('gen') or '?'} x{l.get('width') or '?'}")
+        else:
+            parts.append(kind)
+        if bw is not None:
+            parts.append(f"{bw:g} GB/s")
+        label = " ".join(parts)
+        if key in edges:
+            label = edges[key][1] + "; " + label
+        edges[key] = (_EDGE_STYLE.get(kind, ""), label)
+    for node, p in g.parent.items():
+        if p not in nodes:
+            nodes[p] = f"shape=plaintext, label={_lbl(p)}"
+        if g.pcie_link(node, p) is None:
+            key = ("pcie-tree", *sorted((node, p), key=_natural))
+            edges.setdefault(key, ('color="gray50", style=dotted', ""))
+    kind_rank = {"cpu": 0, "host_bridge": 1, "pcie": 2, "nvswitch": 3, "gpu": 4, "nic": 5}
+    out = ["graph gpucomm {", '  graph [rankdir=TB, fontname="Helvetica"];',
+           '  node [fontname="Helvetica", fontsize=10];', '  edge [fontname="Helvetica", fontsize=9];']
+    for node in sorted(nodes, key=lambda n: (kind_rank.get(g.kind.get(n), 9), _natural(n))):
+        out.append(f"  {_q(node)} [{nodes[node]}];")
+    for key in sorted(edges, key=lambda k: (k[0], _natural(k[1]), _natural(k[2]))):
+        style, label = edges[key]
+        attrs = ", ".join(x for x in (style, f"label={_q(label)}" if label else "") if x)
+        out.append(f"  {_q(key[1])} -- {_q(key[2])}" + (f" [{attrs}]" if attrs else "") + ";")
+    out.append("}")
+    return "\n".join(out) + "\n"
+
+
+__all__ = ["matrix_text", "matrix_rich", "summary_table", "tree", "dot", "level_style", "LEGEND"]

@@ -1,0 +1,1074 @@
+"""Collective cost model: NCCL's tuning model (``ncclTopoTuneModel``) over a small graph summary,
+plus a calibrated "achievable bandwidth" layer, with nccl-tests' algbw/busbw conventions.
+
+Layout
+------
+* :class:`CommGraph` -- everything the model needs, a dozen numbers (ring/tree/NVLS graph channels
+  and per-channel bandwidths, path types, compute capability, CPU vendor, and physical bounds).
+  Tests build it by hand; :func:`summarize` fills it from a topology document.
+* :func:`tuning_table` -- NCCL's per (collective, algorithm, protocol) latency (us) and algorithm
+  bandwidth (GB/s), exactly the formulas of tuning.cc as transcribed in NCCL_NOTES §3.1.
+* :func:`predict` -- per size, the algorithm/protocol NCCL would pick (minimum of *its own* model:
+  ``time = lat + bytes / (1000 * algbw)``, ``ncclTopoGetAlgoTime``), and the time it takes with
+  the *achievable* bus bandwidth of the hardware (calibrated, see below).  Rows carry time,
+  algbw = S/t and busbw = algbw * nccl-tests factor.
+
+Why two layers: NCCL's graph bandwidths are search heuristics (speed ladders, NCCL's per-CPU
+inter-socket constants, the NIC's *link* speed even when the transport is TCP sockets).  They
+decide which algorithm NCCL runs, so they must drive the choice; the time itself is bounded by what
+the hardware delivers.  For NVLink/NVSwitch paths NCCL's numbers are used as they are (the H100
+capture agrees within ~1.5% at large sizes); two calibrated constants cover what NCCL's numbers
+get wrong.  Each is fitted to one capture in fixtures/captures/nccltests (see
+tests/test_predict_calibration.py, which prints the error of every row):
+
+* ``PCIE_RING_EFFICIENCY`` -- busbw of a ring whose hops are PCIe (PIX..SYS), as a fraction of the
+  GPUs' PCIe link bandwidth in NCCL units (Gen4 x16 = 24 GB/s).  Fitted to
+  ``02_rtxa6000-x8_1node_allreduce.txt`` (8x RTX A6000 PCIe Gen4, 2 sockets): 15.74 GB/s / 24 GB/s.
+* ``SOCKET_TRANSPORT_GBPS`` -- effective per-NIC rate of NCCL's TCP socket transport (no IB verbs,
+  no OFI plugin) on a 200 Gb/s Slingshot-11 NIC; not applied automatically (a topology does not say
+  which transport a job uses): pass it as ``fabric_gbps`` / ``--fabric-gbps``.  Fitted to
+  ``04_polaris-a100-40gb-x4_2nodes_allreduce_default-tcp.txt`` at 1 GiB (busbw 9.45 GB/s over the
+  2 NICs of a Polaris node).
+
+Algorithms modelled: ring, tree (double binary tree), NVLS / NVLSTree (NVSwitch + sm>=90), PAT
+(one GPU per node, AG/RS); CollNet is not (it needs a SHARP plugin, off by default).  all_to_all and
+send_recv are not tuned by NCCL (point-to-point); their model is an explicit bound described at
+:func:`_p2p_row`.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field, replace
+from typing import Iterable, Optional, Sequence
+
+from gpucomm.probes.errors import InputError, NothingToDo, PlanInfeasible, TopologyError
+
+# --------------------------------------------------------------------------------------------
+# Vocabulary
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "send_recv")
+COLLECTIVE_ALIASES = {
+    "allreduce": "all_reduce", "ar": "all_reduce", "allgather": "all_gather", "ag": "all_gather",
+    "reducescatter": "reduce_scatter", "rs": "reduce_scatter", "bcast": "broadcast",
+    "alltoall": "all_to_all", "a2a": "all_to_all", "sendrecv": "send_recv", "p2p": "send_recv",
+}
+ALGOS = ("tree", "ring", "nvls", "nvls_tree", "pat")   # NCCL order minus CollNet (NCCL_NOTES §3.1)
+PROTOS = ("LL", "LL128", "Simple")
+USER_ALGOS = ("auto", "ring", "tree", "nvls", "pat")
+
+# nccl-tests busbw factors (PLACEMENT_NOTES §3.1; nccl-tests src/*.cu *GetBw) as functions of n.
+def busbw_factor(collective: str, n: int) -> float:
+    """busbw = algbw * factor (nccl-tests doc/PERFORMANCE.md)."""
+    if n <= 1:
+        return 1.0 if collective in ("broadcast", "reduce", "send_recv") else 0.0
+    if collective == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if collective in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    return 1.0
+
+
+# --------------------------------------------------------------------------------------------
+# NCCL constants.  All from NCCL v2.30.7 src/graph/tuning.cc as transcribed in NCCL_NOTES §3.1
+# ("defaults tuning.cc:148-212", "ncclTopoTuneModel tuning.cc:243-618"); indices [algo][proto]
+# with algos (tree, ring, nvls, nvls_tree, pat) and protos (LL, LL128, Simple).
+BASE_LAT = {  # baseLatencies, us (tuning.cc:148-212)
+    "tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4),
+    "nvls": (0.0, 0.0, 0.0), "nvls_tree": (0.0, 0.0, 0.0), "pat": (8.0, 8.0, 8.0),
+}
+HW_NVLINK, HW_PCI, HW_NET = 0, 1, 2
+HW_LAT = {  # hwLatencies[hw][algo][proto], us (tuning.cc:148-212)
+    HW_NVLINK: {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4), "nvls": (0.0, 0.0, 25.0),
+                "nvls_tree": (0.0, 0.0, 25.0), "pat": (0.0, 0.0, 4.0)},
+    HW_PCI: {"tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7), "nvls": (0.0, 0.0, 0.0),
+             "nvls_tree": (0.0, 0.0, 0.0), "pat": (0.0, 0.0, 4.0)},
+    HW_NET: {"tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0), "nvls": (0.0, 0.0, 18.0),
+             "nvls_tree": (0.0, 0.0, 20.9), "pat": (0.0, 0.0, 14.0)},
+}
+# [compcap index: Volta 0, Ampere 1, Hopper 2, Blackwell 3][index2: N1, N2, N4+] (tuning.cc:148-212)
+LL_MAX_BWS = ((39.0, 39.0, 20.4), (87.7, 22.5, 19.0), (141.0, 45.0, 35.0), (282.0, 90.0, 70.0))
+PER_CH_MAX_RING_LL128_BWS = ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 36.7), (40.0, 40.0, 40.0))
+PER_CH_MAX_TREE_LL128_BWS = ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 29.0), (55.6, 31.67, 20.0))
+PER_CH_MAX_TREE_BWS = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0), (70.0, 42.8, 24.0))
+PER_CH_MAX_NVLS_TREE_BWS = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (0.0, 57.7, 45.5), (0.0, 96.0, 80.0))
+NVLS_EFFICIENCY = (0.0, 0.0, 0.85, 0.74)  # nvlsEfficiency (NCCL_NOTES §3.1; src/tuning/nvls.cc in 2.29+)
+# Network post overhead per ring step, us (getNetOverhead, NCCL_NOTES §3.1): Intel 1.0, AMD 2.0, other 1.0;
+# x3 for Simple.
+NET_OVERHEAD_US = {"intel": 1.0, "amd": 2.0}
+# treeCorrectionFactor[proto][log2(nBytes>>6)], 64 B .. 256 MiB (tuning.cc:623-627, NCCL_NOTES §3.1;
+# values from NVIDIA/nccl src/graph/tuning.cc, unchanged 2.19-2.30).
+TREE_CORRECTION = (
+    (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
+    (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0),
+    (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
+)
+# Ring/Simple AllReduce on several nodes: latency x1.9 before Ampere, x1.4 from Ampere on, when
+# nBytes/(nChannels*nRanks) >= 64 ("plateau effect", ncclTopoGetAlgoTime, tuning.cc:630-655).
+RING_PLATEAU = (1.9, 1.4)
+PATH_ORDER = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS", "NET", "DIS")
+
+# Speed ladders of ncclTopoCompute (NCCL_NOTES §4.2 step 3), GB/s per channel.
+SPEEDS_INTRA = {80: (40, 30, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3),
+                90: (60, 50, 40, 30, 24, 20, 15, 12, 11, 6, 3),
+                100: (90, 80, 70, 60, 50, 45, 40, 30, 24, 20, 19, 18)}
+SPEEDS_INTER = {80: (48, 30, 28, 24, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3, 2.4, 1.2, 0.24, 0.12),
+                90: (48, 45, 42, 40, 30, 24, 22, 20, 17.5, 15, 12, 6, 3, 2.4, 1.2, 0.24, 0.12),
+                100: (96, 86, 80, 48, 45.1, 42, 40, 30, 24, 22, 20, 17.5, 15, 12, 6, 3, 2.4, 1.2, 0.24, 0.12)}
+MAX_RING_CHANNELS = 32  # ring graph maxChannels = MAXCHANNELS/2 (NCCL_NOTES §4.1)
+
+# --------------------------------------------------------------------------------------------
+# Calibrated constants (see the module docstring; the fit is reproduced by
+# tests/test_predict_calibration.py::calibration_table).
+PCIE_RING_EFFICIENCY = 0.656
+"""Achieved ring busbw / GPU PCIe link bw (NCCL units) for rings over PCIe (no NVLink hop).
+Fitted to nccltests/02_rtxa6000-x8_1node_allreduce.txt: 15.74 GB/s at 128 MiB over Gen4 x16 (24 GB/s).
+A plausible reading (not measured here): PCIe DMA reaches ~80-85% of the raw link rate, and ring hops
+between sockets go through host memory (NCCL's SHM transport), which costs more."""
+SOCKET_TRANSPORT_GBPS = 37.8
+"""Per-NIC throughput (Gb/s) of NCCL's TCP socket transport on a 200 Gb/s Slingshot-11 NIC, i.e.
+the ``fabric_gbps`` to pass when a job runs with NCCL_NET=Socket (or without an IB/OFI plugin).
+Fitted to nccltests/04_polaris-a100-40gb-x4_2nodes_allreduce_default-tcp.txt at 1 GiB:
+busbw 9.45 GB/s = 2 NICs x 37.8 Gb/s / 8.  Assumes two NICs per Polaris node (ALCF Polaris
+documentation: 2x Slingshot-11 per node) and that NCCL spreads ring channels over both."""
+NET_EFFICIENCY = 1.0
+"""Fraction of the NIC line rate an IB/RoCE ring achieves.  Not calibrated (no IB capture in
+fixtures/captures/nccltests); 1.0 keeps NCCL's own assumption (graph bwInter = NIC speed)."""
+
+
+def compcap_index(cc: int) -> int:
+    """Volta 0 / Ampere 1 / Hopper 2 / Blackwell 3 by minimum compute capability (NCCL_NOTES §3.1)."""
+    return 3 if cc >= 100 else 2 if cc >= 90 else 1 if cc >= 80 else 0
+
+
+def _ladder(table: dict, cc: int) -> tuple:
+    return table[100] if cc >= 100 else table[90] if cc >= 90 else table[80]
+
+
+def _log2i(x: int) -> int:
+    return int(x).bit_length() - 1 if x > 0 else 0
+
+
+def _path_rank(t: Optional[str]) -> int:
+    try:
+        return PATH_ORDER.index((t or "SYS").upper())
+    except ValueError:
+        return PATH_ORDER.index("SYS")
+
+
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CommGraph:
+    """Graph summary the cost model runs on (one communicator).
+
+    channels/bw_intra/bw_inter/type_*: NCCL's ring graph (``Pattern 4, nChannels N, bw intra/inter,
+    type intra/inter``, before connect.cc's channel doubling).  tree_*/nvls_*: the tree and NVLS
+    graphs (tree defaults to the ring graph, as NCCL searches it with min=max=ring.nChannels).
+    ring_bus_bw/tree_bus_bw/nvls_bus_bw: achievable bus bandwidth (GB/s) used for the time once the
+    algorithm is chosen (None -> NCCL's ``nChannels * bw``).  gpu_bw: per-GPU injection bandwidth
+    to its node peers (all_to_all); p2p_bw: neighbour bandwidth (send_recv); node_net_bw: network
+    bandwidth per node (GB/s); nic_bw: one NIC (GB/s)."""
+
+    n_ranks: int
+    n_nodes: int
+    gpus_per_node: int
+    channels: int
+    bw_intra: float
+    bw_inter: float
+    type_intra: str = "NVL"
+    type_inter: str = "PIX"
+    cc: int = 80
+    nvls: bool = False
+    cpu_vendor: Optional[str] = None
+    cpu_arch: str = "x86"
+    cc_max: Optional[int] = None
+    same_channels: bool = True
+    latency_inter: float = 0.0
+    tree_channels: Optional[int] = None
+    tree_bw_intra: Optional[float] = None
+    tree_bw_inter: Optional[float] = None
+    tree_pattern: str = "BALANCED_TREE"
+    nvls_channels: int = 0
+    nvls_bw_intra: float = 0.0
+    nvls_bw_inter: float = 0.0
+    ring_bus_bw: Optional[float] = None
+    tree_bus_bw: Optional[float] = None
+    nvls_bus_bw: Optional[float] = None
+    gpu_bw: Optional[float] = None
+    p2p_bw: Optional[float] = None
+    node_net_bw: Optional[float] = None
+    nic_bw: Optional[float] = None
+    notes: tuple = field(default_factory=tuple)
+
+    def __post_init__(self):
+        for name in ("n_ranks", "n_nodes", "gpus_per_node", "channels"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise InputError(f"graph summary: {name} must be a positive integer, got {v!r}")
+        if self.n_ranks != self.n_nodes * self.gpus_per_node:
+            raise InputError(f"graph summary: n_ranks {self.n_ranks} != n_nodes {self.n_nodes} x "
+                             f"gpus_per_node {self.gpus_per_node}")
+        for name in ("bw_intra", "bw_inter"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                raise InputError(f"graph summary: {name} must be a positive number of GB/s, got {v!r}")
+
+    # ---- derived views
+    @property
+    def ppn(self) -> float:
+        return self.n_ranks / self.n_nodes
+
+    def graph(self, algo: str) -> tuple[int, float, float]:
+        """(nChannels, bwIntra, bwInter) of the graph NCCL uses for ``algo``."""
+        if algo == "tree" or algo == "pat":
+            return (self.tree_channels or self.channels, self.tree_bw_intra or self.bw_intra,
+                    self.tree_bw_inter or self.bw_inter)
+        if algo in ("nvls", "nvls_tree"):
+            return (self.nvls_channels, self.nvls_bw_intra, self.nvls_bw_inter)
+        return (self.channels, self.bw_intra, self.bw_inter)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One entry of NCCL's tuning table: latency (us) and algorithm bandwidth (GB/s, 0 = disabled)."""
+
+    lat: float
+    bw: float
+
+
+def _ll128_enabled(g: CommGraph) -> bool:
+    """LL128 default (tuning.cc enable loop, NCCL_NOTES §3.1): typeInter <= PXB (or <= PXN on sm>=90),
+    typeIntra <= NVB, homogeneous cc, and an architecture NCCL validated (sm70/80/90/100)."""
+    if _path_rank(g.type_intra) > _path_rank("NVB"):
+        return False
+    limit = "PXN" if g.cc >= 90 else "PXB"
+    if g.n_nodes > 1 and _path_rank(g.type_inter) > _path_rank(limit):
+        return False
+    if g.cc_max is not None and g.cc_max != g.cc and g.cc < 90:
+        return False
+    return g.cc in (70, 80) or g.cc >= 90
+
+
+def _hw_intra(type_intra: str) -> int:
+    return HW_NVLINK if (type_intra or "").upper() == "NVL" else HW_PCI
+
+
+def tuning_table(g: CommGraph, collective: str, achievable: bool = False) -> dict:
+    """NCCL's ``comm->latencies/bandwidths[coll][algo][proto]`` for one collective.
+
+    Returns {(algo, proto): Cell}.  With ``achievable=True`` the bus bandwidth each algorithm starts
+    from is the calibrated one (``ring_bus_bw`` ...) instead of ``nChannels * bw``; every refinement
+    (protocol factors, per-channel caps, busBw->algBw ratio) is NCCL's in both cases."""
+    coll = collective
+    if coll not in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"):
+        raise InputError(f"{coll} is not tuned by NCCL's model", expected="all_reduce, all_gather, "
+                         "reduce_scatter, broadcast, reduce")
+    n, nn = g.n_ranks, g.n_nodes
+    ci = compcap_index(g.cc)
+    index2 = nn - 1 if nn <= 2 else 2
+    index1 = ci if nn == 1 else (1 if (g.cpu_vendor or "").lower() == "amd" else 0)
+    ll_max = LL_MAX_BWS[index1][index2]
+    per_tree = PER_CH_MAX_TREE_BWS[ci][index2]
+    per_ring_ll128 = PER_CH_MAX_RING_LL128_BWS[ci][index2]
+    per_tree_ll128 = PER_CH_MAX_TREE_LL128_BWS[ci][index2]
+    per_nvls_tree = PER_CH_MAX_NVLS_TREE_BWS[ci][index2]
+    ppn = g.ppn
+    nsteps = 2 * (n - 1) if coll == "all_reduce" else (n - 1) if coll in ("all_gather", "reduce_scatter") else n
+    ll128 = _ll128_enabled(g)
+    out: dict = {}
+    for a in ALGOS:
+        # Which algorithms implement which collective (tuning.cc loop guards / model inits).
+        if coll in ("broadcast", "reduce") and a != "ring":
+            continue
+        if coll in ("all_gather", "reduce_scatter") and a not in ("ring", "nvls", "pat"):
+            continue
+        if coll == "all_reduce" and a == "pat":
+            continue
+        nch, bw_intra, bw_inter = g.graph(a)
+        for pi, p in enumerate(PROTOS):
+            if a in ("nvls", "nvls_tree", "pat") and p != "Simple":
+                continue
+            if p == "LL128" and not ll128:
+                continue
+            bus = _bus_bw(g, coll, a, pi, nch, bw_intra, bw_inter, achievable, ll_max, per_tree,
+                          per_ring_ll128, per_tree_ll128, per_nvls_tree, ppn, ci)
+            if bus <= 0:
+                continue
+            if a == "ring" or a in ("nvls", "nvls_tree"):
+                algbw = bus * n / nsteps
+            elif a == "pat":
+                algbw = bus  # stored directly (src/tuning/pat.cc)
+            else:
+                algbw = bus * 0.5
+            out[(a, p)] = Cell(_latency(g, coll, a, pi, nsteps), algbw)
+    return out
+
+
+def _bus_bw(g, coll, a, pi, nch, bw_intra, bw_inter, achievable, ll_max, per_tree, per_ring_ll128,
+            per_tree_ll128, per_nvls_tree, ppn, ci) -> float:
+    nn = g.n_nodes
+    if a in ("nvls", "nvls_tree"):
+        if not g.nvls or g.cc < 90 or nch < 2:
+            return 0.0
+        if a == "nvls" and nn > 1:      # multi-node NVLS needs CollNet (off by default)
+            return 0.0
+        if a == "nvls_tree" and (nn == 1 or coll != "all_reduce"):
+            return 0.0
+        intra = bw_intra * NVLS_EFFICIENCY[ci] * (nch - 1) / nch
+        intra *= 2.0 if coll == "all_reduce" else (ppn - 1) / ppn
+        inter = bw_inter * (2 if (a == "nvls_tree" and nn <= 2) else 1)
+        bw = min(intra, inter, per_nvls_tree if a == "nvls_tree" else float("inf"))
+        bus = nch * bw
+        if achievable and g.nvls_bus_bw is not None:
+            bus = min(bus, g.nvls_bus_bw)
+        return bus
+    if a == "pat":
+        # PAT: one rank per node only (ncclPatEnable), Simple; busBw = min(bwInter, bwIntra)*nCh*0.75.
+        if g.gpus_per_node != 1 or nn < 2:
+            return 0.0
+        bus = min(bw_inter, bw_intra) * nch
+        if achievable and g.tree_bus_bw is not None:
+            bus = g.tree_bus_bw
+        return bus * 0.75
+    bw = bw_intra if nn <= 2 else bw_inter
+    bus = nch * bw
+    if achievable:
+        ach = g.ring_bus_bw if a == "ring" else g.tree_bus_bw
+        if ach is not None:
+            bus = ach
+    p = PROTOS[pi]
+    if a == "ring" and p == "LL":
+        bus = min(ll_max, bus * 0.5)
+    if a == "ring" and p == "LL128":
+        bus = min(bus * 0.92, nch * per_ring_ll128)
+    if a == "tree":
+        if coll == "all_reduce":
+            bus = min(bus * 0.92, nch * per_tree)
+        if p == "LL":
+            bus = min(bus / 3.8, ll_max)
+        if p == "LL128":
+            bus = min(bus * (7.0 / 9.0 if nn == 1 else 120.0 / 128.0), nch * per_tree_ll128)
+        if g.tree_pattern == "TREE":
+            bus *= 0.85
+    return bus
+
+
+def _latency(g: CommGraph, coll: str, a: str, pi: int, nsteps: int) -> float:
+    nn, n = g.n_nodes, g.n_ranks
+    base = BASE_LAT[a][pi]
+    intra_hw = _hw_intra(g.type_intra)
+    hw_lat = dict(HW_LAT[HW_PCI])
+    if (g.cpu_arch or "").lower() in ("power", "ppc64le", "ppc64"):
+        # Power: PCI Tree/Simple latency := Ring/Simple (NCCL_NOTES §3.1)
+        t = list(hw_lat["tree"])
+        t[2] = hw_lat["ring"][2]
+        hw_lat["tree"] = tuple(t)
+    table = {HW_NVLINK: HW_LAT[HW_NVLINK], HW_PCI: hw_lat, HW_NET: HW_LAT[HW_NET]}
+    intra_lat = table[intra_hw][a][pi]
+    inter_lat = table[HW_NET]["tree" if g.ppn == 1 and a in ("ring", "tree") else a][pi] + g.latency_inter
+    if PROTOS[pi] == "Simple":
+        inter_lat += g.latency_inter
+    lat = base
+    if a == "ring":
+        hw = intra_hw if nn == 1 else HW_NET
+        if coll in ("broadcast", "reduce"):
+            if g.same_channels:
+                lat += table[hw]["ring"][pi]
+            else:
+                step = table[hw]["tree"][pi] if PROTOS[pi] == "Simple" else table[hw]["ring"][pi]
+                lat += nsteps * step
+        else:
+            overhead = 0.0
+            if nn > 1:
+                overhead = NET_OVERHEAD_US.get((g.cpu_vendor or "").lower(), 1.0)
+                if PROTOS[pi] == "Simple":
+                    overhead *= 3
+            intra_lat = max(intra_lat, overhead)
+            n_inter = 0 if nn == 1 else (2 * (nn - 1) if coll == "all_reduce" else nn - 1)
+            lat += (nsteps - n_inter) * intra_lat + n_inter * inter_lat
+    elif a == "tree":
+        lat += 2 * ((n // nn - 1) * intra_lat + _log2i(nn) * inter_lat)
+    elif a == "nvls":
+        lat = intra_lat + (inter_lat if nn > 1 else 0.0)
+    elif a == "nvls_tree":
+        lat += intra_lat + 2 * _log2i(nn) * inter_lat
+    elif a == "pat":
+        lat += _log2i(nn) * inter_lat / 3.5 + n * 2.8
+    return lat
+
+
+def algo_time(g: CommGraph, collective: str, a: str, p: str, cell: Cell, nbytes: int) -> float:
+    """``ncclTopoGetAlgoTime`` (tuning.cc:630-655): lat * latCount + nBytes / (1000 * bw), latCount = 1
+    (one operation), with the tree correction factor and the multi-node ring plateau."""
+    bw, lat = cell.bw, cell.lat
+    if bw <= 0:
+        return math.inf
+    log_size = _log2i(nbytes >> 6) if nbytes >= 64 else -1
+    pi = PROTOS.index(p)
+    if a == "tree" and collective == "all_reduce" and 0 <= log_size < len(TREE_CORRECTION[pi]):
+        bw *= TREE_CORRECTION[pi][log_size]
+    if (a == "ring" and p == "Simple" and collective == "all_reduce" and g.n_nodes > 1
+            and nbytes / (g.channels * g.n_ranks) >= 64):
+        lat *= RING_PLATEAU[0] if g.cc < 80 else RING_PLATEAU[1]
+    return lat + nbytes / (1000.0 * bw)
+
+
+# --------------------------------------------------------------------------------------------
+# Prediction
+def normalize_collective(name: str) -> str:
+    """``all_reduce``/``allreduce``/``all-reduce``/``all_reduce_perf`` -> ``all_reduce``; InputError otherwise."""
+    if not isinstance(name, str) or not name.strip():
+        raise InputError("--collective is empty", expected=", ".join(COLLECTIVES))
+    key = name.strip().lower().replace("-", "_")
+    if key.endswith("_perf"):
+        key = key[: -len("_perf")]
+    key = COLLECTIVE_ALIASES.get(key.replace("_", ""), COLLECTIVE_ALIASES.get(key, key))
+    if key not in COLLECTIVES:
+        raise InputError(f"--collective {name}: unknown collective", expected=", ".join(COLLECTIVES))
+    return key
+
+
+def _choose(g: CommGraph, coll: str, nbytes: int, nccl: dict, allowed: Sequence[str]) -> Optional[tuple]:
+    best = None
+    for (a, p), cell in sorted(nccl.items(), key=lambda kv: (ALGOS.index(kv[0][0]), PROTOS.index(kv[0][1]))):
+        if a not in allowed:
+            continue
+        t = algo_time(g, coll, a, p, cell, nbytes)
+        if best is None or t < best[0]:
+            best = (t, a, p)
+    return best
+
+
+def _allowed_algos(g: CommGraph, coll: str, algo: str) -> tuple:
+    algo = (algo or "auto").lower()
+    if algo not in USER_ALGOS:
+        raise InputError(f"--algo {algo}: unknown algorithm", expected=", ".join(USER_ALGOS))
+    if algo == "auto":
+        return ALGOS
+    if algo == "nvls":
+        return ("nvls", "nvls_tree")
+    return (algo,)
+
+
+def predict(g: CommGraph, collective: str, sizes: Iterable[int], algo: str = "auto",
+            dtype_bytes: int = 4) -> list[dict]:
+    """Predicted rows, one per size (nccl-tests' ``size`` convention for the collective).
+
+    Each row: {size_bytes, count, time_us, algbw_GBps, busbw_GBps, algorithm, protocol, nccl_time_us}.
+    ``nccl_time_us`` is NCCL's own estimate for the chosen algorithm (uncalibrated); ``time_us`` is the
+    prediction.  Raises PlanInfeasible when ``algo`` cannot run this collective on this graph."""
+    coll = normalize_collective(collective)
+    sizes = [int(s) for s in sizes]
+    if g.n_ranks < 2 and coll != "send_recv":
+        # nccl-tests' bus factors are 0 for one rank and NCCL does a local copy: nothing to predict
+        # (send_recv to oneself is a real, timed copy in nccl-tests, so it stays).
+        raise NothingToDo(f"{coll} over {g.n_ranks} rank moves no data between GPUs; use 2 or more GPUs (or --nodes)")
+    if coll in ("all_to_all", "send_recv"):
+        if algo not in (None, "auto", "ring"):
+            raise PlanInfeasible(f"--algo {algo}: {coll} is point-to-point in NCCL (no ring/tree/NVLS choice)")
+        return [_p2p_row(g, coll, s, dtype_bytes) for s in sizes]
+    allowed = _allowed_algos(g, coll, algo)
+    nccl = tuning_table(g, coll, achievable=False)
+    ach = tuning_table(g, coll, achievable=True)
+    if not any(a in allowed for a, _ in nccl):
+        have = sorted({a for a, _ in nccl}, key=ALGOS.index)
+        why = ""
+        if "nvls" in allowed and not g.nvls:
+            why = " (NVLS needs an NVSwitch and compute capability >= 9.0)"
+        raise PlanInfeasible(f"--algo {algo} cannot run {coll} on this topology{why}; available: {', '.join(have)}")
+    n = g.n_ranks
+    rows = []
+    for s in sizes:
+        best = _choose(g, coll, s, nccl, allowed)
+        assert best is not None  # guarded above
+        t_nccl, a, p = best
+        cell = ach.get((a, p), nccl[(a, p)])
+        t = algo_time(g, coll, a, p, cell, s)
+        rows.append(_row(coll, n, s, t, a, p, dtype_bytes, t_nccl))
+    return rows
+
+
+def _row(coll: str, n: int, size: int, t_us: float, algo: str, proto: Optional[str], dtype_bytes: int,
+         t_nccl: Optional[float] = None) -> dict:
+    algbw = (size / (t_us * 1e-6) / 1e9) if t_us > 0 else 0.0
+    per_rank = coll in ("all_gather", "reduce_scatter", "all_to_all")
+    count = size // dtype_bytes // (n if per_rank else 1)
+    row = {
+        "size_bytes": int(size), "count": int(count), "type": _DTYPE_NAMES.get(dtype_bytes, f"{dtype_bytes}B"),
+        "time_us": round(t_us, 3), "algbw_GBps": round(algbw, 4),
+        "busbw_GBps": round(algbw * busbw_factor(coll, n), 4), "algorithm": algo, "protocol": proto,
+    }
+    if t_nccl is not None:
+        row["nccl_time_us"] = round(t_nccl, 3)
+    return row
+
+
+_DTYPE_NAMES = {1: "int8", 2: "half", 4: "float", 8: "double"}
+
+
+def _p2p_row(g: CommGraph, coll: str, size: int, dtype_bytes: int) -> dict:
+    """all_to_all and send_recv: NCCL runs them as grouped point-to-point operations, which its tuner
+    does not model.  Bound used here (derived, not NCCL's):
+
+    * all_to_all (nccl-tests alltoall: S = bytes each rank sends in total, S/n per peer): a rank sends
+      (g-1)S/n to node peers over its own NVLink/PCIe (``gpu_bw``) and (n-g)S/n to other nodes over
+      the node's NICs, shared by the g GPUs of the node (``node_net_bw``); both proceed concurrently:
+      t = lat + max((g-1)S/n / gpu_bw, g(n-g)S/n / node_net_bw).
+    * send_recv (rank r -> r+1): t = lat + S / min(p2p_bw, nic_bw if several nodes).
+    lat = one Ring/Simple step: baseLat + hwLat[intra or NET][Ring][Simple] (NCCL_NOTES §3.1)."""
+    n, gpn, nn = g.n_ranks, g.gpus_per_node, g.n_nodes
+    hw = HW_NET if nn > 1 else _hw_intra(g.type_intra)
+    lat = BASE_LAT["ring"][2] + HW_LAT[hw]["ring"][2] + (2 * g.latency_inter if nn > 1 else 0.0)
+    intra_bw = g.gpu_bw or g.ring_bus_bw or g.channels * g.bw_intra
+    net_bw = g.node_net_bw or g.ring_bus_bw or g.channels * g.bw_inter
+    if coll == "all_to_all":
+        t_intra = ((gpn - 1) * size / n) / (1000.0 * intra_bw) if gpn > 1 else 0.0
+        t_inter = (gpn * (n - gpn) * size / n) / (1000.0 * net_bw) if nn > 1 else 0.0
+        t = lat + max(t_intra, t_inter)
+    else:
+        bw = g.p2p_bw or intra_bw
+        if nn > 1:
+            bw = min(bw, g.nic_bw or net_bw)
+        t = lat + size / (1000.0 * bw)
+    return _row(coll, n, size, t, "p2p", "Simple", dtype_bytes)
+
+
+# --------------------------------------------------------------------------------------------
+# Sizes
+_SIZE_RE = re.compile(r"^\s*(?P<num>\d+(?:\.\d+)?|\.\d+)\s*(?P<unit>[A-Za-z]*)\s*$")
+_UNITS = {
+    "": 1, "b": 1,
+    "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gib": 1 << 30,
+    "t": 1 << 40, "tib": 1 << 40,
+    "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12,
+}
+MAX_SIZE = 1 << 50          # 1 PiB: anything larger is a typo
+MAX_SWEEP_POINTS = 256
+
+
+def parse_size(text: str, flag: str = "--size") -> int:
+    """``8`` / ``8B`` / ``1K`` / ``1KiB`` (1024) / ``1KB`` (1000) / ``1.5GiB`` -> bytes.
+
+    K/M/G/T without ``B`` are binary, as in nccl-tests' ``-b 8 -e 128M``."""
+    if not isinstance(text, str):
+        raise InputError(f"{flag} {text!r}: not a size", expected="e.g. 8B, 1MiB, 1GiB")
+    m = _SIZE_RE.match(text)
+    if not m:
+        raise InputError(f"{flag} {text!r}: not a size", expected="a number with an optional unit B, K/KiB, "
+                         "M/MiB, G/GiB, T/TiB (binary) or KB, MB, GB, TB (decimal)")
+    unit = m.group("unit").lower()
+    if unit not in _UNITS:
+        raise InputError(f"{flag} {text!r}: unknown unit {m.group('unit')!r}",
+                         expected="B, K/KiB, M/MiB, G/GiB, T/TiB, KB, MB, GB, TB")
+    value = float(m.group("num")) * _UNITS[unit]
+    if value > MAX_SIZE:
+        raise InputError(f"{flag} {text!r}: larger than 1 PiB", expected="a size up to 1PiB")
+    if abs(value - round(value)) > 1e-6:
+        raise InputError(f"{flag} {text!r}: not a whole number of bytes")
+    return int(round(value))
+
+
+def parse_sizes(text: str, flag: str = "--size") -> list[int]:
+    """``1GiB`` -> [1073741824]; ``8B:8GiB`` -> powers-of-two sweep (doubling, both ends included);
+    ``1K:1M:x4`` or ``1K:1M:4`` -> factor 4; ``a,b,c`` -> a list."""
+    if not isinstance(text, str) or not text.strip():
+        raise InputError(f"{flag} is empty", expected="a size like 1GiB or a sweep like 8B:8GiB")
+    text = text.strip()
+    if "," in text:
+        out: list[int] = []
+        for part in text.split(","):
+            out.extend(parse_sizes(part, flag))
+        if len(out) > MAX_SWEEP_POINTS:
+            raise InputError(f"{flag} {text!r}: more than {MAX_SWEEP_POINTS} sizes")
+        return out
+    parts = text.split(":")
+    if len(parts) == 1:
+        return [parse_size(parts[0], flag)]
+    if len(parts) > 3:
+        raise InputError(f"{flag} {text!r}: too many ':'", expected="MIN:MAX or MIN:MAX:xFACTOR")
+    lo, hi = parse_size(parts[0], flag), parse_size(parts[1], flag)
+    factor = 2.0
+    if len(parts) == 3:
+        f = parts[2].strip().lower().lstrip("x*")
+        try:
+            factor = float(f)
+        except ValueError:
+            raise InputError(f"{flag} {text!r}: bad factor {parts[2]!r}", expected="xF with F > 1, e.g. x2") from None
+        if not math.isfinite(factor) or factor <= 1.0:
+            raise InputError(f"{flag} {text!r}: factor must be > 1", expected="xF with F > 1, e.g. x2")
+    if lo <= 0:
+        raise InputError(f"{flag} {text!r}: a sweep must start above 0 bytes")
+    if hi < lo:
+        raise InputError(f"{flag} {text!r}: MAX is smaller than MIN")
+    out = []
+    v = float(lo)
+    while v <= hi * (1 + 1e-12):
+        out.append(int(round(v)))
+        if len(out) > MAX_SWEEP_POINTS:
+            raise InputError(f"{flag} {text!r}: more than {MAX_SWEEP_POINTS} sizes", expected="a larger factor")
+        v *= factor
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Topology document -> CommGraph
+def _cc_of(gpu: dict) -> Optional[int]:
+    cc = gpu.get("compute_capability")
+    if isinstance(cc, str):
+        m = re.match(r"^\s*(\d+)\.(\d+)\s*$", cc)
+        if m:
+            return int(m.group(1)) * 10 + int(m.group(2))
+    from gpucomm.probes.model import arch_from_name
+
+    return arch_from_name(gpu.get("name"))[1]
+
+
+def _cpu_vendor(doc: dict) -> Optional[str]:
+    v = str((doc.get("host") or {}).get("cpu_vendor") or (doc.get("host") or {}).get("cpu_model") or "").lower()
+    if "amd" in v or "epyc" in v:
+        return "amd"
+    if "intel" in v or "xeon" in v:
+        return "intel"
+    return v or None
+
+
+def _cpu_arch(doc: dict) -> str:
+    a = str((doc.get("host") or {}).get("cpu_arch") or "").lower()
+    if a.startswith(("ppc", "power")):
+        return "power"
+    if a.startswith(("aarch64", "arm")):
+        return "arm"
+    return "x86"
+
+
+# Max NVLinks per GPU by compute capability (a GPU-GPU total above it means an NVSwitch fabric).
+_MAX_NVLINKS = ((100, 18), (90, 18), (80, 12), (70, 6), (60, 4))
+
+
+def _max_links(cc: Optional[int]) -> int:
+    for lo, n in _MAX_NVLINKS:
+        if cc is not None and cc >= lo:
+            return n
+    return 18
+
+
+@dataclass
+class NodeFacts:
+    """What :func:`summarize` reads from one node's topology (selected GPUs only)."""
+
+    gpus: list
+    ids: list
+    cc: int
+    cc_max: int
+    nvswitch: bool
+    nvs_bw: dict          # gpu id -> GB/s to the NVSwitch fabric
+    nvl_pair: dict        # (id, id) -> GB/s of direct NVLink
+    pcie_bw: dict         # gpu id -> GB/s (NCCL units)
+    numa: dict            # gpu id -> numa node or None
+    nics: list            # [(name, rate GB/s or None, numa)]
+    cpu_vendor: Optional[str]
+    cpu_arch: str
+    cc_known: bool = True
+
+
+def node_facts(doc: dict, gpus: Optional[Sequence[int]] = None) -> NodeFacts:
+    from gpucomm.probes.model import gpu_id, nic_rate_gbps, nvlink_bw_per_link, pcie_bw_GBps
+
+    all_gpus = sorted(doc.get("gpus") or [], key=lambda x: x["index"])
+    if not all_gpus:
+        from gpucomm.probes.errors import NothingToDo
+
+        raise NothingToDo("topology has no GPUs")
+    if gpus is not None:
+        by_index = {x["index"]: x for x in all_gpus}
+        missing = [i for i in gpus if i not in by_index]
+        if missing:
+            raise InputError(f"--gpus: no GPU {missing[0]} in the topology",
+                             expected="indices among " + ",".join(str(i) for i in sorted(by_index)))
+        sel = [by_index[i] for i in gpus]
+    else:
+        sel = all_gpus
+    ids = [gpu_id(x) for x in sel]
+    ccs = [c for c in (_cc_of(x) for x in sel) if c]
+    cc_guess = None
+    if not ccs:
+        # No name/compute capability (a bare nvidia-smi capture): the NVLink count per pair bounds the
+        # generation from below -- more than 12 links means Hopper or later, more than 6 Ampere or later.
+        counts = [int(l.get("count") or 0) for l in doc.get("links") or [] if l.get("kind") == "nvlink"]
+        top = max(counts, default=0)
+        cc_guess = 90 if top > 12 else 80 if top > 6 else None
+    cc = min(ccs) if ccs else (cc_guess or 80)
+    cc_max = max(ccs) if ccs else cc
+    per_link = nvlink_bw_per_link(cc)
+    switch_ids = {s["id"] for s in doc.get("switches") or [] if s.get("kind") == "nvswitch"}
+    idset = set(ids)
+    all_ids = {gpu_id(x) for x in all_gpus}
+    nvs_bw: dict = {}
+    nvl_pair: dict = {}
+    nvl_count: dict = {}
+    for l in doc.get("links") or []:
+        if l.get("kind") != "nvlink":
+            continue
+        a, b = l.get("a"), l.get("b")
+        cnt = l.get("count") or 0
+        bw = l.get("measured_bw_GBps") or (cnt * per_link if cnt else l.get("bw_GBps") or 0.0)
+        if a in idset and (b in switch_ids or b == "NVS"):
+            nvs_bw[a] = nvs_bw.get(a, 0.0) + bw
+        elif b in idset and (a in switch_ids or a == "NVS"):
+            nvs_bw[b] = nvs_bw.get(b, 0.0) + bw
+        elif a in all_ids and b in all_ids:
+            key = (a, b) if a < b else (b, a)
+            # links may be listed once per direction or once per pair: keep the largest
+            nvl_pair[key] = max(nvl_pair.get(key, 0.0), bw)
+            nvl_count[key] = max(nvl_count.get(key, 0), cnt)
+    nvswitch = bool(nvs_bw)
+    if not nvswitch and len(sel) > 2:
+        # nvidia-smi captures show NV# to every peer on NVSwitch systems; more links in total than a
+        # GPU has means a switch fabric (HGX: NV18 x 7 peers on an 18-link H100).
+        totals = {i: sum(c for (x, y), c in nvl_count.items() if i in (x, y)) for i in ids}
+        full = all(((a, b) if a < b else (b, a)) in nvl_pair for a in ids for b in ids if a != b)
+        if full and totals and min(totals.values()) > _max_links(cc):
+            nvswitch = True
+            for i in ids:
+                nvs_bw[i] = max(c for (x, y), c in nvl_count.items() if i in (x, y)) * per_link
+    pcie_bw: dict = {}
+    for x, i in zip(sel, ids):
+        p = x.get("pcie") or {}
+        if p.get("gen") or p.get("width"):
+            pcie_bw[i] = pcie_bw_GBps(p.get("gen"), p.get("width"))
+    for l in doc.get("links") or []:
+        if l.get("kind") == "pcie" and l.get("a") in idset and l.get("a") not in pcie_bw:
+            pcie_bw[l["a"]] = float(l.get("measured_bw_GBps") or l.get("bw_GBps") or 0.0) or None
+    for i in ids:
+        if not pcie_bw.get(i):
+            # A capture without PCIe details: the generation the architecture ships with, x16.
+            pcie_bw[i] = pcie_bw_GBps(5 if cc >= 90 else 4 if cc >= 80 else 3, 16)
+    numa = {i: x.get("numa_node") for x, i in zip(sel, ids)}
+    nics = []
+    for nic in doc.get("nics") or []:
+        r = nic_rate_gbps(nic)
+        nics.append((nic["name"], (r / 8.0) if r else None, nic.get("numa_node")))
+    return NodeFacts(sel, ids, cc, cc_max, nvswitch, nvs_bw, nvl_pair, pcie_bw, numa, nics,
+                     _cpu_vendor(doc), _cpu_arch(doc), cc_known=bool(ccs))
+
+
+# PCIe bandwidth of last resort (NCCL's unknown-speed default: Gen3 x16 = 12); node_facts fills a
+# per-architecture default first (Hopper+ Gen5, Ampere/Ada Gen4, older Gen3, all x16).
+DEFAULT_PCI_BW = 12.0
+# Inter-socket bandwidth NCCL assumes when it cannot identify the CPU generation (NCCL_NOTES §2.1:
+# AMD 16, Intel from SKL on 10; the older BDW value 6 is not used as a default here).
+INTER_CPU_BW = {"amd": 16.0, "intel": 10.0}
+
+
+def _pair_bw(f: NodeFacts, a: str, b: str) -> tuple[float, str]:
+    """(bw GB/s, path type) between two GPUs of a node: NVLink (direct or switch) else PCIe/SMP."""
+    if f.nvswitch and a in f.nvs_bw and b in f.nvs_bw:
+        return min(f.nvs_bw[a], f.nvs_bw[b]), "NVL"
+    key = (a, b) if a < b else (b, a)
+    if key in f.nvl_pair and f.nvl_pair[key] > 0:
+        return f.nvl_pair[key], "NVL"
+    bw = min(f.pcie_bw.get(a) or DEFAULT_PCI_BW, f.pcie_bw.get(b) or DEFAULT_PCI_BW)
+    na, nb = f.numa.get(a), f.numa.get(b)
+    if na is not None and nb is not None and na != nb:
+        return min(bw, INTER_CPU_BW.get(f.cpu_vendor or "", 10.0)), "SYS"
+    return bw, "PHB"
+
+
+def _ladder_pick(bw: float, ladder: Sequence[float]) -> Optional[float]:
+    for s in ladder:
+        if s <= bw + 1e-9:
+            return float(s)
+    return None
+
+
+def _estimate_ring(f: NodeFacts) -> dict:
+    """A coarse stand-in for NCCL's ring search when gpucomm.planners.nccl.search is unavailable: one ring in
+    GPU index order (NCCL's first try, FORCED_ORDER_PCI), as many channels as the narrowest hop holds
+    at the best ladder speed, then ncclTopoDupChannels (NCCL_NOTES §4.2 step 7)."""
+    ids = f.ids
+    if len(ids) == 1:
+        return {"channels": 1, "bw_intra": 5000.0, "bw_inter": 5000.0, "type_intra": "LOC",
+                "type_inter": "PIX", "pattern": "RING", "source": "estimate"}
+    hops = [_pair_bw(f, ids[i], ids[(i + 1) % len(ids)]) for i in range(len(ids))]
+    hop_bw = min(b for b, _ in hops)
+    typ = max((t for _, t in hops), key=_path_rank)
+    ladder = _ladder(SPEEDS_INTRA, f.cc)
+    best = None
+    for s in ladder:
+        nch = min(MAX_RING_CHANNELS, int(hop_bw // s))
+        if nch >= 1 and (best is None or nch * s > best[0] * best[1] + 1e-9):
+            best = (nch, float(s))
+    if best is None:
+        best = (1, max(0.1, hop_bw))
+    nch, s = best
+    if s >= 25 and not (f.cc > 80 and s < 50 and nch > 4):
+        dup = min(2 * nch, MAX_RING_CHANNELS)
+        s = s / math.ceil(dup / nch)
+        nch = dup
+    return {"channels": nch, "bw_intra": s, "bw_inter": s, "type_intra": typ, "type_inter": "PIX",
+            "pattern": "RING", "source": "estimate"}
+
+
+def _nvls_graph(f: NodeFacts) -> tuple[int, float]:
+    """NVLS graph on one node (search.cc ncclTopoSearchTryNvls, NCCL_NOTES §4.2): one channel per
+    head GPU (nGPUs, <= 32); each channel reserves bw on every GPU<->NVS link, twice on the head's, so
+    a GPU link carries (nGPUs+1)*bw over all channels.  Returns (channels, bwIntra)."""
+    n = len(f.ids)
+    if not f.nvswitch or f.cc < 90 or n < 2:
+        return 0, 0.0
+    link = min(f.nvs_bw.get(i, 0.0) for i in f.ids)
+    nch = min(32, n)
+    s = _ladder_pick(link / (n + 1), _ladder(SPEEDS_INTRA, f.cc))
+    return (nch, s) if s else (0, 0.0)
+
+
+def summarize(doc: dict, nodes: int = 1, gpus_per_node: Optional[int] = None,
+              fabric_gbps: Optional[float] = None, gpus: Optional[Sequence[int]] = None) -> CommGraph:
+    """Build the :class:`CommGraph` of ``nodes`` identical copies of ``doc``'s node.
+
+    Ring and tree graphs: ``gpucomm.planners.nccl.search.nccl_reference`` (NCCL's search reproduced; across nodes
+    when the topology has NICs), else :func:`_estimate_ring`.  NVLS graph: :func:`_nvls_graph`.
+    Multi-node: NICs from the topology (rate, count, GPU<->NIC path type).  ``fabric_gbps`` is what
+    one NIC delivers (Gb/s): it sets the achievable network bandwidth, and NCCL's graph rate only for
+    NICs without a rate (a NIC's link rate is what NCCL itself sees and chooses algorithms by); with no
+    NIC in the topology it stands for one NIC per node.
+    Raises TopologyError when several nodes are asked for and there is no network to use."""
+    if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1 or nodes > 1_000_000:
+        raise InputError(f"--nodes {nodes!r}: must be a positive integer")
+    if fabric_gbps is not None and (isinstance(fabric_gbps, bool) or not isinstance(fabric_gbps, (int, float))
+                                    or not math.isfinite(fabric_gbps) or fabric_gbps <= 0 or fabric_gbps > 1e6):
+        raise InputError(f"--fabric-gbps {fabric_gbps!r}: must be a positive number of Gb/s")
+    n_doc = len(doc.get("gpus") or [])
+    if gpus_per_node is not None:
+        if not isinstance(gpus_per_node, int) or isinstance(gpus_per_node, bool) or gpus_per_node < 1:
+            raise InputError(f"--gpus-per-node {gpus_per_node!r}: must be a positive integer")
+        if gpus is None:
+            if gpus_per_node > n_doc:
+                raise PlanInfeasible(f"--gpus-per-node {gpus_per_node}: the topology has {n_doc} GPUs")
+            gpus = [x["index"] for x in sorted(doc["gpus"], key=lambda x: x["index"])][:gpus_per_node]
+        elif len(gpus) != gpus_per_node:
+            raise InputError(f"--gpus lists {len(gpus)} GPUs but --gpus-per-node is {gpus_per_node}")
+    f = node_facts(doc, gpus)
+    g = len(f.ids)
+    notes: list[str] = []
+    if not f.cc_known:
+        notes.append(f"GPU compute capability unknown; sm{f.cc} assumed (from NVLink counts or NCCL's default)")
+
+    # ---- network (per node)
+    node_net = nic_bw = None
+    n_nics = 0
+    if nodes > 1:
+        if not f.nics and fabric_gbps is None:
+            raise TopologyError(f"topology has no NICs; --nodes {nodes} needs a network (or pass --fabric-gbps)")
+        if fabric_gbps is not None:
+            per_nic = fabric_gbps / 8.0
+            n_nics = max(1, len(f.nics))
+            if not f.nics:
+                notes.append(f"no NICs in the topology: one {fabric_gbps:g} Gb/s NIC per node assumed (--fabric-gbps)")
+        else:
+            unknown = [n for n, r, _ in f.nics if r is None]
+            if unknown:
+                raise TopologyError(f"NIC rate unknown for {', '.join(unknown[:4])}; pass --fabric-gbps")
+            rates = [r for _, r, _ in f.nics]
+            top = max(rates)
+            per_nic, n_nics = top, len([r for r in rates if r >= top / 2])   # ignore management/storage ports
+        nic_bw = per_nic * NET_EFFICIENCY
+
+    # ---- NCCL's graphs
+    ref_doc = _doc_for_reference(doc, f, fabric_gbps)
+    idx = [x["index"] for x in f.gpus]
+    multi_ref = nodes > 1 and bool(f.nics)
+    ref, why = _reference(ref_doc, idx, nodes if multi_ref else 1)
+    if ref is None:
+        ref = _estimate_ring(f)
+        notes.append(f"ring graph estimated ({why})")
+    elif ref.get("fallback"):
+        notes.append("NCCL's search finds no ring here and falls back to 1 channel at 0.1 GB/s")
+    nch = max(1, int(ref.get("search_channels") or ref["channels"]))
+    bw_intra = float(ref.get("bw_intra") or 0.1)
+    bw_inter = float(ref.get("bw_inter") or bw_intra)
+    type_intra = str(ref.get("type_intra") or ("LOC" if g == 1 else "SYS")).upper()
+    type_inter = str(ref.get("type_inter") or "PIX").upper()
+    tree = ref.get("tree") if isinstance(ref.get("tree"), dict) and not ref["tree"].get("fallback") else None
+    tree_pattern = "TREE" if g == 1 else "BALANCED_TREE"
+    if tree and str(tree.get("pattern", "")).lower() == "tree":
+        tree_pattern = "TREE"
+    pcie_min = min((f.pcie_bw.get(i) or DEFAULT_PCI_BW) for i in f.ids)
+    if nodes > 1 and not multi_ref:
+        # No NIC in the topology (fabric_gbps only): NCCL's inter-node ring leaves/enters every node
+        # through a NIC at a ladder speed <= min(NIC, GPU PCIe), one channel per NIC (NCCL_NOTES §4.3).
+        speed = _ladder_pick(min(nic_bw, pcie_min), _ladder(SPEEDS_INTER, f.cc)) or 0.12
+        nch = max(1, min(n_nics, int((nch * bw_intra if g > 1 else speed) // speed) or 1))
+        bw_intra = bw_inter = speed
+        type_inter = "PHB"
+        tree = None
+
+    # ---- achievable bandwidths (the calibrated layer)
+    if g == 1:
+        intra_ach = None
+    elif _path_rank(type_intra) <= _path_rank("NVB"):
+        # NVLink: NCCL's own single-node ring bandwidth (the multi-node graph's speed is NIC-bound)
+        one = ref if nodes == 1 else (_reference(ref_doc, idx, 1)[0] or _estimate_ring(f))
+        intra_ach = int(one.get("search_channels") or one["channels"]) * float(one.get("bw_intra") or 0.1)
+    else:
+        intra_ach = PCIE_RING_EFFICIENCY * pcie_min
+        notes.append(f"PCIe ring: busbw = {PCIE_RING_EFFICIENCY} x {pcie_min:g} GB/s (PCIE_RING_EFFICIENCY)")
+    ring_ach = tree_ach = intra_ach
+    if nodes > 1:
+        node_net = min(n_nics * nic_bw, g * pcie_min)   # GPUs reach the NICs over their own PCIe links
+        ring_ach = min(x for x in (intra_ach, node_net) if x is not None)
+        # a tree on <= 2 nodes carries half the ring's network traffic (NCCL: bwIntra up to 2x bwInter)
+        tree_ach = min(x for x in (intra_ach, node_net * (2 if nodes <= 2 else 1)) if x is not None)
+
+    # ---- per-GPU bandwidth to node peers (all_to_all) and to a neighbour (send_recv)
+    if g == 1:
+        gpu_bw = p2p_bw = None
+    elif f.nvswitch:
+        gpu_bw = p2p_bw = min(f.nvs_bw[i] for i in f.ids)
+    else:
+        nvl_tot = [sum(bw for (a, b), bw in f.nvl_pair.items() if i in (a, b) and a in f.ids and b in f.ids)
+                   for i in f.ids]
+        full_mesh = all(((a, b) if a < b else (b, a)) in f.nvl_pair for a in f.ids for b in f.ids if a != b)
+        gpu_bw = min(nvl_tot) if full_mesh and min(nvl_tot) > 0 else PCIE_RING_EFFICIENCY * pcie_min
+        hop = []
+        for k in range(g):
+            bw, t = _pair_bw(f, f.ids[k], f.ids[(k + 1) % g])
+            hop.append(bw if t == "NVL" else PCIE_RING_EFFICIENCY * pcie_min)
+        p2p_bw = min(hop)
+
+    nvls_ch, nvls_bw = _nvls_graph(f)
+    if nodes == 1:
+        # Pass 2 raises the NVLS graph's bwInter ("NVLS: raise bwInter", NCCL_NOTES §4.2 step 7); on one
+        # node no NET limits it, so it reaches the top of the ladder and the NVLS bus bandwidth is the
+        # intra term 2*eff*bwIntra*(nCh-1)/nCh per channel.  This is what capture 09 (HGX H100,
+        # 482 GB/s measured vs 476 modelled) supports; with bwInter left at bwIntra it would be 320.
+        nvls_inter = float(_ladder(SPEEDS_INTRA, f.cc)[0]) if nvls_ch else 0.0
+    else:
+        nvls_inter = (_ladder_pick(min(nic_bw, pcie_min), _ladder(SPEEDS_INTER, f.cc)) or 0.0) if nvls_ch else 0.0
+    return CommGraph(
+        n_ranks=nodes * g, n_nodes=nodes, gpus_per_node=g, channels=nch, bw_intra=bw_intra,
+        bw_inter=bw_inter, type_intra=type_intra, type_inter=type_inter if nodes > 1 else "PIX",
+        cc=f.cc, cc_max=f.cc_max, nvls=bool(nvls_ch), cpu_vendor=f.cpu_vendor, cpu_arch=f.cpu_arch,
+        tree_channels=int(tree["search_channels"]) if tree else None,
+        tree_bw_intra=float(tree["bw_intra"]) if tree else None,
+        tree_bw_inter=float(tree["bw_inter"]) if tree else None,
+        tree_pattern=tree_pattern,
+        nvls_channels=nvls_ch, nvls_bw_intra=nvls_bw, nvls_bw_inter=nvls_inter,
+        ring_bus_bw=ring_ach, tree_bus_bw=tree_ach,
+        nvls_bus_bw=(node_net * (2 if nodes <= 2 else 1)) if (nodes > 1 and node_net) else None,
+        gpu_bw=gpu_bw, p2p_bw=p2p_bw, node_net_bw=node_net, nic_bw=nic_bw, notes=tuple(notes),
+    )
+
+
+def _doc_for_reference(doc: dict, f: NodeFacts, fabric_gbps: Optional[float]) -> dict:
+    """The document handed to NCCL's search: a copy where (a) an NVSwitch fabric that only shows as
+    "NV# to every peer" (an nvidia-smi capture) becomes GPU->NVS links, as NCCL sees it (topo.cc folds
+    all NVSwitches into one NVS node); (b) a compute capability inferred from NVLink counts is written
+    into GPUs that lack one; (c) ``fabric_gbps`` gives NICs without a known rate one.  A NIC that has a
+    rate keeps it: NCCL's algorithm choice sees the link speed the net plugin reports (e.g. 200 Gb/s for
+    a Slingshot NIC under the TCP socket transport) even when the transport delivers less."""
+    import copy
+
+    from gpucomm.probes.model import nvlink_bw_per_link
+
+    has_switch = any(s.get("kind") == "nvswitch" for s in doc.get("switches") or [])
+    need_nvs = f.nvswitch and not has_switch and not any(
+        l.get("kind") == "nvlink" and (l.get("b") == "NVS" or l.get("a") == "NVS") for l in doc.get("links") or [])
+    if not (need_nvs or not f.cc_known or fabric_gbps is not None):
+        return doc
+    out = copy.deepcopy(doc)
+    if need_nvs:
+        from gpucomm.probes.model import switch_record
+
+        ids = set(f.ids)
+        all_ids = {x.get("pci_bus_id") or f"GPU{x['index']}" for x in out["gpus"]}
+        out["links"] = [l for l in out["links"] if not (l.get("kind") == "nvlink" and l.get("a") in all_ids
+                                                       and l.get("b") in all_ids)]
+        out["switches"].append(switch_record("NVS", kind="nvswitch"))
+        per_link = nvlink_bw_per_link(f.cc)
+        for i in sorted(ids):
+            cnt = int(round(f.nvs_bw[i] / per_link))
+            out["links"].append({"a": i, "b": "NVS", "kind": "nvlink", "count": cnt,
+                                 "bw_GBps": round(cnt * per_link, 4), "gen": None, "width": None})
+    if not f.cc_known:
+        for x in out["gpus"]:
+            x["compute_capability"] = x.get("compute_capability") or f"{f.cc // 10}.{f.cc % 10}"
+    if fabric_gbps is not None:
+        from gpucomm.probes.model import nic_rate_gbps
+
+        for nic in out.get("nics") or []:
+            if nic_rate_gbps(nic):
+                continue   # NCCL sees the link rate its net plugin reports, whatever the transport delivers
+            ports = nic.get("ports") or [{"port": 1, "state": "ACTIVE"}]
+            nic["ports"] = [dict(p, rate_gbps=float(fabric_gbps), state=p.get("state") or "ACTIVE") for p in ports]
+    return out
+
+
+def _gpu_nic_type(doc: dict, f: NodeFacts) -> str:
+    """NCCL's graph typeInter: for every NIC the best path type from one of the selected GPUs (rings
+    enter/leave a node at the GPU next to the NIC), worst over the NICs.  From the document's matrix
+    (nvidia-smi semantics, NODE -> PHB) when it has the pairs, else from parents and NUMA nodes."""
+    from gpucomm.probes.model import SMI_TO_PATH
+
+    matrix = doc.get("matrix") or {}
+    worst = "PIX"
+    for nic in doc.get("nics") or []:
+        best = None
+        for gpu, gid in zip(f.gpus, f.ids):
+            code = (matrix.get(f"GPU{gpu['index']}") or {}).get(nic["name"])
+            if code in SMI_TO_PATH:
+                t = SMI_TO_PATH[code]
+            elif code and code.startswith("NV"):
+                t = "PIX"
+            elif nic.get("parent") and nic["parent"] == gpu.get("parent") and not str(nic["parent"]).startswith("CPU"):
+                t = "PIX"
+            elif nic.get("numa_node") is not None and gpu.get("numa_node") is not None and \
+                    nic["numa_node"] != gpu["numa_node"]:
+                t = "SYS"
+            else:
+                t = "PHB"
+            if best is None or _path_rank(t) < _path_rank(best):
+                best = t
+        if best and _path_rank(best) > _path_rank(worst):
+            worst = best
+    return worst
+
+
+def _reference(doc: dict, gpus: list, nodes: int) -> tuple[Optional[dict], str]:
+    """(NCCL's ring graph from gpucomm.planners.nccl.search, "") or (None, why it is not available)."""
+    try:
+        from gpucomm.planners.nccl import search as nccl_ref
+    except ImportError:
+        return None, "gpucomm.planners.nccl.search unavailable"
+    fn = getattr(nccl_ref, "nccl_reference", None)
+    if fn is None:
+        return None, "gpucomm.planners.nccl.search has no nccl_reference"
+    try:
+        ref = fn(doc, gpus=gpus, nodes=nodes)
+    except (InputError, PlanInfeasible):
+        raise
+    except TopologyError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a bug there must not hide the prediction; it is reported
+        return None, f"nccl_reference failed: {type(e).__name__}: {e}"
+    if not isinstance(ref, dict) or not ref.get("channels"):
+        return None, "nccl_reference returned no graph"
+    return dict(ref), ""
+
+
+def summary_dict(g: CommGraph) -> dict:
+    """JSON-friendly view of a CommGraph (for ``predict --format json``)."""
+    out = {}
+    for k, v in g.__dict__.items():
+        if isinstance(v, float):
+            v = round(v, 4)
+        if isinstance(v, tuple):
+            v = list(v)
+        out[k] = v
+    return out
+
+
+__all__ = [
+    "CommGraph", "Cell", "COLLECTIVES", "PCIE_RING_EFFICIENCY", "SOCKET_TRANSPORT_GBPS", "NET_EFFICIENCY",
+    "busbw_factor", "tuning_table", "algo_time", "predict", "parse_size", "parse_sizes", "summarize",
+    "normalize_collective", "node_facts", "summary_dict", "replace",
+]

@@ -1,0 +1,278 @@
+"""NCCL's double binary tree across nodes, chains inside a node (NCCL_NOTES §4.5; src/graph/trees.cc,
+connect.cc ``ncclTopoPreset``/``connectTrees``).
+
+* :func:`btree` is ``ncclGetBtree`` exactly: ``bit`` = lowest set bit of the rank (rank 0: no
+  parent, one child ``bit >> 1`` where the loop ends at the first power of two >= n); parent
+  ``(rank ^ bit) | (bit << 1)``, or ``rank ^ bit`` when that is out of range; children
+  ``rank -/+ bit/2``, the second one halved until it is in range.
+* :func:`dtree` is ``ncclGetDtree``: tree 0 is the btree; tree 1 is its **mirror** (``n-1-x``) when
+  n is even, or the btree **shifted** by one (``(x-1+n) % n`` then ``+1``) when n is odd.
+* Within a node each channel is a chain of its GPUs (the ring/tree graph's order): ``up`` is the
+  previous GPU, ``down[0]`` the next.  Between nodes (``BALANCED_TREE``, NCCL's tree pattern for
+  several GPUs per node; ``TREE`` with one GPU per node): the node's first GPU faces the parent
+  node and takes child 1, the second GPU takes child 0 (``treeToParent = intra[0]``,
+  ``treeToChild0 = intra[1]``, ``treeToChild1 = intra[0]``).
+* Channel ``c`` uses tree 0 and channel ``c + K`` the same chain with tree 1 (K = search channels),
+  so a plan with K chains has 2K tree channels, as NCCL's ``nChannels = 2 * min(ring, tree)``.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional
+
+from gpucomm.probes.errors import InputError, PlanInfeasible
+
+from gpucomm.planners.collectives.validate import validate_tree
+
+TREE_PATTERNS = ("balanced_tree", "tree", "split_tree")
+
+
+def btree(nranks: int, rank: int) -> tuple:
+    """ncclGetBtree(nranks, rank) -> (up, down0, down1, parentChildType); -1 = none.  For rank 0
+    parentChildType is undefined in NCCL (never set); 0 is returned."""
+    if nranks < 1 or not 0 <= rank < nranks:
+        raise ValueError(f"rank {rank} out of range for {nranks} ranks")
+    bit = 1
+    while bit < nranks:
+        if bit & rank:
+            break
+        bit <<= 1
+    if rank == 0:
+        return -1, -1, (bit >> 1) if nranks > 1 else -1, 0
+    up = (rank ^ bit) | (bit << 1)
+    if up >= nranks:
+        up = rank ^ bit
+    pct = 0 if rank < up else 1
+    lowbit = bit >> 1
+    down0 = -1 if lowbit == 0 else rank - lowbit
+    down1 = -1 if lowbit == 0 else rank + lowbit
+    while down1 >= nranks:   # as trees.cc: recompute with the current lowbit, then halve
+        down1 = -1 if lowbit == 0 else rank + lowbit
+        lowbit >>= 1
+    return up, down0, down1, pct
+
+
+def dtree(nranks: int, rank: int) -> tuple:
+    """ncclGetDtree -> ((up, d0, d1, pct) of tree 0, (up, d0, d1, pct) of tree 1)."""
+    t0 = btree(nranks, rank)
+    if nranks % 2 == 1:
+        shift = (rank - 1 + nranks) % nranks
+        u, d0, d1, pct = btree(nranks, shift)
+        t1 = (-1 if u == -1 else (u + 1) % nranks, -1 if d0 == -1 else (d0 + 1) % nranks,
+              -1 if d1 == -1 else (d1 + 1) % nranks, pct)
+    else:
+        u, d0, d1, pct = btree(nranks, nranks - 1 - rank)
+        t1 = (-1 if u == -1 else nranks - 1 - u, -1 if d0 == -1 else nranks - 1 - d0,
+              -1 if d1 == -1 else nranks - 1 - d1, pct)
+    return t0, t1
+
+
+def dtree_roots(nranks: int) -> tuple:
+    """ncclGetDtreeRoots: tree 0 is rooted at 0, tree 1 at 1 (n odd) or n-1 (n even)."""
+    return 0, (1 if (nranks % 2 == 1 and nranks > 1) else nranks - 1)
+
+
+def log2i(n: int) -> int:
+    """NCCL's log2i: floor(log2(n)) (0 for n <= 1)."""
+    r = 0
+    while n > 1:
+        n >>= 1
+        r += 1
+    return r
+
+
+def connect_trees(nodes: int, chains: list, pattern: str = "balanced_tree") -> list:
+    """Trees for ``nodes`` nodes whose channel c runs through the local ranks ``chains[c]`` (same on
+    every node).  Returns ``[{channel, tree, up: {rank: up}, down: {rank: [children]}}]`` for
+    channels 0..2K-1 (channel c: tree 0, channel c+K: tree 1), NCCL's children order (local child
+    first, then the remote ones)."""
+    if pattern not in TREE_PATTERNS:
+        raise InputError(f"unknown tree pattern {pattern!r}", expected=", ".join(TREE_PATTERNS))
+    if nodes < 1:
+        raise PlanInfeasible(f"--nodes must be >= 1 (got {nodes})")
+    out = []
+    K = len(chains)
+    if K == 0:
+        raise PlanInfeasible("no channels to build trees on")
+    gpn = len(chains[0])
+    nranks = nodes * gpn
+    for c, chain in enumerate(chains):
+        if sorted(chain) != list(range(gpn)):
+            raise PlanInfeasible(f"channel {c} chain {chain} is not a permutation of local ranks 0-{gpn - 1}")
+    pat = "tree" if gpn == 1 else pattern
+    p_idx = 0
+    c0_idx = 0 if pat == "tree" else 1
+    c1_idx = 1 if pat == "split_tree" else 0
+    dt = [dtree(nodes, i) for i in range(nodes)]
+    for t in (0, 1):
+        for c, chain in enumerate(chains):
+            up = {r: -1 for r in range(nranks)}
+            down = {r: [] for r in range(nranks)}
+            ttp, ttc0, ttc1 = [], [], []
+            for i in range(nodes):
+                ranks = [i * gpn + lr for lr in chain]
+                for j, r in enumerate(ranks):
+                    up[r] = ranks[j - 1] if j > 0 else -1
+                    if j < len(ranks) - 1:
+                        down[r].append(ranks[j + 1])
+                ttp.append(ranks[p_idx])
+                ttc0.append(ranks[c0_idx])
+                ttc1.append(ranks[c1_idx])
+            for i in range(nodes):
+                u, d0, d1, pct = dt[i][t]
+                if u != -1:
+                    up[ttp[i]] = (ttc0 if pct == 0 else ttc1)[u]
+                if d0 != -1:
+                    down[ttc0[i]].append(ttp[d0])
+                if d1 != -1:
+                    down[ttc1[i]].append(ttp[d1])
+            out.append({"channel": c + t * K, "tree": t, "up": up, "down": down})
+    return sorted(out, key=lambda x: x["channel"])
+
+
+_OLD_TREE = re.compile(r"\bTree (\d+) : (-?\d+) -> (-?\d+) -> (-?\d+)/(-?\d+)/(-?\d+)")
+_NEW_TREE = re.compile(r"\[(\d+)\] (-?\d+)/(-?\d+)/(-?\d+)->(-?\d+)->(-?\d+)")
+
+
+def parse_tree_log(text: str) -> dict:
+    """Tree lines of an NCCL debug log (``NCCL_DEBUG=INFO``, ``NCCL_DEBUG_SUBSYS`` incl. GRAPH/INIT):
+    ``Tree c : up -> rank -> d0/d1/d2`` (NCCL <= 2.18, one channel per line) and
+    ``Trees [c] d0/d1/d2->rank->up [c+1] ...`` (newer, all channels of a rank on one line).
+    Returns ``{(channel, rank): (up, [children])}`` (-1 entries dropped from the children); lines
+    that are not tree lines, or are garbled, are ignored."""
+    out: dict = {}
+    for line in str(text).splitlines():
+        if "Tree" not in line:
+            continue
+        for m in _OLD_TREE.finditer(line):
+            c, up, rank, d0, d1, d2 = (int(x) for x in m.groups())
+            out[(c, rank)] = (up, [d for d in (d0, d1, d2) if d != -1])
+        if "Trees" in line:
+            for m in _NEW_TREE.finditer(line):
+                c, d0, d1, d2, rank, up = (int(x) for x in m.groups())
+                out[(c, rank)] = (up, [d for d in (d0, d1, d2) if d != -1])
+    return out
+
+
+@dataclass
+class TreePlan:
+    """Result of :func:`build_trees`."""
+
+    nodes: int
+    gpus_per_node: int
+    gpu_indices: list          # local rank -> GPU index
+    chains: list               # per search channel: local ranks in chain order
+    pattern: str
+    channels: list             # connect_trees output
+    nccl_reference: Optional[dict] = None
+    warnings: list = field(default_factory=list)
+    assumptions: list = field(default_factory=list)
+
+    @property
+    def nranks(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def depth(self) -> int:
+        """connectTrees' approximation: nRanks/nNodes - 1 + log2i(nNodes)."""
+        return self.nranks // self.nodes - 1 + log2i(self.nodes)
+
+    def log_line(self, channel: int, rank: int) -> str:
+        """The line NCCL >= 2.19 prints for this rank: ``Trees [c] d0/d1/d2->rank->up``."""
+        ch = self.channels[channel]
+        d = (ch["down"][rank] + [-1, -1, -1])[:3]
+        return f"Trees [{channel}] {d[0]}/{d[1]}/{d[2]}->{rank}->{ch['up'][rank]}"
+
+    def to_dict(self) -> dict:
+        chans = []
+        for ch in self.channels:
+            root = next(r for r, u in ch["up"].items() if u == -1)
+            chans.append({
+                "channel": ch["channel"], "tree": ch["tree"], "root": root,
+                "ranks": [{"rank": r, "node": r // self.gpus_per_node,
+                           "gpu": self.gpu_indices[r % self.gpus_per_node],
+                           "up": ch["up"][r], "down": list(ch["down"][r])} for r in sorted(ch["up"])],
+            })
+        ref = self.nccl_reference
+        return {
+            "schema": "gpucomm.trees/v1",
+            "nodes": self.nodes,
+            "gpus_per_node": self.gpus_per_node,
+            "nranks": self.nranks,
+            "pattern": self.pattern if self.gpus_per_node > 1 else "tree",
+            "depth": self.depth,
+            "chains": [[self.gpu_indices[lr] for lr in chain] for chain in self.chains],
+            "channels": chans,
+            "nccl_reference": None if ref is None else {
+                "channels": ref["channels"],
+                "search_channels": (ref.get("tree") or {}).get("search_channels", ref["search_channels"]),
+                "bw_intra": (ref.get("tree") or {}).get("bw_intra"), "bw_inter": (ref.get("tree") or {}).get("bw_inter"),
+                "pattern": (ref.get("tree") or {}).get("pattern")},
+            "assumptions": list(self.assumptions),
+            "warnings": list(self.warnings),
+        }
+
+
+def validate_trees(plan_channels: list, nranks: int) -> None:
+    """validate_tree on every channel."""
+    for ch in plan_channels:
+        validate_tree(ch["up"], ch["down"], range(nranks), max_children=2)
+
+
+def build_trees(doc: Any, nodes: int = 1, gpus_per_node: Optional[int] = None, *,
+                gpus: Optional[Iterable[int]] = None, chains: Optional[list] = None,
+                pattern: str = "balanced_tree", reference: bool = True) -> TreePlan:
+    """Double binary trees for ``nodes`` identical nodes of this topology.
+
+    GPUs per node: ``gpus`` (indices) or the first ``gpus_per_node`` GPUs by index (default all);
+    local rank k = k-th of them.  Chains: given (lists of local ranks, one per search channel) or
+    the channel orders of :func:`gpucomm.planners.collectives.rings.search_rings` on the same GPUs.  Every tree is
+    validated (one root, one parent per other rank, at most 2 children, every rank once)."""
+    from gpucomm.planners.nccl.graph import gpu_nodes
+    from gpucomm.planners.nccl.search import nccl_reference, restrict_gpus
+    from gpucomm.planners.nccl.paths import as_graph
+    from gpucomm.planners.collectives.rings import search_rings
+
+    if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
+        raise InputError(f"--nodes {nodes!r} is out of range", expected="an integer >= 1")
+    G = as_graph(doc)
+    allg = gpu_nodes(G)
+    if not allg:
+        from gpucomm.probes.errors import NothingToDo
+
+        raise NothingToDo("topology has no GPUs")
+    if gpus is not None:
+        _, sel = restrict_gpus(G, list(gpus))
+    else:
+        sel = allg
+    if gpus_per_node is not None:
+        if not isinstance(gpus_per_node, int) or gpus_per_node < 1:
+            raise InputError(f"--gpus-per-node {gpus_per_node!r} is out of range", expected="an integer >= 1")
+        if gpus_per_node > len(sel):
+            raise PlanInfeasible(f"--gpus-per-node {gpus_per_node} but the topology has {len(sel)} GPUs")
+        sel = sel[:gpus_per_node]
+    idx = [G.nodes[g]["index"] for g in sel]
+    gpn = len(idx)
+    ref = None
+    warnings: list = []
+    if chains is None:
+        if gpn == 1 and nodes == 1:
+            chains = [[0]]
+        else:
+            plan = search_rings(G, gpus=idx, nodes=nodes, reference=False)
+            pos = {g: k for k, g in enumerate(sel)}
+            chains = [[pos[g] for g in ch.gpus] for ch in plan.channels]
+            warnings.extend(plan.warnings)
+            # identical chains make identical trees: keep each distinct order once
+            uniq = []
+            for ch in chains:
+                if ch not in uniq:
+                    uniq.append(ch)
+            chains = uniq
+        if reference and (nodes > 1 or gpn > 1):
+            ref = nccl_reference(G, nodes=nodes, gpus=idx)
+    chans = connect_trees(nodes, [list(c) for c in chains], pattern)
+    validate_trees(chans, nodes * gpn)
+    return TreePlan(nodes, gpn, idx, [list(c) for c in chains], pattern, chans, ref, warnings,
+                    list(G.graph.get("assumptions") or []))

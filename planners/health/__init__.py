@@ -1,0 +1,1 @@
+"""What is wrong with a node: ``doctor``'s rules and ``diff`` between nodes."""

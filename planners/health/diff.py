@@ -1,0 +1,213 @@
+"""``gpucomm diff A B [C ...]``: what differs between nodes' topologies, and which node is odd.
+
+Each document is flattened into ``attribute -> value`` pairs that should be equal on identical
+nodes (:func:`fingerprint`): GPU models and count, per-GPU PCIe width and maximum, NUMA node, CPU
+affinity, active NVLink count, every matrix cell (NV#, PIX, ...), NICs with their ports' state
+and rate, NUMA layout, driver/CUDA versions, IOMMU/GPUDirect state.  Attributes that are
+naturally different on every node (hostname, UUIDs, GUIDs, collection time) are left out, and an
+attribute one input does not know (``None``: e.g. the driver version of a ``topo -m`` capture) is
+not counted as a difference; a device present on one node and absent on another is.
+
+With three or more inputs every attribute gets a majority value (the most common one, when it is
+unique) and each input counts the attributes where it departs from it; the **outlier** is the
+single input with the highest count (none when tied): the odd node out of a cluster.
+
+Exit status (gpucomm_cli): 0 when the inputs are identical, 5 when they differ -- the ``diff(1)``
+convention, shifted because 1 is gpucomm's "bad input" code.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Any, Optional
+
+from gpucomm.probes.model import gpu_id, nic_id
+from gpucomm.probes.model import natural_key as _natural
+
+SCHEMA = "gpucomm.diff/v1"
+
+
+def _pcie_text(p: Any) -> Optional[str]:
+    if not isinstance(p, dict):
+        return None
+    # current gen is left out on purpose: GPUs drop PCIe speed when idle, width does not change.
+    w, mw, mg = p.get("width"), p.get("max_width"), p.get("max_gen")
+    if w is None and mw is None:
+        return None
+    s = f"x{w}" if w is not None else "x?"
+    if mw is not None or mg is not None:
+        s += f" (max {'Gen' + str(mg) + ' ' if mg else ''}x{mw if mw is not None else '?'})"
+    return s
+
+
+def _scalar(v: Any) -> Any:
+    """JSON scalars pass; anything else (a list where a string belongs) is unknown."""
+    if v is None or isinstance(v, (str, bool, int)):
+        return v
+    if isinstance(v, float):
+        return v if v == v and abs(v) != float("inf") else None
+    return None
+
+
+def _gib(v: Any) -> Optional[int]:
+    v = _scalar(v)
+    return round(v / (1 << 30)) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def fingerprint(doc: dict) -> dict:
+    """Flatten a topology into comparable attributes (see the module docstring)."""
+    from gpucomm.planners.health.doctor import clean_document, nvlink_totals
+
+    doc = clean_document(doc)
+    fp: dict = {}
+    host = doc.get("host") or {}
+    for k in ("driver_version", "cuda_version", "cpu_vendor", "cpu_model", "cpu_arch", "sockets", "os", "kernel",
+              "iommu", "gdr"):
+        fp[f"host.{k}"] = _scalar(host.get(k))
+    gpus = sorted(doc.get("gpus", []), key=lambda g: g["index"])
+    fp["gpus.count"] = len(gpus)
+    models = Counter(g.get("name") or "unknown" for g in gpus)
+    fp["gpus.models"] = ", ".join(f"{n}x {m}" for m, n in sorted(models.items())) if gpus else None
+    nvl = nvlink_totals(doc)
+    for g in gpus:
+        k = f"GPU{g['index']}"
+        fp[f"{k}.present"] = True
+        fp[f"{k}.name"] = g.get("name")
+        fp[f"{k}.pci_bus_id"] = g.get("pci_bus_id")
+        fp[f"{k}.memory_GiB"] = _gib(g.get("memory_bytes"))
+        fp[f"{k}.compute_capability"] = _scalar(g.get("compute_capability"))
+        fp[f"{k}.numa_node"] = g.get("numa_node")
+        fp[f"{k}.cpu_affinity"] = g.get("cpu_affinity")
+        fp[f"{k}.pcie"] = _pcie_text(g.get("pcie"))
+        fp[f"{k}.nvlinks_active"] = nvl.get(k, (None,))[0]
+        fp[f"{k}.mig"] = g.get("mig")
+    nics = sorted(doc.get("nics", []), key=lambda n: _natural(n["name"]))
+    fp["nics.count"] = len(nics)
+    for n in nics:
+        k = n["name"]
+        fp[f"{k}.present"] = True
+        fp[f"{k}.pci_bus_id"] = n.get("pci_bus_id")
+        fp[f"{k}.numa_node"] = n.get("numa_node")
+        fp[f"{k}.link_layer"] = n.get("link_layer")
+        fp[f"{k}.fw_ver"] = n.get("fw_ver")
+        fp[f"{k}.pcie"] = _pcie_text(n.get("pcie"))
+        for p in n.get("ports") or []:
+            fp[f"{k}.port{p.get('port')}.state"] = p.get("state")
+            fp[f"{k}.port{p.get('port')}.rate_gbps"] = p.get("rate_gbps")
+    numa = sorted(doc.get("numa_nodes", []), key=lambda n: n.get("id", 0))
+    fp["numa.count"] = len(numa) if numa else None
+    for n in numa:
+        fp[f"numa{n.get('id')}.cpus"] = n.get("cpus")
+        fp[f"numa{n.get('id')}.memory_GiB"] = _gib(n.get("memory_bytes"))
+    kinds = Counter(s.get("kind") for s in doc.get("switches", []))
+    for kind in ("pcie", "nvswitch", "host_bridge"):
+        fp[f"switches.{kind}"] = kinds.get(kind, 0) if doc.get("switches") else None
+    # PCIe link widths/gens from each GPU/NIC to its parent (down-trained links show here)
+    names = {gpu_id(g): f"GPU{g['index']}" for g in gpus}
+    names.update({nic_id(n): n["name"] for n in nics})
+    for l in doc.get("links", []):
+        if l.get("kind") == "pcie" and l.get("a") in names:
+            fp[f"{names[l['a']]}.uplink"] = (f"Gen{l.get('gen')} x{l.get('width')}"
+                                             if l.get("gen") or l.get("width") else None)
+    m = doc.get("matrix") or {}
+    keys = sorted(m, key=_natural)
+    for i, a in enumerate(keys):
+        for b in keys[i + 1:]:
+            x, y = (m.get(a) or {}).get(b), (m.get(b) or {}).get(a)
+            if x is None and y is None:
+                continue
+            fp[f"matrix.{a}.{b}"] = x if x == y or y is None else f"{x}/{y}"
+    return fp
+
+
+
+
+def _presence(attr: str) -> bool:
+    """Attributes where "absent" is a value of its own (a GPU missing from one node)."""
+    return attr.endswith(".present") or attr in ("gpus.count", "nics.count")
+
+
+def diff_documents(named: list) -> dict:
+    """``named`` = [(input name, document), ...] (2 or more) -> the ``gpucomm.diff/v1`` report."""
+    names = _unique([n for n, _ in named])
+    fps = [fingerprint(d) for _, d in named]
+    attrs = sorted(set().union(*[fp.keys() for fp in fps]), key=_attr_key)
+    diffs = []
+    counts = {n: 0 for n in names}
+    for a in attrs:
+        vals = [fp.get(a, False if a.endswith(".present") else None) for fp in fps]
+        known = [v for v in vals if v is not None]
+        if _presence(a):
+            known = vals
+        if len(set(map(repr, known))) <= 1:
+            continue
+        majority = None
+        if len(named) >= 3:
+            c = Counter(map(repr, known))
+            (top, n_top), *rest = c.most_common()
+            if not rest or rest[0][1] < n_top:
+                majority = next(v for v in known if repr(v) == top)
+        differs = [names[i] for i, v in enumerate(vals)
+                   if (v is not None or _presence(a)) and majority is not None and repr(v) != repr(majority)]
+        if len(named) == 2:
+            differs = list(names)
+        for n in differs:
+            counts[n] += 1
+        diffs.append({"attribute": a, "values": vals, "majority": majority, "differs": differs})
+    outlier = None
+    if len(named) >= 3 and diffs:
+        top = max(counts.values())
+        leaders = [n for n, c in counts.items() if c == top]
+        if top > 0 and len(leaders) == 1:
+            outlier = leaders[0]
+    inputs = []
+    for n, (_, d) in zip(names, named):
+        h = d.get("host") or {}
+        inputs.append({"name": n, "hostname": h.get("hostname"), "provenance": h.get("provenance"),
+                       "gpus": len(d.get("gpus", [])), "nics": len(d.get("nics", []))})
+    return {"schema": SCHEMA, "inputs": inputs, "identical": not diffs, "differences": diffs,
+            "compared": len(attrs), "counts": counts if len(named) >= 3 else {}, "outlier": outlier}
+
+
+def _attr_key(a: str) -> tuple:
+    # host first, then gpus, GPU<i>, NICs, numa, switches, matrix -- each in natural order
+    head = a.split(".", 1)[0]
+    if head == "host":
+        grp = 0
+    elif head == "gpus":
+        grp = 1
+    elif re.match(r"^GPU\d+$", head):
+        grp = 2
+    elif head == "nics":
+        grp = 3
+    elif head.startswith("numa"):
+        grp = 5
+    elif head == "switches":
+        grp = 6
+    elif head == "matrix":
+        grp = 7
+    else:
+        grp = 4  # NIC names
+    return (grp, _natural(a))
+
+
+def _unique(names: list) -> list:
+    seen: Counter = Counter()
+    out = []
+    for n in names:
+        seen[n] += 1
+        out.append(n if seen[n] == 1 else f"{n}#{seen[n]}")
+    return out
+
+
+def format_value(v: Any) -> str:
+    if v is None:
+        return "-"
+    if v is True:
+        return "yes"
+    if v is False:
+        return "no"
+    return str(v)
+
+
+__all__ = ["SCHEMA", "fingerprint", "diff_documents", "format_value"]

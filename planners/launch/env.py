@@ -1,0 +1,329 @@
+"""NCCL / CUDA / CPU-binding environment for a plan, each setting with a one-line reason
+(SPEC §5 "env").  Pure functions: the NCCL topology file, when one is needed, is returned as text
+in ``files`` for the caller to write.
+
+Pain points from PLACEMENT_NOTES §6 this module addresses (each has a test):
+  * NCCL_IB_HCA prefix matching -- without ``=`` ``mlx5_1`` also selects ``mlx5_10..19``
+    (NCCL env.rst; net_ib/init.cc), so the list is always exact (``=mlx5_0:1,...``);
+  * VMs that flatten the PCIe tree (nccl#1843, nccl-tests#256, nccl#1464, nccl#1674): a skeleton
+    NCCL_TOPO_FILE with each GPU and its NIC under a fake bridge ``ffff:ff:0N.0`` (the Azure/AWS
+    static topology files in captures/ncclxml);
+  * CUDA's FASTEST_FIRST device order vs the PCI order of nvidia-smi/NVML/Slurm (gpustack#1633,
+    flux-core#1598, DIGITS#1358): CUDA_DEVICE_ORDER=PCI_BUS_ID;
+  * MIG slices cannot use P2P/NVLS (nccl#1716) -- refused/warned by placement, noted here;
+  * NUMA binding that differs between torchrun, srun and mpirun (pytorch#115305, nccl-tests#57):
+    one explicit per-local-rank CPU list that every launcher emitter applies the same way;
+  * P2P disabled by NVML / consumer GPUs (nccl#2079, nccl-tests#117): NCCL_P2P_LEVEL / _DISABLE.
+"""
+from __future__ import annotations
+
+import re
+from typing import Dict, List, Optional, Tuple
+
+from gpucomm.probes.model import format_cpulist, gpu_id, nic_id, nic_rate_gbps, parse_cpulist
+
+from gpucomm.planners.placement.layout import NodeView, SMI_TO_NCCL_LEVEL, _natural, is_rdma, nic_active_ports, nic_has_device_name
+
+DEFAULT_TOPO_FILE = "/etc/gpucomm/nccl-topo.xml"
+_CONSUMER_RE = re.compile(r"GeForce|\bRTX\s*[2-5]0[5-9]0|\bGTX\b|TITAN", re.I)
+_PATH_ORDER = ["LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS"]
+
+
+def _set(env: dict, name: str, value: str, reason: str) -> None:
+    env[name] = {"value": str(value), "reason": " ".join(reason.split())}
+
+
+def cuda_indices(view: NodeView) -> Dict[int, int]:
+    """NVML index -> CUDA index under CUDA_DEVICE_ORDER=PCI_BUS_ID (position in PCI bus order).
+    Falls back to the NVML index when a bus id is unknown."""
+    gpus = view.doc.get("gpus") or []
+    if any(not g.get("pci_bus_id") for g in gpus):
+        return {g["index"]: g["index"] for g in gpus if isinstance(g.get("index"), int)}
+    ordered = sorted(gpus, key=lambda g: g["pci_bus_id"])
+    return {g["index"]: pos for pos, g in enumerate(ordered)}
+
+
+def flat_pcie(view: NodeView) -> bool:
+    """True when the visible PCIe tree hides the GPU/NIC pairing, as in VMs: no PCIe switch is
+    visible, no GPU is PIX/PXB to any NIC, and either there are several GPUs and NICs (real HGX-class
+    boards always have switches) or sysfs reports NUMA node -1."""
+    doc = view.doc
+    if not view.nics or view.gpu_count < 2:
+        return False
+    if any(s.get("kind") == "pcie" for s in doc.get("switches") or [] if isinstance(s, dict)):
+        return False
+    rdma = [n for n in view.nics.values() if is_rdma(n)] or list(view.nics.values())
+    for g in view.gpus:
+        for n in rdma:
+            code = ((doc.get("matrix") or {}).get(f"GPU{g['index']}") or {}).get(n["name"])
+            if code in ("PIX", "PXB"):
+                return False
+    numa_unknown = any(d.get("numa_node") == -1 for d in list(view.gpus) + rdma)
+    return (view.gpu_count >= 4 and len(rdma) >= 2) or numa_unknown
+
+
+def topo_skeleton(view: NodeView) -> dict:
+    """A topology document that puts each GPU and the NIC(s) placement paired with it under one fake
+    PCIe bridge ``ffff:ff:0N.0`` (class 0x060400) below the GPU's CPU -- the shape of Azure's and
+    AWS's static NCCL topology files -- for ``gpucomm.probes.formats.nccl_xml.export_nccl_xml``.  A NIC shared by
+    several GPUs brings them under the same bridge."""
+    from gpucomm.probes.model import link_record, new_document, pcie_bw_GBps, switch_record
+
+    doc = view.doc
+    out = new_document("json")
+    out["host"].update({k: v for k, v in (doc.get("host") or {}).items() if k in out["host"]})
+    out["host"]["provenance"] = "json"
+    out["numa_nodes"] = [dict(n) for n in doc.get("numa_nodes") or []]
+    # Union GPUs that share a NIC into one bridge.
+    groups: List[Tuple[List[int], List[str]]] = []
+    for g in view.gpus:
+        nics = view.gpu_nics.get(g["index"], [])
+        shared = [i for i, (gs, ns) in enumerate(groups) if set(ns) & set(nics)]
+        if shared:
+            gs, ns = groups[shared[0]]
+            gs.append(g["index"])
+            for n in nics:
+                if n not in ns:
+                    ns.append(n)
+        else:
+            groups.append(([g["index"]], list(nics)))
+    gpu_by = {g["index"]: g for g in view.gpus}
+    for k, (gs, ns) in enumerate(groups, start=1):
+        bridge = f"ffff:ff:{k:02x}.0" if k < 32 else f"ffff:fe:{k - 31:02x}.0"
+        numa = gpu_by[gs[0]].get("numa_node")
+        numa = numa if isinstance(numa, int) and numa >= 0 else 0
+        out["switches"].append(switch_record(bridge, "pcie", pci_bus_id=bridge, parent=f"CPU{numa}", numa_node=numa))
+        out["links"].append(link_record(bridge, f"CPU{numa}", "pcie", pcie_bw_GBps(None, 16), width=16))
+        for gi in gs:
+            g = dict(gpu_by[gi])
+            g["parent"] = bridge
+            g["numa_node"] = numa
+            out["gpus"].append(g)
+            p = g.get("pcie") or {}
+            out["links"].append(link_record(gpu_id(g), bridge, "pcie", pcie_bw_GBps(p.get("gen"), p.get("width")),
+                                            gen=p.get("gen"), width=p.get("width")))
+        for name in ns:
+            n = dict(view.nics[name])
+            n["parent"] = bridge
+            n["numa_node"] = numa
+            out["nics"].append(n)
+            out["links"].append(link_record(nic_id(n), bridge, "pcie", pcie_bw_GBps(None, 16), width=16))
+    # NVLink topology is not part of the PCIe problem: keep it as the host has it.
+    keep = {gpu_id(g) for g in out["gpus"]}
+    nvs = [s for s in doc.get("switches") or [] if isinstance(s, dict) and s.get("kind") == "nvswitch"]
+    out["switches"].extend(dict(s) for s in nvs)
+    nvs_ids = {s["id"] for s in nvs}
+    for l in doc.get("links") or []:
+        if l.get("kind") == "nvlink" and (l.get("a") in keep or l.get("a") in nvs_ids) and \
+                (l.get("b") in keep or l.get("b") in nvs_ids):
+            out["links"].append(dict(l))
+    return out
+
+
+def topo_file_text(view: NodeView) -> Optional[str]:
+    """The skeleton as NCCL topology XML (``gpucomm.probes.formats.nccl_xml.export_nccl_xml``), or None when that
+    exporter is not installed."""
+    try:
+        from gpucomm.probes.formats.nccl_xml import export_nccl_xml
+    except ImportError:
+        return None
+    return export_nccl_xml(topo_skeleton(view))
+
+
+def build_env(plan: dict, view: NodeView, *, topo_file_path: str = DEFAULT_TOPO_FILE) -> dict:
+    """Fill ``plan['env']``, ``plan['binding']`` and ``plan['files']``; returns the plan."""
+    env: Dict[str, dict] = {}
+    warnings: List[str] = plan.setdefault("warnings", [])
+    files: Dict[str, str] = {}
+    nodes = plan["nodes"]
+    local = plan["local_ranks"]
+    local_gpus = [lr["gpu"] for lr in local]
+    cidx = cuda_indices(view)
+
+    _set(env, "CUDA_DEVICE_ORDER", "PCI_BUS_ID",
+         "CUDA numbers GPUs fastest-first by default; nvidia-smi, NVML, Slurm and this plan use PCI bus order")
+    cvd = ",".join(str(cidx.get(g, g)) for g in local_gpus)
+    if any(cidx.get(g, g) != g for g in local_gpus):
+        warnings.append("NVML index order differs from PCI bus order on this host; CUDA_VISIBLE_DEVICES uses PCI order")
+    _set(env, "CUDA_VISIBLE_DEVICES", cvd,
+         "every rank sees all of the node's plan GPUs (keeps CUDA IPC/P2P, nccl#1066) in local-rank order, "
+         "so cuda:LOCAL_RANK is the GPU the plan chose")
+
+    # ---- network
+    used = []
+    for lr in local:
+        for n in lr["nics"]:
+            if n not in used:
+                used.append(n)
+    rdma_used = [n for n in used if n in view.nics and is_rdma(view.nics[n])]
+    if nodes > 1 and rdma_used:
+        names = sorted((n for n in rdma_used if nic_has_device_name(n)), key=_natural)
+        unnamed = sorted(n for n in rdma_used if not nic_has_device_name(n))
+        if unnamed:
+            warnings.append("the RDMA NIC(s) at " + ", ".join(unnamed[:4]) + (" ..." if len(unnamed) > 4 else "")
+                            + " have no device name in this topology (an NCCL XML skeleton?): "
+                            "NCCL_IB_HCA cannot name them")
+        if names:
+            entries = [f"{n}:{p}" for n in names for p in nic_active_ports(view.nics[n])]
+            all_names = list(view.nics) + [n.get("name") for n in view.doc.get("nics") or [] if isinstance(n, dict)]
+            clash = sorted({o for n in names for o in all_names if o and o != n and o.startswith(n)}, key=_natural)
+            reason = f"exactly the {len(names)} NIC(s) next to the plan's GPUs, with ports"
+            if clash:
+                reason += f"; '=' stops prefix matching (without it {names[0]} would also select {', '.join(clash[:3])})"
+            else:
+                reason += "; '=' makes NCCL match names exactly instead of by prefix"
+            _set(env, "NCCL_IB_HCA", "=" + ",".join(entries), reason)
+        c2c = [g for g in local_gpus if view.gpu(g).get("c2c")]
+        levels = [view.gpu_nic_level.get(g) for g in local_gpus if view.gpu_nics.get(g) and g not in c2c]
+        ncl = [SMI_TO_NCCL_LEVEL.get(c, "SYS") for c in levels if c]
+        if c2c:
+            # Grace Hopper/Blackwell: GPU -> C2C -> CPU -> PCIe -> NIC is NCCL's P2C path, which
+            # nvidia-smi prints as SYS.  GDR over it needs the P2C level (NCCL_NET_GDR_C2C, default 1
+            # since 2.27); a PXB limit would switch GPUDirect RDMA off.
+            _set(env, "NCCL_NET_GDR_C2C", "1",
+                 "GPUs reach their NICs over C2C through the CPU (NCCL path P2C, shown as SYS by nvidia-smi): "
+                 "keep GPUDirect RDMA on that path (default since NCCL 2.27)")
+        if ncl:
+            worst = max(ncl, key=_PATH_ORDER.index)
+            if _PATH_ORDER.index(worst) <= _PATH_ORDER.index("PXB"):
+                _set(env, "NCCL_NET_GDR_LEVEL", worst,
+                     f"every rank's NIC is at most {worst} from its GPU: GPUDirect RDMA for all of them")
+            else:
+                _set(env, "NCCL_NET_GDR_LEVEL", "PXB",
+                     f"some GPU/NIC pairs meet only at the CPU ({worst}): GPUDirect through the root complex is "
+                     "usually slower than staging in host memory, so keep NCCL's PXB limit")
+                bad = [f"GPU{g}-{view.gpu_nics[g][0]}" for g in local_gpus
+                       if view.gpu_nics.get(g) and SMI_TO_NCCL_LEVEL.get(view.gpu_nic_level.get(g), "SYS") in ("PHB", "SYS")]
+                warnings.append("no GPUDirect RDMA for " + ", ".join(bad[:8]) + (" ..." if len(bad) > 8 else "")
+                                + ": the GPU and its nearest NIC are not under a common PCIe switch")
+        if all(lr["nics"] for lr in local):
+            _set(env, "NCCL_CROSS_NIC", "0",
+                 "rail-aligned plan: local rank i uses the same-rail NIC on every node, so rings and trees "
+                 "can stay on one rail (nccl#1591)")
+        front = _front_end_netdev(view, set(used))
+        if front:
+            _set(env, "NCCL_SOCKET_IFNAME", "=" + front,
+                 "bootstrap and socket traffic on the host network interface, not a container/loopback one (nccl#1447)")
+        else:
+            netdevs = [view.nics[n].get("netdev") for n in names if _valid_ifname(view.nics[n].get("netdev"))]
+            if netdevs:
+                _set(env, "NCCL_SOCKET_IFNAME", "=" + ",".join(netdevs),
+                     "no separate host Ethernet interface is known: bootstrap over the IPoIB/RoCE netdevs of the plan's NICs")
+    elif nodes > 1:
+        front = _front_end_netdev(view, set())
+        if front:
+            _set(env, "NCCL_SOCKET_IFNAME", "=" + front, "no RDMA NIC: NCCL's socket transport on this interface")
+        warnings.append("multi-node plan without RDMA NICs: NCCL falls back to TCP sockets")
+
+    # ---- P2P
+    plan_pairs = {(a, b) for a in local_gpus for b in local_gpus if a < b}
+    disabled = [p for p in view.p2p_disabled if p in plan_pairs]
+    nv_pairs = [p for p in plan_pairs if view.level.get(p, "").startswith("NV")]
+    if disabled:
+        if nv_pairs and not any(p in nv_pairs for p in disabled):
+            _set(env, "NCCL_P2P_LEVEL", "NVL",
+                 f"NVML reports P2P disabled between GPUs {disabled[0][0]} and {disabled[0][1]} over PCIe: "
+                 "use P2P only over NVLink, host memory elsewhere (nccl#2079 hangs)")
+        else:
+            _set(env, "NCCL_P2P_DISABLE", "1",
+                 f"NVML reports P2P disabled between GPUs {disabled[0][0]} and {disabled[0][1]} "
+                 "(ACS/IOMMU or consumer GPUs): NCCL would hang or fail on P2P (nccl#2079, nccl-tests#117)")
+    elif len(local_gpus) > 1 and not nv_pairs and any(_CONSUMER_RE.search(str(view.gpu(g).get("name") or "")) for g in local_gpus):
+        warnings.append("consumer GPUs without NVLink: the driver may refuse PCIe P2P; if NCCL hangs, "
+                        "set NCCL_P2P_DISABLE=1 (nccl-tests#117) or check ACS/IOMMU (nccl#2079)")
+
+    # ---- CPU binding
+    binding = []
+    cores = []
+    for lr in local:
+        cpus = lr.get("cpus")
+        n = lr.get("cores")
+        if n:
+            cores.append(n)
+        numactl = None
+        if cpus:
+            numactl = f"numactl --physcpubind={cpus}" + (f" --membind={lr['mems']}" if lr.get("mems") is not None else "")
+        binding.append({"local_rank": lr["local_rank"], "gpu": lr["gpu"], "cuda_index": cidx.get(lr["gpu"], lr["gpu"]),
+                        "cpus": cpus, "mems": lr.get("mems"), "omp_num_threads": n,
+                        "numa_source": lr.get("numa_source"), "logical_cores": lr.get("logical_cores"),
+                        "numactl": numactl, "taskset": f"taskset -c {cpus}" if cpus else None,
+                        "cpu_mask": _hexmask(cpus) if cpus else None})
+    if cores:
+        _set(env, "OMP_NUM_THREADS", str(min(cores)),
+             "one thread per physical core of a rank's exclusive CPU share (the wrapper sets each rank's own count)")
+    if any(lr.get("cpus") is None for lr in local):
+        warnings.append("NUMA/CPU affinity unknown for some GPUs: no CPU binding for them")
+    shared = [b for b in binding if b["cpus"] and sum(1 for c in binding if c["cpus"] == b["cpus"]) > 1]
+    if shared:
+        warnings.append("fewer physical cores than ranks on a NUMA node: ranks share CPUs")
+
+    # ---- VM / flat PCIe tree
+    if flat_pcie(view):
+        from gpucomm.probes.errors import InputError
+
+        try:
+            text = topo_file_text(view)
+        except InputError as e:  # e.g. an nvidia-smi capture: no PCI bus ids to write
+            text = None
+            warnings.append(f"the PCIe tree looks flat (VM?) but no NCCL_TOPO_FILE can be written: {e}; "
+                            "plan from a live probe or a snapshot of the node to get one")
+        if text is not None:
+            files["nccl-topo.xml"] = text
+            _set(env, "NCCL_TOPO_FILE", topo_file_path,
+                 "the visible PCIe tree is flat (VM): this file pairs each GPU with its NIC under a fake bridge "
+                 "so NCCL uses GPUDirect and the right NIC per GPU (nccl#1843, nccl-tests#256); write it with "
+                 "`gpucomm plan ... --emit nccl-xml`")
+        elif not any("no NCCL_TOPO_FILE can be written" in w for w in warnings):
+            warnings.append("the PCIe tree is flat (VM) but the NCCL XML exporter is not available: no NCCL_TOPO_FILE")
+    plan["env"] = {k: env[k] for k in sorted(env)}
+    plan["binding"] = binding
+    plan["files"] = files
+    plan["warnings"] = list(dict.fromkeys(warnings))
+    return plan
+
+
+def _front_end_netdev(view: NodeView, used: set) -> Optional[str]:
+    """A host Ethernet interface that is not one of the plan's RDMA NICs (management/front-end)."""
+    cands = []
+    for n in view.doc.get("nics") or []:
+        if not isinstance(n, dict) or n.get("name") in used:
+            continue
+        rdma = is_rdma(n)
+        nd = n.get("netdev") or (n.get("name") if not rdma else None)
+        ll = str(n.get("link_layer") or "").lower()
+        # an RDMA device qualifies only through an Ethernet netdev (RoCE); IPoIB is not the host network
+        if nd and _valid_ifname(nd) and (not rdma or ll == "ethernet") and \
+                not nd.startswith(("lo", "docker", "virbr", "veth", "ib")):
+            cands.append((-(nic_rate_gbps(n) or 0), _natural(nd), nd))
+    return sorted(cands)[0][2] if cands else None
+
+
+def _valid_ifname(name: Optional[str]) -> bool:
+    """A Linux network interface name (``dev_valid_name``: at most 15 bytes, no '/', ':' or
+    whitespace) -- not the PCI bus id an NCCL XML skeleton's NIC is known by."""
+    return bool(name) and len(name) <= 15 and not re.search(r"[/:\s]", name) and name not in (".", "..")
+
+
+def _hexmask(cpus: str) -> str:
+    value = 0
+    for c in parse_cpulist(cpus):
+        value |= 1 << c
+    return hex(value)
+
+
+def env_shell(plan: dict) -> str:
+    """``export NAME=value`` lines with the reasons as comments (``--emit env``)."""
+    from gpucomm.planners.launch.scripts import shell_value
+
+    lines = ["# gpucomm plan: environment for every rank (per-rank CPU binding: --emit wrapper)"]
+    for name, item in plan["env"].items():
+        lines.append(f"# {item['reason']}")
+        lines.append(f"export {name}={shell_value(item['value'])}")
+    for b in plan.get("binding", []):
+        if b.get("numactl"):
+            lines.append(f"# local rank {b['local_rank']}: GPU {b['gpu']} -> {b['numactl']}")
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["build_env", "env_shell", "flat_pcie", "topo_skeleton", "topo_file_text", "cuda_indices",
+           "is_rdma", "format_cpulist"]

@@ -1,0 +1,1 @@
+"""Measurements with torch.distributed (``gpucomm bench``) fed back into a topology."""

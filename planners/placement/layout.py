@@ -1,0 +1,1157 @@
+"""Rank placement: Megatron-style rank order, groups per parallelism axis, and the mapping of ranks to
+nodes, GPUs, CPUs and NICs (SPEC §5 "placement").
+
+Three layers, each a pure function over plain data:
+
+1. :class:`RankGenerator` -- Megatron-LM's ``RankGenerator`` semantics exactly
+   (``megatron/core/parallel_state.py`` @ d98e8a64, PLACEMENT_NOTES §1.1): the ``order`` string
+   (default ``tp-cp-ep-dp-pp``) is a mixed radix whose *leftmost* token has stride 1; a token missing
+   from ``order`` is appended when its size is 1 and is an error otherwise; ``get_ranks('dp')`` returns
+   every group of ranks that differ only in the masked coordinates (multi-axis tokens such as
+   ``'tp-pp'`` mask several axes).
+2. :class:`NodeView` -- what placement needs to know about one node: pair bandwidth between GPUs
+   (from the ``nvidia-smi topo -m`` matrix: NV#, PIX, PXB, PHB, NODE, SYS), NVLink domains, the
+   nearest NIC(s) of each GPU (PIX < PXB < PHB < NODE < SYS, ties broken by rail = same position),
+   and the NUMA-local CPUs.
+3. :func:`build_plan` -- launchers give a node the contiguous block of ranks
+   ``[node*G, (node+1)*G)`` (torchrun ``RANK = GROUP_RANK*LOCAL_WORLD_SIZE + LOCAL_RANK``; srun block
+   distribution), so what a planner chooses is (a) which physical GPU serves each local rank and
+   (b) which host serves each node rank (see ``gpucomm.planners.placement.cluster``).  (a) is chosen so that the groups
+   of the busiest axes (TP, then CP/EP, then DP) sit on the best-connected GPUs; the same
+   local-rank->GPU map on every node makes pipeline/data-parallel peers on different nodes use the
+   NIC of the same rail.
+
+Translations of the axis order (PLACEMENT_NOTES §1.2-1.4):
+  * Megatron ``order='tp-cp-ep-dp-pp'`` (leftmost fastest) ==
+    ``torch.distributed.init_device_mesh("cuda", (pp, dp, ep, cp, tp),
+    mesh_dim_names=("pp", "dp", "ep", "cp", "tp"))`` -- DeviceMesh is row-major, its *last* dim holds
+    contiguous ranks, so the names are the Megatron tokens *reversed*;
+  * DeepSpeed ``ProcessTopology(axes=[...])`` is row-major as well (last axis fastest): its axes are the
+    Megatron tokens reversed, with DeepSpeed's names (pp->pipe, dp->data, tp->model).
+Size-1 axes are kept in the order string (Megatron appends them) but dropped from the DeviceMesh
+shape that :func:`mesh_translations` reports, since ``init_device_mesh`` users rarely carry them.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+from gpucomm.probes.errors import InputError, NothingToDo, PlanInfeasible
+from gpucomm.probes.model import natural_key as _natural
+from gpucomm.probes.model import (
+    arch_from_name,
+    canonical_cpulist,
+    format_cpulist,
+    gpu_id,
+    nic_rate_gbps,
+    nvlink_bw_per_link,
+    parse_cpulist,
+    pcie_bw_GBps,
+)
+
+AXES = ("tp", "cp", "ep", "dp", "pp")
+DEFAULT_ORDER = "tp-cp-ep-dp-pp"
+# Megatron's ``--use-tp-pp-dp-mapping`` order (megatron/training/initialize.py).
+TP_PP_DP_ORDER = "tp-cp-ep-pp-dp"
+DEEPSPEED_NAMES = {"pp": "pipe", "dp": "data", "tp": "model", "cp": "context", "ep": "expert"}
+
+# How much each axis' groups matter when choosing the local-rank -> GPU map, without a model.
+# Ordered like the per-step volumes of PLACEMENT_NOTES §2 (TP moves activations 4x per layer per
+# micro-batch, CP/EP per attention/MoE layer, DP once per step, PP one activation per micro-batch).
+DEFAULT_AXIS_WEIGHTS = {"tp": 100.0, "cp": 30.0, "ep": 30.0, "dp": 10.0, "pp": 1.0}
+
+
+# ============================================================================================
+# 1. Megatron RankGenerator
+def _prefix_product(a: Sequence[int], init: int = 1) -> List[int]:
+    r = [init]
+    for v in a:
+        init *= v
+        r.append(init)
+    return r
+
+
+def _decompose(index: int, shape: Sequence[int], stride: Optional[Sequence[int]] = None) -> List[int]:
+    if stride is None:
+        stride = _prefix_product(shape)
+    return [(index // d) % s for s, d in zip(shape, stride)]
+
+
+def generate_masked_orthogonal_rank_groups(world_size: int, parallel_size: Sequence[int],
+                                           mask: Sequence[bool]) -> List[List[int]]:
+    """Megatron's ``generate_masked_orthogonal_rank_groups``: every group of ranks whose coordinates
+    differ only on the masked axes.  ``parallel_size`` is in ``order`` (stride 1 first).
+
+    >>> generate_masked_orthogonal_rank_groups(8, [2, 2, 2], [True, False, False])
+    [[0, 1], [2, 3], [4, 5], [6, 7]]
+    >>> generate_masked_orthogonal_rank_groups(8, [2, 2, 2], [False, True, False])
+    [[0, 2], [1, 3], [4, 6], [5, 7]]
+    """
+    masked_shape = [s for s, m in zip(parallel_size, mask) if m]
+    unmasked_shape = [s for s, m in zip(parallel_size, mask) if not m]
+    global_stride = _prefix_product(parallel_size)
+    masked_stride = [d for d, m in zip(global_stride, mask) if m]
+    unmasked_stride = [d for d, m in zip(global_stride, mask) if not m]
+    group_size = math.prod(masked_shape)
+    num_groups = world_size // group_size
+    # Offsets of the members inside a group are the same for every group: compute them once
+    # (Megatron recomputes them per group; same result, and 8192-rank plans stay fast).
+    members = []
+    m_pp = _prefix_product(masked_shape)
+    for r in range(group_size):
+        members.append(sum(i * s for i, s in zip(_decompose(r, masked_shape, m_pp), masked_stride)))
+    u_pp = _prefix_product(unmasked_shape)
+    groups = []
+    for g in range(num_groups):
+        base = sum(i * s for i, s in zip(_decompose(g, unmasked_shape, u_pp), unmasked_stride))
+        groups.append([base + m for m in members])
+    return groups
+
+
+class RankGenerator:
+    """Megatron-LM ``RankGenerator(tp, ep, dp, pp, cp, order, rank_offset=0)``.
+
+    ``world_size = tp*ep*dp*pp*cp``; ``order`` tokens are split on ``-``, the leftmost has stride 1.
+
+    >>> g = RankGenerator(tp=2, ep=1, dp=2, pp=4, cp=1, order="tp-cp-ep-dp-pp")
+    >>> g.get_ranks("dp")[:2], g.get_ranks("pp")[0]
+    ([[0, 2], [1, 3]], [0, 4, 8, 12])
+    """
+
+    def __init__(self, tp: int, ep: int, dp: int, pp: int, cp: int, order: str = DEFAULT_ORDER,
+                 rank_offset: int = 0):
+        self.tp, self.ep, self.dp, self.pp, self.cp = tp, ep, dp, pp, cp
+        self.rank_offset = rank_offset
+        self.world_size = tp * dp * pp * cp * ep
+        self.name_to_size = {"tp": tp, "pp": pp, "dp": dp, "ep": ep, "cp": cp}
+        order = parse_order(order)
+        tokens = order.split("-")
+        for name, size in self.name_to_size.items():
+            if name not in tokens:
+                if size != 1:
+                    # Megatron raises RuntimeError with this wording.
+                    raise InputError(f"the size of {name} is {size}, but the order {order!r} does not name it",
+                                     expected="an --order naming every axis larger than 1, e.g. " + DEFAULT_ORDER)
+                tokens.append(name)
+        self.order = "-".join(tokens)
+        self.tokens = tokens
+        self.ordered_size = [self.name_to_size[t] for t in tokens]
+        self.strides = dict(zip(tokens, _prefix_product(self.ordered_size)))
+
+    def get_mask(self, token: str) -> List[bool]:
+        parts = token.split("-")
+        mask = [False] * len(self.tokens)
+        for t in parts:
+            if t not in self.tokens:
+                raise InputError(f"unknown axis {t!r}", expected="tp, cp, ep, dp or pp")
+            mask[self.tokens.index(t)] = True
+        return mask
+
+    def get_ranks(self, token: str) -> List[List[int]]:
+        groups = generate_masked_orthogonal_rank_groups(self.world_size, self.ordered_size, self.get_mask(token))
+        if self.rank_offset:
+            groups = [[r + self.rank_offset for r in g] for g in groups]
+        return groups
+
+    def coords(self, rank: int) -> Dict[str, int]:
+        """{axis: coordinate} of a global rank (the inverse of the mixed radix)."""
+        r = rank - self.rank_offset
+        return {t: (r // self.strides[t]) % self.name_to_size[t] for t in self.tokens}
+
+
+def parse_order(order: Optional[str]) -> str:
+    """Validate an ``--order`` string (``tp-cp-ep-dp-pp``, ``tp-pp-dp``...); lower-cased."""
+    text = (order or DEFAULT_ORDER).strip().lower()
+    tokens = [t for t in text.split("-")]
+    if not tokens or any(t not in AXES for t in tokens):
+        raise InputError(f"--order {order!r} has an unknown axis", expected="tokens from tp, cp, ep, dp, pp joined by '-'")
+    if len(set(tokens)) != len(tokens):
+        raise InputError(f"--order {order!r} names an axis twice", expected="each of tp, cp, ep, dp, pp at most once")
+    return "-".join(tokens)
+
+
+def mesh_translations(gen: RankGenerator) -> dict:
+    """The same layout in the vocabularies of PyTorch DeviceMesh, DeepSpeed and Megatron."""
+    tokens = [t for t in gen.tokens if gen.name_to_size[t] > 1] or [gen.tokens[0]]
+    rev = list(reversed(tokens))
+    return {
+        "megatron_order": gen.order,
+        "device_mesh": {
+            "mesh_shape": [gen.name_to_size[t] for t in rev],
+            "mesh_dim_names": rev,
+            "code": "init_device_mesh(\"cuda\", (%s), mesh_dim_names=(%s))" % (
+                ", ".join(str(gen.name_to_size[t]) for t in rev) + ("," if len(rev) == 1 else ""),
+                ", ".join(f'"{t}"' for t in rev) + ("," if len(rev) == 1 else "")),
+        },
+        "deepspeed_axes": [DEEPSPEED_NAMES[t] for t in rev],
+        "deepspeed_dims": [gen.name_to_size[t] for t in rev],
+    }
+
+
+# ============================================================================================
+# 2. The node: pair bandwidths, NVLink domains, NICs, CPUs
+# Relative cost of PCIe-level paths for ranking GPU sets (not a prediction; the cost model does
+# timing).  NCCL uses direct P2P up to PXB by default (NCCL_P2P_LEVEL default PXB, paths.cc), so PIX
+# and PXB run at the PCIe link rate; PHB/NODE go through host memory (SHM transport), and SYS adds
+# the CPU-CPU link (NCCL's QPI/UPI constants are 6-40 GB/s, topo.h).
+LEVEL_BW_FACTOR = {"PIX": 1.0, "PXB": 0.9, "PHB": 0.6, "NODE": 0.5, "SYS": 0.35, "N/A": 0.3}
+NIC_LEVEL_RANK = {"X": 0, "PIX": 1, "PXB": 2, "PHB": 3, "NODE": 4, "SYS": 5}
+# For NCCL_NET_GDR_LEVEL: nvidia-smi code -> NCCL path name (NODE is PHB for NCCL, NCCL_NOTES §2.3).
+SMI_TO_NCCL_LEVEL = {"PIX": "PIX", "PXB": "PXB", "PHB": "PHB", "NODE": "PHB", "SYS": "SYS"}
+
+
+def gpu_sm(g: dict) -> Optional[int]:
+    """Compute capability as an int (``"9.0"`` -> 90), else guessed from the name."""
+    cc = g.get("compute_capability")
+    if isinstance(cc, str) and cc:
+        try:
+            major, _, minor = cc.partition(".")
+            return int(major) * 10 + int(minor or 0)
+        except ValueError:
+            pass
+    return arch_from_name(g.get("name"))[1]
+
+
+def _nv_count(code: str) -> int:
+    if isinstance(code, str) and code.startswith("NV") and code[2:].isdigit():
+        return int(code[2:])
+    return 0
+
+
+def nic_is_up(nic: dict) -> bool:
+    """False when the NIC lists ports and none is ACTIVE (an unplugged or down HCA)."""
+    ports = nic.get("ports") or []
+    if not ports:
+        return True
+    return any(str(p.get("state", "")).upper().endswith("ACTIVE") for p in ports)
+
+
+def nic_active_ports(nic: dict) -> List[int]:
+    ports = nic.get("ports") or []
+    act = [p.get("port") for p in ports if str(p.get("state", "")).upper().endswith("ACTIVE")
+           and isinstance(p.get("port"), int)]
+    if act:
+        return sorted(act)
+    known = [p.get("port") for p in ports if isinstance(p.get("port"), int)]
+    return sorted(known)[:1] or [1]
+
+
+# RDMA (verbs) device names: mlx4_/mlx5_ (NVIDIA/Mellanox, incl. mlx5_bond_0), bnxt_re (Broadcom),
+# irdma (Intel), efa (AWS), qedr, hfi1, rxe/siw (soft RoCE/iWARP), erdma, ionic, cxgb4, hns, and
+# rdma-core's persistent names (rocep49s0, ibp12s0...).  `nvidia-smi topo -m` lists NICs by these
+# names only, so a capture's NIC legend names RDMA devices.
+_RDMA_NAME_RE = re.compile(r"^(mlx\d+_|bnxt_re|irdma|efa|qedr|hfi\d|rxe|siw|erdma|ionic_|cxgb|hns_?\d|roce[ps]|ibp)",
+                           re.I)
+
+
+def is_rdma(nic: dict) -> bool:
+    """An RDMA device (IB HCA or RoCE port) as opposed to a plain network interface.  The probes'
+    own ``rdma`` flag wins; a record named after its netdev (``eno1``) is plain; otherwise an IB link
+    layer, IB-style ports, or an RDMA device name (``mlx5_0`` from an ``nvidia-smi topo -m`` NIC
+    legend, which has no ports) say RDMA."""
+    if nic.get("rdma") is not None:
+        return bool(nic["rdma"])
+    if nic.get("netdev") and nic.get("name") == nic.get("netdev"):
+        return False
+    if str(nic.get("link_layer") or "").lower() == "infiniband":
+        return True
+    if nic.get("ports"):
+        return True
+    ids = nic.get("pci_ids") if isinstance(nic.get("pci_ids"), dict) else {}
+    cls, vendor = str(ids.get("class") or "").lower(), str(ids.get("vendor") or "").lower()
+    device = str(ids.get("device") or "").lower()
+    # PCI ids of an NCCL XML skeleton's bare <pci class="0x02..."> NICs: an InfiniBand controller
+    # (class 0x0207), a Mellanox/NVIDIA ConnectX (0x15b3, RoCE in Ethernet mode), an AWS EFA
+    # (0x1d0f:0xefa*, RDMA through the aws-ofi-nccl plugin).
+    if cls.startswith("0x0207") or vendor == "0x15b3" or (vendor == "0x1d0f" and device.startswith("0xefa")):
+        return True
+    return bool(_RDMA_NAME_RE.match(str(nic.get("name") or "")))
+
+
+def nic_has_device_name(name: Optional[str]) -> bool:
+    """False for the PCI bus id that stands in for a NIC's name when the source did not give one
+    (an NCCL XML skeleton's bare ``<pci>`` NIC): such a name cannot go into NCCL_IB_HCA or
+    NCCL_SOCKET_IFNAME."""
+    from gpucomm.probes.model import normalize_bus_id
+
+    return bool(name) and normalize_bus_id(name) is None
+
+
+def compute_nics(nics: Dict[str, dict]) -> Dict[str, dict]:
+    """The NICs collectives should use: RDMA NICs at >= 3/4 of the fastest RDMA rate (drops the
+    management port and slower storage/front-end NICs; a NIC of unknown rate is kept).  Without any
+    RDMA NIC, every NIC (TCP sockets)."""
+    rdma = {k: v for k, v in nics.items() if is_rdma(v)}
+    if not rdma:
+        return dict(nics)
+    rates = [nic_rate_gbps(v) for v in rdma.values()]
+    top = max((r for r in rates if r), default=None)
+    if top is None:
+        return rdma
+    return {k: v for k, v in rdma.items() if (nic_rate_gbps(v) or top) >= 0.75 * top}
+
+
+
+
+@dataclass
+class NodeView:
+    """Placement's view of one node's topology document (see module docstring)."""
+
+    doc: dict
+    gpus: List[dict]                       # usable GPU records, by index
+    index: List[int]                       # their NVML indices
+    bw: Dict[Tuple[int, int], float]       # (gpu index a, gpu index b) -> relative GB/s
+    level: Dict[Tuple[int, int], str]      # matrix code between two GPUs (NV#, PIX, ..., SYS)
+    nvlink_domains: List[List[int]]        # connected components of NVLink, by GPU index
+    nvswitch: bool                         # GPUs meet on NVSwitch(es): uniform all-to-all NVLink
+    gpu_nics: Dict[int, List[str]]         # GPU index -> nearest NIC names (primary first)
+    gpu_nic_level: Dict[int, str]          # GPU index -> matrix code to its primary NIC
+    nics: Dict[str, dict]                  # usable NIC records by name
+    numa_cpus: Dict[int, List[int]]        # NUMA id -> cpus
+    all_cpus: List[int]
+    p2p_disabled: List[Tuple[int, int]]    # pairs NVML reports without P2P
+    mig: List[int]                         # GPU indices with MIG enabled
+    notes: List[str] = field(default_factory=list)
+    cache: Dict[tuple, object] = field(default_factory=dict, repr=False)  # per-view memo (cost model graphs)
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.gpus)
+
+    def gpu(self, index: int) -> dict:
+        return self.gpus[self.index.index(index)]
+
+    def pair_bw(self, a: int, b: int) -> float:
+        if a == b:
+            return float("inf")
+        return self.bw[(a, b)]
+
+    def nvlink_bw_per_gpu(self, index: int) -> float:
+        """Total NVLink bandwidth of a GPU (GB/s, one direction), 0 without NVLink."""
+        g = self.gpu(index)
+        links = [l for l in g.get("nvlink") or [] if str(l.get("state") or "up").lower() in ("up", "active", "1", "true")]
+        if links:
+            per = nvlink_bw_per_link(gpu_sm(g))
+            total = sum(float(l.get("bw_GBps") or per) for l in links)
+            if total:
+                return total
+        # From the matrix: on NVSwitch all peers show the same NV#, which is the GPU's link count.
+        counts = [_nv_count(self.level.get((index, o), "")) for o in self.index if o != index]
+        if not counts or not max(counts):
+            return 0.0
+        per = nvlink_bw_per_link(gpu_sm(g))
+        return (max(counts) if self.nvswitch else sum(counts)) * per
+
+    def pcie_bw(self, index: int) -> float:
+        p = self.gpu(index).get("pcie") or {}
+        return pcie_bw_GBps(p.get("gen"), p.get("width"))
+
+    def memory_bytes(self) -> Optional[int]:
+        mems = [g.get("memory_bytes") for g in self.gpus]
+        if not mems or any(not isinstance(m, int) or m <= 0 for m in mems):
+            return None
+        return min(mems)
+
+    def nic_GBps(self, name: str) -> Optional[float]:
+        nic = self.nics.get(name)
+        rate = nic_rate_gbps(nic) if nic else None
+        return rate / 8.0 if rate else None
+
+
+def _matrix_code(doc: dict, a: str, b: str) -> Optional[str]:
+    m = doc.get("matrix") or {}
+    v = (m.get(a) or {}).get(b)
+    if v is None:
+        v = (m.get(b) or {}).get(a)
+    return v
+
+
+def _switch_chain(parent: Optional[str], switches: Dict[str, dict]) -> List[str]:
+    chain, cur, seen = [], parent, set()
+    while cur and cur not in seen:
+        seen.add(cur)
+        chain.append(cur)
+        cur = (switches.get(cur) or {}).get("parent")
+    return chain
+
+
+def _pci_level_from_tree(doc: dict, da: dict, db: dict) -> Optional[str]:
+    """nvidia-smi level between two devices from the PCI tree (``parent`` chains), without the
+    NVLink override; used where the matrix shows NV# but the PCIe relation is wanted too."""
+    switches = {s["id"]: s for s in doc.get("switches") or [] if isinstance(s, dict) and s.get("id")}
+    ca, cb = _switch_chain(da.get("parent"), switches), _switch_chain(db.get("parent"), switches)
+    if not ca or not cb:
+        na, nb = da.get("numa_node"), db.get("numa_node")
+        if na is not None and nb is not None and na >= 0 and nb >= 0:
+            return "NODE" if na == nb else "SYS"
+        return None
+    common = next((c for c in ca if c in set(cb)), None)
+    if common is None:
+        na, nb = da.get("numa_node"), db.get("numa_node")
+        if na is not None and nb is not None and na != nb:
+            return "SYS"
+        return "NODE"
+    kind = (switches.get(common) or {}).get("kind")
+    if kind == "pcie":
+        below = [c for c in ca[:ca.index(common)] + cb[:cb.index(common)] if (switches.get(c) or {}).get("kind") == "pcie"]
+        return "PIX" if not below else "PXB"
+    if kind == "host_bridge":
+        return "PHB"
+    return "NODE" if common.startswith("CPU") else "PHB"
+
+
+def pcie_level(doc: dict, a: dict, b: dict) -> Optional[str]:
+    """PCIe-level relation of two GPUs even when NVLink hides it in the matrix."""
+    code = _matrix_code(doc, f"GPU{a['index']}", f"GPU{b['index']}")
+    if code and not _nv_count(code) and code not in ("X",):
+        return code
+    return _pci_level_from_tree(doc, a, b)
+
+
+def _numa_table(doc: dict) -> Dict[int, List[int]]:
+    out: Dict[int, List[int]] = {}
+    for n in doc.get("numa_nodes") or []:
+        try:
+            cpus = parse_cpulist(n.get("cpus") or "")
+        except (ValueError, TypeError):
+            continue
+        if isinstance(n.get("id"), int) and cpus:
+            out[n["id"]] = cpus
+    return out
+
+
+def node_view(doc: dict, gpu_subset: Optional[Iterable[int]] = None) -> NodeView:
+    """Build the placement view of one topology document.  ``gpu_subset`` restricts it to some
+    GPU indices (``--gpus``/``select``).  Raises NothingToDo when there are no GPUs."""
+    gpus = sorted((g for g in doc.get("gpus") or [] if isinstance(g, dict) and isinstance(g.get("index"), int)),
+                  key=lambda g: g["index"])
+    if gpu_subset is not None:
+        want = sorted(set(int(i) for i in gpu_subset))
+        have = {g["index"] for g in gpus}
+        missing = [i for i in want if i not in have]
+        if missing:
+            raise PlanInfeasible(f"GPU index {missing[0]} does not exist (the topology has GPUs "
+                                 f"{format_cpulist(sorted(have)) or 'none'})")
+        gpus = [g for g in gpus if g["index"] in want]
+    if not gpus:
+        raise NothingToDo("the topology has no GPUs to place ranks on")
+    index = [g["index"] for g in gpus]
+    notes: List[str] = []
+    bw: Dict[Tuple[int, int], float] = {}
+    level: Dict[Tuple[int, int], str] = {}
+    p2p_disabled: List[Tuple[int, int]] = []
+    mig = [g["index"] for g in gpus if g.get("mig")]
+    nvswitch = any((s.get("kind") == "nvswitch") for s in doc.get("switches") or [] if isinstance(s, dict))
+    by_id = {gpu_id(g): g for g in gpus}
+    for g in gpus:
+        p2p = g.get("p2p") or {}
+        for other_id, status in p2p.items() if isinstance(p2p, dict) else []:
+            o = by_id.get(other_id)
+            if o is None or str(status).upper() in ("OK", "SUPPORTED", "ENABLED"):
+                continue
+            # NVML says "not supported" for every SYS pair of a dual-socket box; it only matters
+            # where NCCL would try P2P: NVLink or PCIe up to PXB (NCCL_P2P_LEVEL default).
+            code = _matrix_code(doc, f"GPU{g['index']}", f"GPU{o['index']}") or ""
+            if not (_nv_count(code) or code in ("PIX", "PXB")):
+                continue
+            key = tuple(sorted((g["index"], o["index"])))
+            if key not in p2p_disabled:
+                p2p_disabled.append(key)
+    for a in gpus:
+        for b in gpus:
+            if a is b:
+                continue
+            ia, ib = a["index"], b["index"]
+            code = _matrix_code(doc, f"GPU{ia}", f"GPU{ib}") or pcie_level(doc, a, b) or "N/A"
+            level[(ia, ib)] = code
+            n = _nv_count(code)
+            if n:
+                per = min(nvlink_bw_per_link(gpu_sm(a)), nvlink_bw_per_link(gpu_sm(b)))
+                val = n * per
+            else:
+                pa = a.get("pcie") or {}
+                pb = b.get("pcie") or {}
+                pcie = min(pcie_bw_GBps(pa.get("gen"), pa.get("width")), pcie_bw_GBps(pb.get("gen"), pb.get("width")))
+                val = pcie * LEVEL_BW_FACTOR.get(code, 0.3)
+            if tuple(sorted((ia, ib))) in p2p_disabled or ia in mig or ib in mig:
+                # No P2P: NCCL falls back to SHM through host memory (PHB-like at best).
+                pa = a.get("pcie") or {}
+                val = min(val, pcie_bw_GBps(pa.get("gen"), pa.get("width")) * LEVEL_BW_FACTOR["NODE"])
+            bw[(ia, ib)] = round(val, 4)
+    # NVLink domains (connected components over NV# pairs).
+    parent = {i: i for i in index}
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for (a, b), code in level.items():
+        if _nv_count(code) and a not in mig and b not in mig:
+            parent[find(a)] = find(b)
+    comps: Dict[int, List[int]] = {}
+    for i in index:
+        comps.setdefault(find(i), []).append(i)
+    domains = sorted((sorted(c) for c in comps.values() if len(c) > 1), key=lambda c: c[0])
+    if not nvswitch and len(index) > 2:
+        # A topo -m capture has no switch records: all-pairs NV# with the same count on >2 GPUs
+        # and no direct link records is how NVSwitch boxes print (NV12 DGX A100, NV18 HGX H100).
+        codes = {level[(a, b)] for a in index for b in index if a != b}
+        has_direct = any(l.get("kind") == "nvlink" for l in doc.get("links") or [] if isinstance(l, dict))
+        if len(codes) == 1 and _nv_count(next(iter(codes))) >= 12 and not has_direct:
+            nvswitch = True
+    numa_cpus = _numa_table(doc)
+    all_cpus = sorted({c for cs in numa_cpus.values() for c in cs})
+    nics = {n["name"]: n for n in doc.get("nics") or [] if isinstance(n, dict) and n.get("name") and nic_is_up(n)}
+    down = sorted((n["name"] for n in doc.get("nics") or [] if isinstance(n, dict) and n.get("name")
+                   and not nic_is_up(n)), key=_natural)
+    if down:
+        notes.append("NIC(s) with no ACTIVE port left out: " + ", ".join(down))
+    gpu_nics, gpu_nic_level = _nearest_nics(doc, gpus, compute_nics(nics))
+    return NodeView(doc=doc, gpus=gpus, index=index, bw=bw, level=level, nvlink_domains=domains,
+                    nvswitch=nvswitch, gpu_nics=gpu_nics, gpu_nic_level=gpu_nic_level, nics=nics,
+                    numa_cpus=numa_cpus, all_cpus=all_cpus, p2p_disabled=sorted(p2p_disabled), mig=mig,
+                    notes=notes)
+
+
+def _nic_signature(nic: dict) -> tuple:
+    return (str(nic.get("link_layer") or "").lower() or None, nic_rate_gbps(nic))
+
+
+def _nearest_nics(doc: dict, gpus: List[dict], nics: Dict[str, dict]) -> Tuple[Dict[int, List[str]], Dict[int, str]]:
+    """Each GPU's nearest NIC(s).  Closest matrix level wins (PIX < PXB < PHB < NODE < SYS); when
+    several GPUs share the same closest set (two GPUs behind one switch with two NICs, or all
+    GPUs of a NUMA node equidistant from its NICs) they are dealt out in order -- the k-th GPU gets
+    the k-th NIC, and more than one each only when they divide evenly -- which is the rail
+    assignment NCCL's rail-optimised networks expect (NCCL_CROSS_NIC, nccl#1591).  A GPU that
+    alone owns several NICs keeps those with the same link layer and rate as its first (a second
+    HCA of the rail), not a storage NIC."""
+    if not nics:
+        return {g["index"]: [] for g in gpus}, {}
+    names = sorted(nics, key=_natural)
+    best: Dict[int, Tuple[int, List[str], str]] = {}
+    for g in gpus:
+        ranked = []
+        for n in names:
+            code = _matrix_code(doc, f"GPU{g['index']}", n)
+            if code is None or code not in NIC_LEVEL_RANK:
+                gn, nn = g.get("numa_node"), nics[n].get("numa_node")
+                if gn is not None and nn is not None and gn >= 0 and nn >= 0:
+                    code = "NODE" if gn == nn else "SYS"
+                else:
+                    code = "SYS"
+            ranked.append((NIC_LEVEL_RANK[code], n, code))
+        top = min(r[0] for r in ranked)
+        tie = [r[1] for r in ranked if r[0] == top]
+        code = next(r[2] for r in ranked if r[0] == top)
+        best[g["index"]] = (top, tie, code)
+    # A NIC that is some GPU's closer neighbour (its rail NIC) is not handed to a GPU that only
+    # sees it from further away, unless that GPU has nothing else (then it shares one NIC): a GPU
+    # whose own NIC is down must not collect the rail NICs of its whole NUMA node.
+    owner_rank: Dict[str, int] = {}
+    for idx, (top, tie, _) in best.items():
+        for n in tie:
+            owner_rank[n] = min(owner_rank.get(n, 99), top)
+    shared_only: Dict[int, bool] = {}
+    for idx, (top, tie, code) in list(best.items()):
+        free = [n for n in tie if owner_rank[n] >= top]
+        shared_only[idx] = not free
+        best[idx] = (top, free or tie, code)
+    # Group GPUs by identical tie sets; deal NICs out within each group.
+    groups: Dict[tuple, List[int]] = {}
+    for idx, (_, tie, _) in best.items():
+        groups.setdefault(tuple(tie), []).append(idx)
+    out: Dict[int, List[str]] = {}
+    levels: Dict[int, str] = {}
+    for tie, members in groups.items():
+        members = sorted(members)
+        k = len(members)
+        for pos, idx in enumerate(members):
+            if len(tie) >= k and not shared_only[idx]:
+                # Rails are symmetric: several NICs each only when they divide evenly between the
+                # GPUs (2 HCAs per GPU); an odd one out (a front-end NIC under the same host bridge,
+                # Azure NDv4's 9th mlx5) is left to nobody rather than doubling one GPU's share.
+                mine = list(tie[pos::k]) if len(tie) % k == 0 else [tie[pos]]
+            else:
+                mine = [tie[pos % len(tie)]]
+            sig = _nic_signature(nics[mine[0]])
+            mine = [mine[0]] + [n for n in mine[1:] if _nic_signature(nics[n]) == sig]
+            out[idx] = mine
+            levels[idx] = best[idx][2]
+    return out, levels
+
+
+# ============================================================================================
+# 3. CPU binding (torchrun --numa-binding=exclusive semantics)
+def smt_siblings(all_cpus: List[int]) -> Dict[int, int]:
+    """{logical cpu: its physical core's id (lowest sibling)}.
+
+    The topology document has no thread siblings, so this assumes the Linux enumeration of x86
+    servers with SMT on: cpu ``c`` and ``c + N/2`` share a core when the machine's cpus are exactly
+    ``0..N-1`` and N is even.  :func:`cpu_binding` only applies it when the NUMA cpulists come in two
+    halves (``0-55,112-167``); otherwise every logical cpu is its own core."""
+    n = len(all_cpus)
+    if n >= 2 and n % 2 == 0 and all_cpus == list(range(n)):
+        return {c: (c if c < n // 2 else c - n // 2) for c in all_cpus}
+    return {c: c for c in all_cpus}
+
+
+def _smt_layout_plausible(numa_cpus: Dict[int, List[int]], all_cpus: List[int]) -> bool:
+    n = len(all_cpus)
+    if n < 2 or n % 2 or all_cpus != list(range(n)) or len(numa_cpus) < 1:
+        return False
+    half = n // 2
+    gap = False
+    for cpus in numa_cpus.values():
+        lo = [c for c in cpus if c < half]
+        hi = [c - half for c in cpus if c >= half]
+        if lo != hi:
+            return False
+        gap = gap or (cpus[-1] - cpus[0] + 1 != len(cpus))
+    # One contiguous range per node ("0-9") fits both SMT and no SMT: only a split list
+    # ("0-55,112-167") is evidence of siblings; without it each logical cpu counts as a core.
+    return gap
+
+
+def core_map(view: NodeView) -> Dict[int, int]:
+    """{logical cpu: physical core id} with the SMT rule of :func:`smt_siblings` applied only
+    when the NUMA cpulists show it."""
+    if _smt_layout_plausible(view.numa_cpus, view.all_cpus):
+        return smt_siblings(view.all_cpus)
+    return {c: c for c in view.all_cpus}
+
+
+def logical_core_index(view: NodeView, core_of: Optional[Dict[int, int]] = None) -> Dict[int, int]:
+    """{physical core id: hwloc logical core index} -- what Open MPI rankfile slots and Slurm's
+    ``Cores=`` count (PLACEMENT_NOTES §7, "lstopo -l").  hwloc numbers cores depth-first through
+    the tree: package by package, and inside a package by the first PU of each core.  The document
+    has no package ids, so NUMA nodes (numbered socket by socket by Linux) stand in for them.  With
+    contiguous numbering this is just the order of the cores' first cpu; with the interleaved
+    numbering of many dual-socket BIOSes (NUMA 0 = ``0,2,4,...``) core ``c`` of socket 1 is *not*
+    logical core ``c``: socket 0's cores come first."""
+    core_of = core_of if core_of is not None else core_map(view)
+    numa_of_cpu = {c: n for n, cs in view.numa_cpus.items() for c in cs}
+    first_cpu: Dict[int, int] = {}
+    for c, core in core_of.items():
+        first_cpu[core] = min(first_cpu.get(core, c), c)
+    big = 1 << 30
+    order = sorted(first_cpu, key=lambda core: (numa_of_cpu.get(first_cpu[core], big), first_cpu[core]))
+    return {core: i for i, core in enumerate(order)}
+
+
+def cpu_binding(view: NodeView, local_gpus: List[int]) -> List[dict]:
+    """Per local rank: the CPUs it is bound to -- the GPU's NUMA-local CPUs split evenly, by
+    physical core, between the local ranks whose GPUs share that NUMA node; lower local ranks get
+    the extra cores.  This is ``torchrun --numa-binding=exclusive`` (torch/numa/binding.py
+    ``_exclusive_get_logical_cpus_to_bind_to``) when CUDA device i is local rank i's GPU.
+
+    Returns [{local_rank, gpu, numa_node, cpus (cpulist str|None), cores (int), mems (int|None),
+    numa_source ("gpu": the GPU's own NUMA node, "affinity": from its CPU affinity), logical_cores
+    (hwloc-style logical core indexes, :func:`logical_core_index`: Open MPI rankfile slots)}]."""
+    core_of = core_map(view)
+    logical = logical_core_index(view, core_of)
+    by_numa: Dict[Optional[int], List[int]] = {}
+    numa_of: Dict[int, Optional[int]] = {}
+    source: Dict[int, str] = {}
+    for lr, gi in enumerate(local_gpus):
+        g = view.gpu(gi)
+        numa = g.get("numa_node")
+        source[lr] = "gpu"
+        if not (isinstance(numa, int) and numa >= 0 and numa in view.numa_cpus):
+            # GB200/GH200: the GPU's own NUMA node holds its memory, no CPUs; and captures may only
+            # give NUMA/CPU affinity.  Use the one CPU NUMA node inside the GPU's CPU affinity.
+            numa = None
+            source[lr] = "affinity"
+            aff = g.get("numa_affinity") or []
+            cands = [a for a in aff if a in view.numa_cpus]
+            try:
+                cpus_aff = set(parse_cpulist(g.get("cpu_affinity") or ""))
+            except (ValueError, TypeError):
+                cpus_aff = set()
+            if cpus_aff:
+                inside = [n for n, cs in view.numa_cpus.items() if set(cs) <= cpus_aff]
+                if len(inside) == 1:
+                    numa = inside[0]
+            if numa is None and len(cands) == 1:
+                numa = cands[0]
+        numa_of[lr] = numa
+        by_numa.setdefault(numa, []).append(lr)
+    out = []
+    for lr, gi in enumerate(local_gpus):
+        numa = numa_of[lr]
+        g = view.gpu(gi)
+        if numa is None:
+            # No NUMA node: bind to the GPU's cpu_affinity if NVML gave one (whole set, shared).
+            aff = canonical_cpulist(g.get("cpu_affinity")) if g.get("cpu_affinity") else None
+            try:
+                cpus = parse_cpulist(aff) if aff else []
+            except ValueError:
+                cpus = []
+            out.append({"local_rank": lr, "gpu": gi, "numa_node": None, "cpus": format_cpulist(cpus) or None,
+                        "cores": len({core_of.get(c, c) for c in cpus}) if cpus else None, "mems": None,
+                        "numa_source": None,
+                        "logical_cores": format_cpulist({logical[core_of[c]] for c in cpus if c in core_of}) or None})
+            continue
+        cpus = view.numa_cpus[numa]
+        cores: Dict[int, List[int]] = {}
+        for c in cpus:
+            cores.setdefault(core_of.get(c, c), []).append(c)
+        core_ids = sorted(cores)
+        sharers = by_numa[numa]
+        pos = sharers.index(lr)
+        per, extra = divmod(len(core_ids), len(sharers))
+        if per < 1:
+            # fewer cores than ranks: share the node's cpus (torchrun raises here; we warn in env).
+            mine = cpus
+            ncores = len(core_ids)
+        else:
+            start = pos * per + min(pos, extra)
+            end = start + per + (1 if pos < extra else 0)
+            mine = sorted(c for cid in core_ids[start:end] for c in cores[cid])
+            ncores = end - start
+        out.append({"local_rank": lr, "gpu": gi, "numa_node": numa, "cpus": format_cpulist(mine),
+                    "cores": ncores, "mems": numa, "numa_source": source[lr],
+                    "logical_cores": format_cpulist({logical[core_of[c]] for c in mine if c in core_of}) or None})
+    return out
+
+
+# ============================================================================================
+# 4. Choosing the local-rank -> GPU map
+def _set_cost(view: NodeView, gpus: Sequence[int]) -> float:
+    """Cost of a GPU set used by one group: its slowest pair dominates (a ring or an all-reduce
+    runs at the pace of its narrowest hop), the mean breaks ties."""
+    if len(gpus) < 2:
+        return 0.0
+    inv = [1.0 / max(view.pair_bw(a, b), 1e-9) for i, a in enumerate(gpus) for b in gpus[i + 1:]]
+    return max(inv) + sum(inv) / len(inv)
+
+
+def local_group_pattern(gen: RankGenerator, gpn: int, node: int = 0) -> Dict[str, List[List[int]]]:
+    """For each axis, the groups restricted to one node, as local-rank lists (members on the node
+    only; singletons dropped)."""
+    lo, hi = node * gpn, (node + 1) * gpn
+    pattern: Dict[str, List[List[int]]] = {}
+    for axis in AXES:
+        if gen.name_to_size.get(axis, 1) <= 1:
+            continue
+        stride = gen.strides[axis]
+        size = gen.name_to_size[axis]
+        groups = []
+        seen = set()
+        for r in range(lo, hi):
+            if r in seen:
+                continue
+            # members of r's group that lie on this node: r + k*stride for the axis coordinate range
+            c = gen.coords(r)[axis]
+            first = r - c * stride
+            members = [first + k * stride for k in range(size)]
+            local = [m - lo for m in members if lo <= m < hi]
+            seen.update(m for m in members if lo <= m < hi)
+            if len(local) > 1:
+                groups.append(local)
+        if groups:
+            pattern[axis] = groups
+    return pattern
+
+
+def _perm_cost(view: NodeView, perm: Sequence[int], pattern: Dict[str, List[List[int]]],
+               weights: Dict[str, float]) -> float:
+    total = 0.0
+    for axis, groups in pattern.items():
+        w = weights.get(axis, 1.0)
+        for grp in groups:
+            total += w * _set_cost(view, [perm[l] for l in grp])
+    return total
+
+
+def _greedy_perm(view: NodeView, gpn: int, pattern: Dict[str, List[List[int]]],
+                 weights: Dict[str, float], gpus: List[int]) -> List[int]:
+    """Fill the heaviest axis' groups one by one: seed with the lowest free GPU, then add the
+    free GPU with the best bandwidth to the GPUs already in the group."""
+    perm: List[Optional[int]] = [None] * gpn
+    free = list(gpus)
+    order = sorted(pattern, key=lambda a: -weights.get(a, 1.0))
+    for axis in order:
+        for grp in pattern[axis]:
+            chosen = [perm[l] for l in grp if perm[l] is not None]
+            for l in grp:
+                if perm[l] is not None:
+                    continue
+                if not chosen:
+                    pick = free[0]
+                else:
+                    pick = max(free, key=lambda f: (min(view.pair_bw(f, c) for c in chosen),
+                                                    sum(view.pair_bw(f, c) for c in chosen), -f))
+                perm[l] = pick
+                chosen.append(pick)
+                free.remove(pick)
+    for l in range(gpn):
+        if perm[l] is None:
+            perm[l] = free.pop(0)
+    return [int(p) for p in perm]  # type: ignore[arg-type]
+
+
+def _hill_climb(view: NodeView, perm: List[int], pattern, weights) -> Tuple[List[int], float]:
+    best = _perm_cost(view, perm, pattern, weights)
+    improved = True
+    n = len(perm)
+    while improved:
+        improved = False
+        for i in range(n):
+            for j in range(i + 1, n):
+                perm[i], perm[j] = perm[j], perm[i]
+                c = _perm_cost(view, perm, pattern, weights)
+                if c < best - 1e-12:
+                    best = c
+                    improved = True
+                else:
+                    perm[i], perm[j] = perm[j], perm[i]
+    return perm, best
+
+
+def choose_local_gpus(view: NodeView, gen: RankGenerator, gpn: int,
+                      weights: Optional[Dict[str, float]] = None, node: int = 0,
+                      gpus: Optional[List[int]] = None) -> List[int]:
+    """The GPU index for each local rank 0..gpn-1 of a node (the same map serves every node with
+    the same group pattern).  Minimises the weighted cost of the in-node groups of each axis;
+    starts from the identity (local rank i -> i-th GPU, what users expect) and from a greedy fill,
+    improves both by swaps, keeps the cheaper (ties: the identity)."""
+    weights = dict(DEFAULT_AXIS_WEIGHTS, **(weights or {}))
+    gpus = list(gpus if gpus is not None else view.index)[:gpn]
+    pattern = local_group_pattern(gen, gpn, node)
+    if not pattern:
+        return gpus
+    ident, c_ident = _hill_climb(view, list(gpus), pattern, weights)
+    greedy, c_greedy = _hill_climb(view, _greedy_perm(view, gpn, pattern, weights, gpus), pattern, weights)
+    base = _perm_cost(view, list(gpus), pattern, weights)
+    if base <= min(c_ident, c_greedy) + 1e-12:
+        return list(gpus)
+    return ident if c_ident <= c_greedy + 1e-12 else greedy
+
+
+# ============================================================================================
+# 5. Axes and the plan
+def resolve_axes(total: int, tp: Optional[int], pp: Optional[int], dp: Optional[int], cp: Optional[int],
+                 ep: Optional[int], gpn: Optional[int] = None) -> Dict[str, int]:
+    """Fill the axes the user left out (dp absorbs the rest) and check the product.  With ``gpn``
+    (GPUs per node), TP is checked against the node first: that is the error users need to see."""
+    for name, v in (("tp", tp), ("pp", pp), ("dp", dp), ("cp", cp), ("ep", ep)):
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise InputError(f"--{name} {v} is not a positive integer", expected="an integer >= 1")
+    if gpn and tp:
+        if tp > gpn:
+            raise PlanInfeasible(f"tp={tp} does not fit in {gpn} GPUs per node (tensor parallelism must stay inside a node)")
+        if gpn % tp:
+            raise PlanInfeasible(f"tp={tp} does not divide {gpn} GPUs per node")
+    axes = {"tp": tp or 1, "pp": pp or 1, "cp": cp or 1, "ep": ep or 1}
+    model = axes["tp"] * axes["pp"] * axes["cp"] * axes["ep"]
+    if dp is None:
+        if total % model:
+            raise PlanInfeasible(f"{total} GPUs are not divisible by tp*cp*ep*pp = {model}")
+        axes["dp"] = total // model
+    else:
+        axes["dp"] = dp
+        if model * dp != total:
+            raise PlanInfeasible(f"tp*cp*ep*dp*pp = {model * dp} but the plan has {total} GPUs")
+    if axes["ep"] > 1 and axes["cp"] > 1:
+        # Megatron's dense RankGenerator asserts ``ep == 1 or cp == 1`` (parallel_state.py).
+        raise PlanInfeasible(f"ep={axes['ep']} and cp={axes['cp']} together: Megatron's rank generator needs ep == 1 or cp == 1")
+    return axes
+
+
+def check_feasible(view: NodeView, axes: Dict[str, int], gpn: int, nodes: int) -> List[str]:
+    """Raise PlanInfeasible for layouts that cannot work; return warnings for poor ones."""
+    warnings: List[str] = []
+    tp = axes["tp"]
+    if gpn > view.gpu_count:
+        raise PlanInfeasible(f"{gpn} GPUs per node requested but the topology has {view.gpu_count}")
+    if tp > gpn:
+        raise PlanInfeasible(f"tp={tp} does not fit in {gpn} GPUs per node (tensor parallelism must stay inside a node)")
+    if gpn % tp:
+        raise PlanInfeasible(f"tp={tp} does not divide {gpn} GPUs per node")
+    if view.mig and tp > 1:
+        raise PlanInfeasible(f"tp={tp} across MIG instances: MIG slices cannot use P2P, NVLink or NVLS "
+                             "(nvidia/nccl#1716) and a process sees one MIG instance (pytorch#130181)")
+    if view.mig:
+        warnings.append("MIG is enabled on GPU(s) " + format_cpulist(view.mig) + ": no P2P/NVLS between slices; "
+                        "collectives go through host memory or the network (nccl#1716)")
+    for axis in ("cp", "ep"):
+        if axes[axis] > 1 and view.mig:
+            raise PlanInfeasible(f"{axis}={axes[axis]} across MIG instances is not supported (nccl#1716)")
+    dom = max((len(d) for d in view.nvlink_domains), default=0)
+    inner = tp * axes["cp"] * axes["ep"]
+    if dom and inner > dom and inner <= gpn:
+        warnings.append(f"tp*cp*ep = {inner} is larger than the largest NVLink domain ({dom} GPUs): "
+                        "some model-parallel traffic will cross PCIe")
+    if dom and tp > dom:
+        warnings.append(f"tp={tp} is larger than the NVLink domain ({dom} GPUs): TP all-reduces cross PCIe")
+    if nodes > 1 and not view.nics:
+        warnings.append("no RDMA NIC in the topology: NCCL will use TCP sockets between nodes")
+    return warnings
+
+
+RING_EXACT_MAX = 8   # best_ring enumerates every cycle up to this many GPUs (7!/2 = 2520 for 8)
+
+
+def best_ring(view: NodeView, gpus: Sequence[int]) -> Tuple[float, bool]:
+    """(narrowest hop of the best ring through ``gpus``, whether that ring is all NVLink).
+
+    A ring collective runs at the pace of its narrowest hop, and NCCL searches for the ring (the
+    Hamiltonian cycle) whose hops are widest -- not the slowest *pair* of the group: on a DGX-1's
+    hybrid cube mesh an 8-GPU ring stays on NVLink although some pairs only meet over SYS.
+    Exact up to :data:`RING_EXACT_MAX` GPUs (ties prefer more NVLink hops); beyond that the slowest
+    pair (a lower bound)."""
+    g = list(gpus)
+    if len(g) < 2:
+        return float("inf"), False
+    key = ("best_ring", tuple(sorted(g)))
+    hit = view.cache.get(key)
+    if hit is not None:
+        return hit  # type: ignore[return-value]
+
+    def is_nv(a: int, b: int) -> bool:
+        return bool(_nv_count(view.level.get((a, b), "")))
+
+    if len(g) == 2:
+        out = (view.pair_bw(g[0], g[1]), is_nv(g[0], g[1]))
+    elif len(g) <= RING_EXACT_MAX:
+        import itertools
+
+        first, rest = g[0], g[1:]
+        best = None
+        for perm in itertools.permutations(rest):
+            if perm[0] > perm[-1]:
+                continue  # a cycle and its mirror are the same ring
+            cyc = (first,) + perm
+            hops = [(cyc[i], cyc[(i + 1) % len(cyc)]) for i in range(len(cyc))]
+            bw = min(view.pair_bw(a, b) for a, b in hops)
+            nv = sum(1 for a, b in hops if is_nv(a, b))
+            if best is None or (bw, nv) > best[:2]:
+                best = (bw, nv, len(hops))
+        out = (best[0], best[1] == best[2])
+    else:
+        pairs = [(a, b) for i, a in enumerate(g) for b in g[i + 1:]]
+        out = (min(view.pair_bw(a, b) for a, b in pairs), all(is_nv(a, b) for a, b in pairs))
+    view.cache[key] = out
+    return out
+
+
+@dataclass
+class Layout:
+    """A resolved layout: the generator, the local-rank -> GPU map and per-axis tiers."""
+
+    gen: RankGenerator
+    axes: Dict[str, int]
+    nodes: int
+    gpn: int
+    local_gpus: List[int]
+    view: NodeView
+    warnings: List[str]
+
+    def axis_tier(self, axis: str) -> dict:
+        """How one group of ``axis`` is spread: size, ranks per node, nodes spanned, the
+        in-node bottleneck bandwidth and the network bandwidth available to it."""
+        parts = axis.split("-")
+        size = math.prod(self.axes[a] for a in parts)
+        if size <= 1:
+            return {"size": 1, "gpus": [], "ranks_per_node": 1, "nodes": 1, "intra_GBps": None,
+                    "inter_GBps": None, "where": "none"}
+        members = [0]  # the group of rank 0 (every group of an axis is laid out alike)
+        for a in parts:
+            stride = self.gen.strides[a]
+            members = [m + k * stride for m in members for k in range(self.axes[a])]
+        members.sort()
+        per_node: Dict[int, List[int]] = {}
+        for m in members:
+            per_node.setdefault(m // self.gpn, []).append(m % self.gpn)
+        rpn = max(len(v) for v in per_node.values())
+        nnodes = len(per_node)
+        first = per_node[min(per_node)]
+        local = [self.local_gpus[l] for l in first]
+        ring_nvlink = False
+        if len(local) > 1:
+            intra, ring_nvlink = best_ring(self.view, local)
+            if ring_nvlink and self.view.nvswitch and all(
+                    _nv_count(self.view.level.get((a, b), "")) for i, a in enumerate(local) for b in local[i + 1:]):
+                # On NVLink a ring's hop uses a GPU's whole NVLink bandwidth when peers are on NVSwitch.
+                intra = min(self.view.nvlink_bw_per_gpu(g) for g in local)
+        else:
+            intra = None
+        inter = None
+        if nnodes > 1:
+            nic_bw = []
+            for g in local:
+                rates = [self.view.nic_GBps(n) for n in self.view.gpu_nics.get(g, [])]
+                rates = [r for r in rates if r]
+                nic_bw.append(sum(rates) if rates else None)
+            known = [b for b in nic_bw if b]
+            if known:
+                # rail-aligned: every rank of the group on this node drives its own NIC(s).
+                inter = min(known) * len(local)
+            else:
+                inter = None
+        where = "network" if nnodes > 1 else ("nvlink" if intra and ring_nvlink else "pcie")
+        return {"size": size, "gpus": local, "ranks_per_node": rpn, "nodes": nnodes,
+                "intra_GBps": round(intra, 3) if intra is not None else None,
+                "inter_GBps": round(inter, 3) if inter is not None else None, "where": where}
+
+
+def make_layout(view: NodeView, nodes: int, gpn: int, axes: Dict[str, int], order: str = DEFAULT_ORDER,
+                weights: Optional[Dict[str, float]] = None, gpus: Optional[List[int]] = None) -> Layout:
+    """Resolve the generator and the local map for ``nodes`` identical nodes of ``gpn`` GPUs."""
+    warnings = check_feasible(view, axes, gpn, nodes)
+    gen = RankGenerator(tp=axes["tp"], ep=axes["ep"], dp=axes["dp"], pp=axes["pp"], cp=axes["cp"], order=order)
+    if gen.world_size != nodes * gpn:
+        raise PlanInfeasible(f"tp*cp*ep*dp*pp = {gen.world_size} but {nodes} node(s) x {gpn} GPUs = {nodes * gpn}")
+    if axes["tp"] > 1:
+        # Launchers give each node a contiguous block of ranks; an order that puts other axes before
+        # tp strides TP groups across that block, and possibly across nodes.
+        for grp in gen.get_ranks("tp"):
+            if grp[0] // gpn != grp[-1] // gpn:
+                raise PlanInfeasible(f"with --order {gen.order}, TP groups span nodes (e.g. ranks {grp[0]} and "
+                                     f"{grp[-1]} with {gpn} GPUs per node): put tp first in the order")
+    local = choose_local_gpus(view, gen, gpn, weights, 0, gpus)
+    # Patterns can differ between nodes when groups straddle node boundaries unevenly; the map of
+    # node 0 is reused (rail alignment needs one map), and such layouts are flagged.
+    if nodes > 1 and local_group_pattern(gen, gpn, 0) != local_group_pattern(gen, gpn, nodes - 1):
+        warnings.append("parallel groups straddle node boundaries unevenly; nodes use node 0's GPU order")
+    if axes["tp"] > 1:
+        doms = [set(d) for d in view.nvlink_domains]
+        for grp in local_group_pattern(gen, gpn, 0).get("tp", []):
+            gs = {local[l] for l in grp}
+            if doms and not any(gs <= d for d in doms) and max(len(d) for d in doms) >= len(gs):
+                warnings.append(f"TP group on GPUs {sorted(gs)} is not inside one NVLink domain")
+    return Layout(gen=gen, axes=axes, nodes=nodes, gpn=gpn, local_gpus=local, view=view, warnings=warnings)
+
+
+def build_plan(doc: dict, *, nodes: int = 1, tp: Optional[int] = None, pp: Optional[int] = None,
+               dp: Optional[int] = None, cp: Optional[int] = None, ep: Optional[int] = None,
+               order: str = DEFAULT_ORDER, gpus_per_node: Optional[int] = None,
+               gpus: Optional[List[int]] = None, weights: Optional[Dict[str, float]] = None,
+               hosts: Optional[List[str]] = None, node_docs: Optional[List[dict]] = None) -> dict:
+    """The plan document (``schema: gpucomm.plan/v1``) without env/launch/estimate sections,
+    which :mod:`gpucomm.planners.launch.env`, :mod:`gpucomm.planners.launch.scripts` and :mod:`gpucomm.planners.placement.models` add.
+
+    doc: the node topology (all nodes assumed identical unless ``node_docs`` gives one per node);
+    gpus: GPU indices to use on each node (default: all); hosts: host names per node rank."""
+    if not isinstance(nodes, int) or nodes < 1:
+        raise InputError(f"--nodes {nodes} is not a positive integer", expected="an integer >= 1")
+    view = node_view(doc, gpus)
+    gpn = gpus_per_node or view.gpu_count
+    if gpn > view.gpu_count:
+        raise PlanInfeasible(f"{gpn} GPUs per node requested but the topology has {view.gpu_count}")
+    if gpn < 1:
+        raise InputError("--gpus-per-node must be >= 1")
+    total = nodes * gpn
+    axes = resolve_axes(total, tp, pp, dp, cp, ep, gpn)
+    layout = make_layout(view, nodes, gpn, axes, order, weights, gpus)
+    return plan_document(layout, hosts=hosts, node_docs=node_docs)
+
+
+def plan_document(layout: Layout, hosts: Optional[List[str]] = None, node_docs: Optional[List[dict]] = None) -> dict:
+    """Expand a :class:`Layout` into the per-rank plan document."""
+    gen, view, gpn, nodes = layout.gen, layout.view, layout.gpn, layout.nodes
+    binding = cpu_binding(view, layout.local_gpus)
+    local_info = []
+    for lr, gi in enumerate(layout.local_gpus):
+        g = view.gpu(gi)
+        local_info.append({
+            "gpu": gi,
+            "pci_bus_id": g.get("pci_bus_id"),
+            "uuid": g.get("uuid"),
+            "numa_node": binding[lr]["numa_node"],
+            "cpus": binding[lr]["cpus"],
+            "nics": list(view.gpu_nics.get(gi, [])),
+        })
+    tokens = gen.tokens
+    strides = [gen.strides[t] for t in tokens]
+    sizes = gen.ordered_size
+    # GPU UUIDs are facts about one host: with one document for N identical nodes only node 0 (the
+    # host that was probed) has them; in a cluster, a document shared by several hosts (a
+    # synthetic or "same as" entry) gives none.
+    uuids: List[Dict[int, Optional[str]]] = []
+    if node_docs is not None:
+        shared: Dict[int, int] = {}
+        for d in node_docs:
+            shared[id(d)] = shared.get(id(d), 0) + 1
+        cache: Dict[int, Dict[int, Optional[str]]] = {}
+        for d in node_docs:
+            if id(d) not in cache:
+                cache[id(d)] = ({g["index"]: g.get("uuid") for g in d.get("gpus") or [] if isinstance(g, dict)}
+                                if shared[id(d)] == 1 else {})
+            uuids.append(cache[id(d)])
+    else:
+        uuids = [{li["gpu"]: li["uuid"] for li in local_info}] + [{}] * (nodes - 1)
+    ranks = []
+    for r in range(gen.world_size):
+        node, lr = divmod(r, gpn)
+        li = local_info[lr]
+        coords = {t: (r // s) % n for t, s, n in zip(tokens, strides, sizes)}
+        uuid = uuids[node].get(li["gpu"])
+        ranks.append({
+            "rank": r, "node": node, "host": hosts[node] if hosts else None, "local_rank": lr,
+            "gpu": li["gpu"], "gpu_uuid": uuid, "pci_bus_id": li["pci_bus_id"], "numa_node": li["numa_node"],
+            "cpus": li["cpus"], "nics": li["nics"], "coords": {a: coords.get(a, 0) for a in AXES},
+        })
+    groups = {a: gen.get_ranks(a) for a in AXES}
+    # Megatron also builds combined groups (model parallel = tp-pp, tp-cp...); give the common one.
+    groups["tp-pp"] = gen.get_ranks("tp-pp")
+    warnings = list(dict.fromkeys(view.notes + layout.warnings))
+    return {
+        "schema": "gpucomm.plan/v1",
+        "world_size": gen.world_size,
+        "nodes": nodes,
+        "gpus_per_node": gpn,
+        "hosts": list(hosts) if hosts else None,
+        "parallelism": {"tp": layout.axes["tp"], "cp": layout.axes["cp"], "ep": layout.axes["ep"],
+                        "dp": layout.axes["dp"], "pp": layout.axes["pp"], "order": gen.order},
+        "mesh": mesh_translations(gen),
+        "local_ranks": [dict(local_rank=lr, **{k: v for k, v in li.items() if k != "uuid"},
+                             cores=binding[lr]["cores"], mems=binding[lr]["mems"],
+                             numa_source=binding[lr]["numa_source"], logical_cores=binding[lr]["logical_cores"])
+                        for lr, li in enumerate(local_info)],
+        "tiers": {a: layout.axis_tier(a) for a in AXES},
+        "nvlink_domains": view.nvlink_domains,
+        "ranks": ranks,
+        "groups": groups,
+        "env": {},
+        "launch": {},
+        "estimate": None,
+        "warnings": warnings,
+    }
+
+
+def check_plan_invariants(plan: dict, view: Optional[NodeView] = None) -> List[str]:
+    """Problems with a plan (empty when it is sound): every rank once, groups partition the ranks,
+    TP groups on one node and inside one NVLink domain when the node has one."""
+    problems = []
+    world = plan["world_size"]
+    ranks = [r["rank"] for r in plan["ranks"]]
+    if sorted(ranks) != list(range(world)):
+        problems.append("ranks are not 0..world-1 exactly once")
+    by_rank = {r["rank"]: r for r in plan["ranks"]}
+    for axis in AXES:
+        flat = sorted(x for g in plan["groups"][axis] for x in g)
+        if flat != list(range(world)):
+            problems.append(f"{axis} groups do not partition the ranks")
+    domains = [set(d) for d in plan.get("nvlink_domains") or []]
+    for grp in plan["groups"]["tp"]:
+        if any(r not in by_rank for r in grp):
+            problems.append(f"TP group {grp} names ranks that have no placement")
+            continue
+        nodes = {by_rank[r]["node"] for r in grp}
+        if len(nodes) > 1:
+            problems.append(f"TP group {grp} spans nodes {sorted(nodes)}")
+        gs = {by_rank[r]["gpu"] for r in grp}
+        if domains and len(grp) > 1 and max(len(d) for d in domains) >= len(grp) and not any(gs <= d for d in domains):
+            problems.append(f"TP group {grp} (GPUs {sorted(gs)}) is not inside one NVLink domain")
+    seen = set()
+    for r in plan["ranks"]:
+        key = (r["node"], r["gpu"])
+        if key in seen:
+            problems.append(f"GPU {r['gpu']} of node {r['node']} is used twice")
+        seen.add(key)
+    return problems

@@ -1,0 +1,551 @@
+"""Model presets, ``--model`` parsing, per-step communication volume and memory per GPU, and the
+ranking of candidate (tp, cp, ep, dp, pp) factorizations (SPEC §5 "placement ... with --model").
+
+Formulas (PLACEMENT_NOTES §1.1 and §2; b = micro-batch, s = sequence, h = hidden, l = layers,
+t/p/d/c/e = TP/PP/DP/CP/EP sizes, g = bytes per element, m = micro-batches per step = B/(b*d)):
+
+* DP gradient all-reduce: ``2(d-1)/d * Psi' * g`` bytes per GPU, Psi' = parameters per model-parallel
+  shard (Patarasuk & Yuan 2009; nccl-tests busbw factor).  ZeRO-1/2 and Megatron's distributed
+  optimizer move the same bytes (reduce-scatter + all-gather); ZeRO-3/FSDP 1.5x (ZeRO, arXiv:1910.02054
+  [recalled]; FSDP, VLDB'23 [recalled]).  With CP, Megatron reduces gradients over the dp*cp group.
+* TP (Megatron, with or without sequence parallel): 4 all-reduces of ``b*s*h`` per layer per
+  micro-batch, 2 forward + 2 backward (Shoeybi et al. 2019 Fig. 4; Narayanan et al. 2021 §3.2), i.e.
+  ``8*b*s*h*(t-1)/t*g`` bytes per GPU per layer per micro-batch; sequence parallel turns each into
+  RS+AG with the same bytes (Korthikanti et al. 2022 [recalled]).
+* PP: ``b*s*h*g`` forward + the same backward per micro-batch at each stage boundary; with TP, Megatron's
+  scatter/gather sends ``b*s*h/t`` per rank (Narayanan 2021).  Bubble fraction of the ideal time
+  ``(p-1)/m`` (Narayanan 2021 [paper]).
+* CP (ring attention): about ``(c-1)*2*b*(s/c)*h_kv*g`` per attention layer forward, ~2x that
+  backward [derived, PLACEMENT_NOTES §2].
+* EP (MoE): ``2*b*s*k*h*g*(e-1)/e`` per MoE layer forward (dispatch + combine all-to-all), the same
+  backward [derived].
+
+Memory (Megatron ``megatron/training/theoretical_memory_usage.py``, see :func:`memory_per_gpu`): the
+most loaded GPU (first pipeline stage, with the embedding) at 18 bytes per parameter without the
+distributed optimizer, ``6 + 12/DP`` with it; activations per layer (sequence parallel + selective
+recompute) ``s*b*h*(18 + 4*ffn/h) / t``; the first pipeline stage holds p micro-batches of l/p layers,
+so l layers' worth in all, plus the embedding and (p == 1) output-layer terms.
+
+Time: each collective is timed on the group that runs it -- TP inside a node on NVLink/PCIe, DP and
+PP across nodes through the NICs of their ranks -- by ``gpucomm.planners.collectives.cost`` (``summarize`` of the group's
+GPUs on its number of nodes, then ``predict``), else by an alpha-beta model, which uses NCCL's ring
+latencies (``src/graph/tuning.cc``: base 8.4 us, NVLink 3.4, PCI 5.7, NET 14 per step, Simple
+protocol) and nccl-tests' bus-bandwidth factors.  Compute time uses ``6 * params * tokens`` FLOPs
+(no recompute) at an assumed 40% of the GPU's dense BF16 peak.
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Dict, List, Optional, Tuple
+
+from gpucomm.probes.errors import InputError, PlanInfeasible
+
+# --------------------------------------------------------------------------------------------
+# Presets: Meta Llama 3.1 model cards / params.json [recalled; the notes do not list them].
+PRESETS: Dict[str, dict] = {
+    "llama-8b": {"layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "ffn": 14336, "vocab": 128256,
+                 "params": 8.03e9},
+    "llama-70b": {"layers": 80, "hidden": 8192, "heads": 64, "kv_heads": 8, "ffn": 28672, "vocab": 128256,
+                  "params": 70.6e9},
+    "llama-405b": {"layers": 126, "hidden": 16384, "heads": 128, "kv_heads": 8, "ffn": 53248, "vocab": 128256,
+                   "params": 405.9e9},
+}
+PRESET_ALIASES = {"llama3-8b": "llama-8b", "llama3-70b": "llama-70b", "llama3-405b": "llama-405b",
+                  "llama-3.1-8b": "llama-8b", "llama-3.1-70b": "llama-70b", "llama-3.1-405b": "llama-405b"}
+# Training-run defaults applied to presets and custom specs alike (overridable in --model).
+RUN_DEFAULTS = {"seq": 8192, "mbs": 1, "gbs": 1024, "dtype": "bf16", "zero": 1, "experts": 0, "topk": 2,
+                "mfu": 0.4}
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1, "float16": 2, "bfloat16": 2, "float32": 4}
+INT_KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "mbs", "gbs", "zero", "experts", "topk")
+FLOAT_KEYS = ("params", "mfu")
+ALL_KEYS = INT_KEYS + FLOAT_KEYS + ("dtype", "name")
+LIMITS = {"layers": 10_000, "hidden": 1 << 20, "heads": 1 << 16, "kv_heads": 1 << 16, "ffn": 1 << 22,
+          "vocab": 1 << 24, "seq": 1 << 24, "mbs": 1 << 16, "gbs": 1 << 24, "zero": 3, "experts": 1 << 16,
+          "topk": 1 << 10}
+
+# Dense BF16 tensor-core peak per GPU, TFLOP/s (NVIDIA datasheets [recalled]); only used to turn the
+# pipeline bubble into seconds.
+PEAK_TFLOPS_BY_SM = {60: 21, 70: 125, 75: 65, 80: 312, 86: 150, 89: 180, 90: 989, 100: 2250}
+
+# NCCL tuning.cc ring latencies (us), Simple protocol: baseLat, per-step hwLat by link kind.
+NCCL_BASE_LAT_US = 8.4
+NCCL_HW_LAT_US = {"nvlink": 3.4, "pcie": 5.7, "network": 14.0}
+NET_EFFICIENCY = 0.9      # Calculon's IB efficiency (systems/*.json), PLACEMENT_NOTES §2
+MEMORY_RESERVE = 0.10     # CUDA context, NCCL buffers and fragmentation
+
+
+def parse_model_spec(text: Optional[str]) -> Optional[dict]:
+    """``llama-70b``, ``llama-70b,seq=4096,gbs=256`` or
+    ``layers=80,hidden=8192,heads=64,seq=8192,mbs=1,dtype=bf16,params=70e9,gbs=512`` -> model dict.
+
+    Raises InputError (one line, naming the key) on unknown keys, non-numbers, absurd values."""
+    if text is None:
+        return None
+    raw = str(text).strip()
+    if not raw:
+        raise InputError("--model is empty", expected="a preset (" + ", ".join(PRESETS) + ") or key=value list")
+    model: dict = {}
+    name = None
+    for i, part in enumerate(p.strip() for p in raw.split(",")):
+        if not part:
+            continue
+        if "=" not in part:
+            key = part.lower()
+            key = PRESET_ALIASES.get(key, key)
+            if i == 0 and key in PRESETS:
+                model.update(PRESETS[key])
+                name = key
+                continue
+            raise InputError(f"--model: {part!r} is neither a preset nor key=value",
+                             expected="one of " + ", ".join(PRESETS) + " or key=value")
+        key, _, value = part.partition("=")
+        key, value = key.strip().lower(), value.strip()
+        key = {"micro_batch": "mbs", "global_batch": "gbs", "seq_len": "seq", "num_layers": "layers",
+               "hidden_size": "hidden", "kv": "kv_heads", "ffn_hidden": "ffn"}.get(key, key)
+        if key not in ALL_KEYS:
+            raise InputError(f"--model: unknown key {key!r}", expected="one of " + ", ".join(ALL_KEYS))
+        if key == "dtype":
+            if value.lower() not in DTYPE_BYTES:
+                raise InputError(f"--model: dtype={value!r}", expected="one of " + ", ".join(sorted(DTYPE_BYTES)))
+            model["dtype"] = value.lower()
+        elif key == "name":
+            name = value or None
+        elif key in INT_KEYS:
+            try:
+                f = float(value)
+            except ValueError:
+                raise InputError(f"--model: {key}={value!r} is not a number") from None
+            if not math.isfinite(f) or f != int(f) or f < 0 or f > LIMITS[key]:
+                raise InputError(f"--model: {key}={value!r} is out of range", expected=f"an integer 0..{LIMITS[key]}")
+            model[key] = int(f)
+        else:
+            try:
+                f = float(value)
+            except ValueError:
+                raise InputError(f"--model: {key}={value!r} is not a number") from None
+            hi = 1e15 if key == "params" else 1.0
+            if not math.isfinite(f) or f <= 0 or f > hi:
+                raise InputError(f"--model: {key}={value!r} is out of range", expected=f"a number in (0, {hi:g}]")
+            model[key] = f
+    for k, v in RUN_DEFAULTS.items():
+        model.setdefault(k, v)
+    for k in ("layers", "hidden"):
+        if not model.get(k):
+            raise InputError(f"--model: {k} is required (or use a preset: " + ", ".join(PRESETS) + ")")
+    model.setdefault("heads", max(1, model["hidden"] // 128))
+    model.setdefault("kv_heads", model["heads"])
+    model.setdefault("ffn", 4 * model["hidden"])
+    model.setdefault("vocab", 32000)
+    for k in ("heads", "kv_heads", "seq", "mbs", "gbs", "ffn"):
+        if not model.get(k):
+            raise InputError(f"--model: {k} must be > 0")
+    if model["heads"] % model["kv_heads"]:
+        raise InputError(f"--model: heads={model['heads']} is not a multiple of kv_heads={model['kv_heads']}")
+    if model["experts"] and not (1 <= model["topk"] <= model["experts"]):
+        raise InputError(f"--model: topk={model['topk']} must be 1..experts={model['experts']}")
+    if "params" not in model:
+        model["params"] = float(count_params(model))
+    model["name"] = name or "custom"
+    return model
+
+
+def count_params(model: dict) -> int:
+    """Parameters of a Llama-style decoder (GQA attention, SwiGLU MLP, untied embeddings)."""
+    h, l, ffn = model["hidden"], model["layers"], model["ffn"]
+    kv_dim = h * model["kv_heads"] // model["heads"]
+    attn = 2 * h * h + 2 * h * kv_dim
+    mlp = 3 * h * ffn * max(1, model.get("experts") or 1)
+    return l * (attn + mlp + 2 * h) + 2 * model["vocab"] * h
+
+
+def expert_params(model: dict) -> float:
+    if not model.get("experts"):
+        return 0.0
+    return float(model["layers"] * model["experts"] * 3 * model["hidden"] * model["ffn"])
+
+
+# --------------------------------------------------------------------------------------------
+def memory_per_gpu(model: dict, axes: Dict[str, int], micro_batches: Optional[int] = None) -> dict:
+    """Megatron's theoretical memory of the most loaded GPU (bytes), after
+    ``megatron/training/theoretical_memory_usage.py`` (sequence parallel + selective recompute):
+
+    * weights+grads+optimizer: the most loaded shard is the first pipeline stage, which holds
+      ``l/p`` layers *plus the input embedding* (``vocab*h``), and with ``p == 1`` the untied output
+      layer as well: ``(transformer/p + embedding [+ embedding if p == 1]) / t`` parameters, times
+      18 bytes (no distributed optimizer) or ``6 + 12/DP``.  Expert weights are divided by EP too.
+      An uneven split counts the ``ceil(l/p)``-layer stage.
+    * activations: ``s*b*h*(18 + 4*ffn/h)`` per layer, ``l`` layers' worth on the first stage (p
+      micro-batches of l/p layers in flight; ``p*ceil(l/p)`` when uneven), plus the embedding
+      input (``8*s*b*p``) and its dropout
+      (``s*b*h*p``); times ``min(1, m/p)`` when fewer micro-batches than stages are in flight
+      (non-interleaved 1F1B); with ``p == 1`` also the inputs of the output layer and the loss,
+      ``4*s*b*h*(1 + vocab/h)``; all divided by ``t`` (and by ``cp``: each rank holds s/cp tokens).
+    ZeRO-2/3 variants are [recalled], not Megatron's."""
+    t, p, d, c, e = axes["tp"], axes["pp"], axes["dp"], axes["cp"], axes["ep"]
+    layers = model["layers"]
+    # Layers on the most loaded stage: l/p, or ceil(l/p) when the split is uneven (Megatron
+    # --decoder-first/last-pipeline-num-layers); p stages of it in flight on the first stage.
+    stage_layers = math.ceil(layers / p) if layers else 0
+    stage_share = stage_layers / layers if layers else 1.0 / p
+    psi_e = expert_params(model)
+    embedding = float(model.get("vocab") or 0) * model["hidden"]
+    # Presets and count_params() have untied input/output embeddings (Llama 3).
+    transformer = max(0.0, model["params"] - psi_e - 2.0 * embedding)
+    dense_shard = (transformer * stage_share + embedding + (embedding if p == 1 else 0.0)) / t
+    shard = dense_shard + psi_e * stage_share / (t * e)
+    zero = model["zero"]
+    dd = d * c  # Megatron shards the optimizer over the dp*cp group
+    if zero == 0:
+        per_param = 18.0
+    elif zero == 1:
+        per_param = 6.0 + 12.0 / dd        # Megatron distributed optimizer
+    elif zero == 2:
+        per_param = 2.0 + 16.0 / dd        # ZeRO-2: grads sharded too [recalled]
+    else:
+        per_param = 18.0 / dd              # ZeRO-3 / FSDP: everything sharded [recalled]
+    weights = shard * per_param
+    s, b, h = model["seq"] / c, model["mbs"], model["hidden"]
+    activations = s * b * h * (18.0 + 4.0 * model["ffn"] / h) * p * stage_layers
+    activations += 8.0 * s * b * p + s * b * h * p
+    if p > 1 and micro_batches is not None:
+        activations *= min(1.0, micro_batches / p)
+    if p == 1:
+        activations += s * b * h * 4.0 * (1.0 + float(model.get("vocab") or 0) / h)
+    activations /= t
+    return {"weights_optimizer": weights, "activations": activations, "total": weights + activations,
+            "bytes_per_param": per_param, "params_on_gpu": shard}
+
+
+def peak_tflops(view) -> Optional[float]:
+    from gpucomm.planners.placement.layout import gpu_sm
+
+    vals = []
+    for g in view.gpus:
+        sm = gpu_sm(g)
+        if sm is None:
+            return None
+        name = str(g.get("name") or "")
+        if sm == 90 and re.search(r"PCIe", name, re.I):
+            vals.append(756.0)          # H100 PCIe
+        elif sm == 90 and re.search(r"NVL", name):
+            vals.append(835.0)          # H100 NVL
+        elif sm in PEAK_TFLOPS_BY_SM:
+            vals.append(float(PEAK_TFLOPS_BY_SM[sm]))
+        else:
+            best = max((k for k in PEAK_TFLOPS_BY_SM if k <= sm), default=None)
+            if best is None:
+                return None
+            vals.append(float(PEAK_TFLOPS_BY_SM[best]))
+    return min(vals) if vals else None
+
+
+# --------------------------------------------------------------------------------------------
+# Timing one collective on one group
+BUS_FACTOR = {  # nccl-tests busbw factors (doc/PERFORMANCE.md)
+    "all_reduce": lambda n: 2.0 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "send_recv": lambda n: 1.0,
+}
+STEPS = {"all_reduce": lambda n: 2 * (n - 1), "all_gather": lambda n: n - 1, "reduce_scatter": lambda n: n - 1,
+         "all_to_all": lambda n: n - 1, "send_recv": lambda n: 1}
+
+
+def _cost_model_time(view, kind: str, nbytes: float, tier: dict, dtype_bytes: int) -> Optional[float]:
+    """Time from E2's cost model (``gpucomm.planners.collectives.cost.summarize`` + ``predict``: NCCL's tuner over
+    NCCL's own graph search, calibrated on nccl-tests captures) for a group of ``tier['gpus']``
+    on each of ``tier['nodes']`` nodes; None when that model cannot say (module missing, no NIC
+    for a multi-node group, ...)."""
+    if view is None or not tier.get("gpus"):
+        return None
+    try:
+        from gpucomm.planners.collectives import cost
+    except ImportError:
+        return None
+    key = ("cost.summarize", tuple(tier["gpus"]), int(tier.get("nodes", 1)))
+    g = view.cache.get(key)
+    if g is None:
+        try:
+            g = cost.summarize(view.doc, nodes=int(tier.get("nodes", 1)), gpus=list(tier["gpus"]))
+        except Exception:  # a topology the cost model cannot summarise: use the alpha-beta model
+            g = False
+        view.cache[key] = g
+    if g is False:
+        return None
+    try:
+        rows = cost.predict(g, kind, [max(1, int(nbytes))], dtype_bytes=dtype_bytes)
+    except Exception:
+        return None
+    return float(rows[0]["time_us"]) * 1e-6 if rows else None
+
+
+def collective_time(kind: str, nbytes: float, tier: dict, view=None, dtype_bytes: int = 2) -> float:
+    """Seconds for one ``kind`` collective of ``nbytes`` (nccl-tests' S) over one group described
+    by ``tier`` (from ``Layout.axis_tier``: size, gpus, ranks_per_node, nodes, intra_GBps,
+    inter_GBps, where).  Uses ``gpucomm.planners.collectives.cost`` when it can model the group, else the alpha-beta
+    model of the module docstring."""
+    n = tier["size"]
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    ext = _cost_model_time(view, kind, nbytes, tier, dtype_bytes)
+    if ext is not None:
+        return ext
+    where = tier.get("where") or "pcie"
+    intra = tier.get("intra_GBps")
+    inter = tier.get("inter_GBps")
+    if tier.get("nodes", 1) > 1:
+        net = (inter or 12.5) * NET_EFFICIENCY        # 12.5 GB/s = 100 Gb/s socket fallback
+        bw = min(net, intra) if intra else net
+        n_inter = STEPS[kind](tier["nodes"]) if kind != "send_recv" else 1
+        lat_intra = NCCL_HW_LAT_US["nvlink" if (intra or 0) > 100 else "pcie"]
+    else:
+        bw = intra or 12.0
+        n_inter = 0
+        lat_intra = NCCL_HW_LAT_US["nvlink" if where == "nvlink" else "pcie"]
+    steps = STEPS[kind](n)
+    lat_us = NCCL_BASE_LAT_US + (steps - n_inter) * lat_intra + n_inter * NCCL_HW_LAT_US["network"]
+    return lat_us * 1e-6 + nbytes * BUS_FACTOR[kind](n) / (bw * 1e9)
+
+
+def cost_model_name(view) -> str:
+    """What timed the collectives of an estimate (shown with every ranked factorization)."""
+    return "gpucomm predict (NCCL's tuning model over NCCL's graph search), alpha-beta where it cannot model a group"
+
+
+# --------------------------------------------------------------------------------------------
+def step_estimate(model: dict, layout, use_cost_model: bool = True) -> dict:
+    """Per-step communication volume and time per axis, bubble, memory fit, for one layout.
+    ``use_cost_model=False`` times collectives with the alpha-beta model only (fast screening)."""
+    axes = layout.axes
+    t, p, d, c, e = axes["tp"], axes["pp"], axes["dp"], axes["cp"], axes["ep"]
+    g = DTYPE_BYTES[model["dtype"]]
+    b, s, h, l = model["mbs"], model["seq"], model["hidden"], model["layers"]
+    world = t * p * d * c * e
+    if model["gbs"] % (b * d):
+        raise PlanInfeasible(f"global batch {model['gbs']} is not a multiple of mbs*dp = {b * d}")
+    m = model["gbs"] // (b * d)
+    s_local = s / c
+    # the slowest stage sets the pace: ceil when layers do not divide evenly across stages
+    layers_per_stage = math.ceil(l / p)
+    tiers = {a: layout.axis_tier(a) for a in ("tp", "cp", "ep", "dp", "pp")}
+    cview = layout.view if use_cost_model else None
+    comm: Dict[str, dict] = {}
+    # TP: 4 all-reduces of b*s*h per layer per micro-batch.
+    if t > 1:
+        size = b * s_local * h * g
+        count = 4 * layers_per_stage * m
+        comm["tp"] = _entry("all_reduce", size, count, tiers["tp"], "4 all-reduces of b*s*h per layer per micro-batch", cview, g)
+    # PP: one activation forward + one gradient backward per micro-batch, scattered over TP ranks.
+    if p > 1:
+        size = b * s_local * h * g / t
+        comm["pp"] = _entry("send_recv", size, 2 * m, tiers["pp"], "b*s*h/t forward + backward per micro-batch", cview, g)
+    # CP: K/V blocks round the ring, (c-1) steps forward and 2x backward per attention layer.
+    if c > 1:
+        kv_dim = h * model["kv_heads"] / model["heads"]
+        size = 2 * b * s_local * kv_dim * g
+        count = 3 * (c - 1) * layers_per_stage * m
+        comm["cp"] = _entry("send_recv", size, count, tiers["cp"], "(cp-1) K/V block passes per attention layer, x3 fwd+bwd", cview, g)
+    # EP: dispatch + combine all-to-all per MoE layer, forward and backward.
+    if e > 1 and model.get("experts"):
+        size = b * s_local * model["topk"] * h * g
+        count = 4 * layers_per_stage * m
+        comm["ep"] = _entry("all_to_all", size, count, tiers["ep"], "dispatch+combine per MoE layer, fwd+bwd", cview, g)
+    # DP: gradients of one model-parallel shard over the dp*cp group once per step.
+    dd = d * c
+    if dd > 1:
+        psi_e = expert_params(model)
+        shard = (model["params"] - psi_e) / (t * p) + psi_e / (t * p * e)
+        factor = 1.5 if model["zero"] >= 3 else 1.0
+        tier = layout.axis_tier("dp-cp") if c > 1 else tiers["dp"]
+        comm["dp"] = _entry("all_reduce", shard * g * factor, 1, tier,
+                            "gradient all-reduce (or RS+AG) of one model shard" + (", x1.5 ZeRO-3" if factor > 1 else ""), cview, g)
+    comm_s = sum(v["time_s"] for v in comm.values())
+    peak = peak_tflops(layout.view)
+    tokens = model["gbs"] * s
+    active = model["params"] - expert_params(model) + expert_params(model) * (
+        model["topk"] / model["experts"] if model.get("experts") else 0)
+    flops = 6.0 * active * tokens
+    # The slowest stage sets the pipeline's pace: with uneven stages (l % p != 0) every micro-batch
+    # waits for a ceil(l/p)-layer stage, i.e. p*ceil(l/p)/l of the balanced time.
+    imbalance = p * layers_per_stage / l if l else 1.0
+    compute_s = flops / (world * peak * 1e12 * model["mfu"]) * imbalance if peak else None
+    bubble_fraction = (p - 1) / m
+    bubble_s = compute_s * bubble_fraction if compute_s is not None else None
+    mem = memory_per_gpu(model, axes, m)
+    cap = layout.view.memory_bytes()
+    fits = None if cap is None else mem["total"] <= cap * (1 - MEMORY_RESERVE)
+    step = (compute_s or 0.0) + (bubble_s or 0.0) + comm_s
+    return {
+        "model": {k: model[k] for k in sorted(model)},
+        "micro_batches": m,
+        "bubble_fraction": round(bubble_fraction, 6),
+        "compute_s": _r(compute_s),
+        "bubble_s": _r(bubble_s),
+        "comm_s": _r(comm_s),
+        "step_time_s": _r(step),
+        "comm": comm,
+        "memory": {"per_gpu_bytes": int(mem["total"]), "weights_optimizer_bytes": int(mem["weights_optimizer"]),
+                   "activation_bytes": int(mem["activations"]), "bytes_per_param": round(mem["bytes_per_param"], 4),
+                   "capacity_bytes": cap, "fits": fits},
+        "cost_model": cost_model_name(layout.view) if use_cost_model else
+        "alpha-beta (NCCL ring latencies, nccl-tests bus factors; screening)",
+        "assumptions": [f"{int(model['mfu'] * 100)}% of dense peak for compute" if peak else "GPU peak unknown: no compute time",
+                        "DP gradient reduction counted as exposed (no overlap)",
+                        "1F1B pipeline without interleaving"]
+        + ([f"{l} layers over pp={p}: uneven stages (Megatron --decoder-first/last-pipeline-num-layers); "
+            f"the {layers_per_stage}-layer stages set the pace"] if l % p else []),
+    }
+
+
+def _entry(kind: str, size: float, count: float, tier: dict, what: str, view=None, g: int = 2) -> dict:
+    one = collective_time(kind, size, tier, view, g)
+    n = tier["size"]
+    return {"collective": kind, "message_bytes": int(size), "count": round(count, 3),
+            "bytes_per_gpu": int(size * BUS_FACTOR[kind](n) * count), "time_s": _r(one * count),
+            "group_size": n, "nodes_per_group": tier.get("nodes", 1), "where": tier.get("where"), "what": what}
+
+
+def _r(x: Optional[float]) -> Optional[float]:
+    return None if x is None else float(f"{x:.6g}")
+
+
+def axis_weights(model: dict, axes: Dict[str, int]) -> Dict[str, float]:
+    """Weights for the local GPU map: per-step bytes each axis moves (relative)."""
+    b, s, h, l, g = model["mbs"], model["seq"], model["hidden"], model["layers"], DTYPE_BYTES[model["dtype"]]
+    m = max(1, model["gbs"] // (b * axes["dp"]))
+    w = {
+        "tp": 8 * b * s * h * g * l / axes["pp"] * m,
+        "pp": 2 * b * s * h * g * m,
+        "cp": 6 * b * s * h * g * l / axes["pp"] * m,
+        "ep": 4 * b * s * h * g * l / axes["pp"] * m if model.get("experts") else 1.0,
+        "dp": 2 * model["params"] / (axes["tp"] * axes["pp"]) * g,
+    }
+    top = max(w.values()) or 1.0
+    return {k: max(v / top * 100.0, 1e-3) for k, v in w.items()}
+
+
+# --------------------------------------------------------------------------------------------
+def _divisors(n: int) -> List[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+def candidate_axes(model: dict, total: int, gpn: int, fixed: Dict[str, Optional[int]],
+                   uneven_pp: bool = False) -> List[Dict[str, int]]:
+    """Every (tp, cp, ep, dp, pp) with product ``total`` that Megatron accepts for ``model``:
+    tp divides the GPUs per node and the heads and KV groups, pp divides the layers (or, with
+    ``uneven_pp``, leaves every stage at least one layer: Megatron's
+    --decoder-first/last-pipeline-num-layers), cp keeps 2*cp | seq (load-balanced causal CP), ep
+    divides the experts (1 for dense models), integer micro-batches.  Axes in ``fixed``
+    (non-None) are kept as given."""
+    out = []
+    for tp in _divisors(gpn):
+        if fixed.get("tp") and tp != fixed["tp"]:
+            continue
+        if model["heads"] % tp or (model["kv_heads"] % tp and tp % model["kv_heads"]):
+            continue
+        rest_tp = total // tp if total % tp == 0 else None
+        if rest_tp is None:
+            continue
+        for pp in _divisors(rest_tp):
+            if fixed.get("pp") and pp != fixed["pp"]:
+                continue
+            if model["layers"] % pp and not fixed.get("pp") and not (uneven_pp and pp <= model["layers"]):
+                continue  # an explicit --pp may split layers unevenly (Megatron --decoder-first/last-...)
+            rest_pp = rest_tp // pp
+            for cp in _divisors(rest_pp):
+                if fixed.get("cp") and cp != fixed["cp"]:
+                    continue
+                if not fixed.get("cp") and cp > 8:
+                    continue
+                if cp > 1 and model["seq"] % (2 * cp):
+                    continue
+                rest_cp = rest_pp // cp
+                eps = _divisors(rest_cp) if model.get("experts") else [1]
+                for ep in eps:
+                    if fixed.get("ep") and ep != fixed["ep"]:
+                        continue
+                    if model.get("experts") and model["experts"] % ep:
+                        continue
+                    if ep > 1 and cp > 1:
+                        continue
+                    dp = rest_cp // ep
+                    if fixed.get("dp") and dp != fixed["dp"]:
+                        continue
+                    if model["gbs"] % (model["mbs"] * dp):
+                        continue
+                    out.append({"tp": tp, "cp": cp, "ep": ep, "dp": dp, "pp": pp})
+    return out
+
+
+def rank_factorizations(view, nodes: int, gpn: int, model: dict, order: str,
+                        fixed: Optional[Dict[str, Optional[int]]] = None, top: int = 5,
+                        gpus: Optional[List[int]] = None) -> List[dict]:
+    """Candidates sorted best first: those that fit in memory by estimated step time
+    (compute + bubble + exposed communication), then those that do not fit by memory need.
+    All are screened with the alpha-beta model; the first ``top`` are re-timed with the cost model
+    and re-sorted (the rest keep their screening estimate)."""
+    from gpucomm.planners.placement.layout import check_feasible, make_layout
+
+    fixed = fixed or {}
+    total = nodes * gpn
+    rows: List[dict] = []
+    layouts = []
+
+    def screen(uneven: bool) -> None:
+        # Screen every candidate with the alpha-beta model, then re-time the best ``top`` with the
+        # cost model (NCCL's search per group is too slow to run on every candidate).
+        seen = {tuple(sorted(r["parallelism"].items())) for r in rows}
+        for axes in candidate_axes(model, total, gpn, fixed, uneven_pp=uneven):
+            try:
+                check_feasible(view, axes, gpn, nodes)
+                layout = make_layout(view, nodes, gpn, axes, order, axis_weights(model, axes), gpus)
+                est = step_estimate(model, layout, use_cost_model=False)
+            except (PlanInfeasible, InputError):
+                continue
+            par = dict(axes, order=layout.gen.order)
+            if tuple(sorted(par.items())) in seen:
+                continue
+            rows.append({"parallelism": par, "estimate": est, "local_gpus": layout.local_gpus})
+            layouts.append(layout)
+
+    screen(False)
+    if not any(r["estimate"]["memory"]["fits"] is not False for r in rows):
+        # Nothing fits with pp | layers (llama-405b: 126 layers, power-of-two GPU counts allow only
+        # pp = 1 or 2): deeper, uneven pipelines are how such models are trained (Llama 3 405B:
+        # 126 layers on pp=16).
+        screen(True)
+    if not rows:
+        why = []
+        if fixed.get("tp") and model["heads"] % fixed["tp"]:
+            why.append(f"tp={fixed['tp']} does not divide {model['heads']} heads")
+        if fixed.get("dp") and model["gbs"] % (model["mbs"] * fixed["dp"]):
+            why.append(f"gbs={model['gbs']} is not a multiple of mbs*dp = {model['mbs'] * fixed['dp']}")
+        raise PlanInfeasible(f"no factorization of {total} GPUs suits {model['name']}: "
+                             + ("; ".join(why) if why else
+                                f"needs tp | heads ({model['heads']}) and GPUs per node, pp | layers ({model['layers']}), "
+                                f"mbs*dp | gbs ({model['mbs']}, {model['gbs']})"))
+
+    def key(r: dict) -> Tuple:
+        est = r["estimate"]
+        fits = est["memory"]["fits"]
+        p = r["parallelism"]
+        return (0 if fits in (True, None) else 1,
+                est["step_time_s"] if fits in (True, None) else est["memory"]["per_gpu_bytes"],
+                p["tp"] * p["pp"] * p["cp"] * p["ep"], p["tp"], p["pp"], p["cp"], p["ep"])
+
+    order_idx = sorted(range(len(rows)), key=lambda i: key(rows[i]))
+    for i in order_idx[:max(1, top)]:
+        if rows[i]["estimate"]["memory"]["fits"] is not False:
+            rows[i]["estimate"] = step_estimate(model, layouts[i], use_cost_model=True)
+    head = sorted((rows[i] for i in order_idx[:max(1, top)]), key=key)
+    rows = head + [rows[i] for i in order_idx[max(1, top):]]
+    for i, r in enumerate(rows, 1):
+        r["rank"] = i
+    if all(r["estimate"]["memory"]["fits"] is False for r in rows):
+        best = rows[0]["estimate"]["memory"]
+        raise PlanInfeasible(f"{model['name']} does not fit on {total} GPUs: the leanest layout needs "
+                             f"{best['per_gpu_bytes'] / 2**30:.1f} GiB per GPU, "
+                             f"{best['capacity_bytes'] / 2**30:.1f} GiB available")
+    return rows[:max(1, top)]

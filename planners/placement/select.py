@@ -1,0 +1,298 @@
+"""``gpucomm select``: the best K of a node's free GPUs, for schedulers and device plugins
+(SPEC §5 "select").
+
+Two policies over the same inputs:
+
+* :func:`gpuallocator_besteffort` -- NVIDIA go-gpuallocator's best-effort policy, reproduced
+  faithfully (``gpuallocator/besteffort_policy.go``, ``internal/links/device.go`` @ 876e7b76;
+  ``placement/go-gpuallocator-besteffort.md``).  Pair score = sum of the links NVML reports between
+  two GPUs: the PCIe common-ancestor level (SYSTEM 10, NODE 20, HOSTBRIDGE 30, MULTIPLE 40,
+  SINGLE 50, INTERNAL 60) plus 100 per NVLink whose *remote PCI bus id is the peer GPU* -- so behind
+  an NVSwitch (remote = the switch) NVLink adds nothing ("TODO(klueska): Handle NVSwitch
+  semantics").  ``Allocate`` pads the free list to a multiple of K, enumerates every partition into
+  sets of K (first device of each set increasing; sets with partial padding skipped), keeps the
+  highest-scoring partition that has a padding-free set holding the required GPUs, and returns the
+  best set of that partition (ties: first found).  K == 1 returns the first free GPU.
+  This is what Kubernetes' NVIDIA device plugin returns from ``GetPreferredAllocation``.
+
+* :func:`select_gpus` (ours) -- ranks every K-subset by, in order: the bandwidth a ring over the set
+  can sustain (NVSwitch = every pair at the GPU's full NVLink bandwidth; PCIe levels by their
+  path), fewer NUMA nodes, more distinct NICs next to the set (PIX/PXB; multi-node jobs), how little
+  the choice fragments the GPUs left free (a 1-GPU job should not split an NVLink pair,
+  k8s-device-plugin#1193), then total pair bandwidth and the lowest indices.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from gpucomm.probes.errors import InputError, NothingToDo, PlanInfeasible
+from gpucomm.probes.model import normalize_bus_id
+
+from gpucomm.planners.placement.layout import NIC_LEVEL_RANK, NodeView, _nv_count, node_view, pcie_level
+
+# NVML nvmlGpuTopologyLevel_t -> go-gpuallocator P2PLinkType points, by nvidia-smi code.
+PCIE_POINTS = {"SYS": 10, "SOC": 10, "NODE": 20, "PHB": 30, "PXB": 40, "PIX": 50}
+NVLINK_POINTS = 100          # per link, up to 18 links (EighteenNVLINKLinks)
+MAX_PARTITIONS = 2_000_000   # Python needs ~1 us per partition per set; beyond this we refuse
+EXHAUSTIVE_SETS = 50_000     # our policy enumerates C(n, k) sets up to this many, else greedy
+
+
+def _direct_nvlinks(doc: dict, a: dict, b: dict) -> int:
+    """Enabled NVLinks of ``a`` whose remote PCI bus id is ``b`` (go-gpuallocator GetNVLink)."""
+    target = b.get("pci_bus_id")
+    links = a.get("nvlink") or []
+    if links:
+        n = 0
+        for l in links:
+            state = str(l.get("state") or "").lower()
+            if state and state not in ("up", "active", "enabled", "1", "true"):
+                continue
+            remote = l.get("remote")
+            if remote is None:
+                continue
+            r = normalize_bus_id(remote) or str(remote)
+            if (target and r == target) or r == f"GPU{b['index']}":
+                n += 1
+        return min(n, 18)
+    # No per-link records: GPU-GPU nvlink links of the document (never GPU-NVSwitch ones).
+    ida = a.get("pci_bus_id") or f"GPU{a['index']}"
+    idb = b.get("pci_bus_id") or f"GPU{b['index']}"
+    total = 0
+    found = False
+    for l in doc.get("links") or []:
+        if isinstance(l, dict) and l.get("kind") == "nvlink":
+            found = True
+            if {l.get("a"), l.get("b")} == {ida, idb}:
+                total += int(l.get("count") or 1)
+    if found:
+        return min(total, 18)
+    # A bare `nvidia-smi topo -m` capture: NV# is all we know.  Without NVSwitch records it is
+    # taken as direct links (true on NVLink-bridge and hybrid-cube-mesh boxes).
+    if any(s.get("kind") == "nvswitch" for s in doc.get("switches") or [] if isinstance(s, dict)):
+        return 0
+    code = ((doc.get("matrix") or {}).get(f"GPU{a['index']}") or {}).get(f"GPU{b['index']}")
+    return min(_nv_count(code or ""), 18)
+
+
+def gpuallocator_pair_scores(doc: dict) -> Dict[Tuple[int, int], int]:
+    """{(i, j): score} for every ordered pair of GPUs (go-gpuallocator calculateGPUPairScore)."""
+    gpus = sorted((g for g in doc.get("gpus") or [] if isinstance(g, dict) and isinstance(g.get("index"), int)),
+                  key=lambda g: g["index"])
+    scores: Dict[Tuple[int, int], int] = {}
+    for a in gpus:
+        for b in gpus:
+            if a is b:
+                continue
+            lvl = pcie_level(doc, a, b)
+            s = PCIE_POINTS.get(lvl or "", 0)
+            s += NVLINK_POINTS * _direct_nvlinks(doc, a, b)
+            scores[(a["index"], b["index"])] = s
+    return scores
+
+
+def _set_score(scores: Dict[Tuple[int, int], int], s: Sequence[Optional[int]]) -> int:
+    total = 0
+    for i, a in enumerate(s):
+        if a is None:
+            continue
+        for b in s[i + 1:]:
+            if b is not None:
+                total += scores[(a, b)]
+    return total
+
+
+def count_partitions(n: int, k: int) -> int:
+    """Partitions go-gpuallocator enumerates for n free GPUs padded to a multiple of k (upper bound
+    ignoring the padding pruning): (m*k)! / ((k!)^m * m!) with m = ceil(n/k)."""
+    m = -(-n // k)
+    return math.factorial(m * k) // (math.factorial(k) ** m * math.factorial(m))
+
+
+def gpuallocator_besteffort(doc: dict, free: Sequence[int], k: int, required: Sequence[int] = ()) -> List[int]:
+    """go-gpuallocator ``bestEffortPolicy.Allocate(available=free, required, size=k)``; [] when it
+    would return no devices."""
+    free = list(free)
+    if k <= 0 or len(free) < k or len(required) > k:
+        return []
+    if k == 1:
+        # iterateGPUPartitions' size==1 shortcut: each device is a partition; all score 0, so the
+        # first partition holding the required device wins.
+        for d in free:
+            if all(r == d for r in required):
+                return [d]
+        return []
+    if count_partitions(len(free), k) > MAX_PARTITIONS:
+        raise InputError(f"go-gpuallocator's exhaustive search over {len(free)} free GPUs in sets of {k} "
+                         f"means about {count_partitions(len(free), k):,} partitions; too many to reproduce here",
+                         expected="fewer free GPUs (--free) or another --count")
+    scores = gpuallocator_pair_scores(doc)
+    devices: List[Optional[int]] = free + [None] * ((-len(free)) % k)
+    padding = devices.count(None)
+    req = set(required)
+    best_part: Optional[List[List[Optional[int]]]] = None
+    best_score = 0
+    cache: Dict[Tuple, int] = {}
+
+    def sscore(s: Tuple) -> int:
+        v = cache.get(s)
+        if v is None:
+            v = cache[s] = _set_score(scores, s)
+        return v
+
+    def iterate(devs: List[Optional[int]], accum: List[Tuple]) -> None:
+        nonlocal best_part, best_score
+        if len(devs) == k:
+            cand = accum + [tuple(devs)]
+            if not any(req <= set(s) and None not in s for s in cand):
+                return
+            sc = sum(sscore(s) for s in cand)
+            if sc > best_score or best_part is None:
+                best_part, best_score = [list(s) for s in cand], sc
+            return
+        first = devs[0]
+        for rest in itertools.combinations(devs[1:], k - 1):
+            s = (first,) + rest
+            p = s.count(None)
+            if not (p == 0 or p == padding):
+                continue
+            remaining = list(devs[1:])
+            for x in rest:
+                remaining.remove(x)
+            iterate(remaining, accum + [s])
+
+    iterate(devices, [])
+    if best_part is None:
+        return []
+    filtered = [s for s in best_part if req <= set(s)]
+    if not filtered:
+        return []
+    best = filtered[0]
+    bs = sscore(tuple(best))
+    for s in filtered[1:]:
+        sc = sscore(tuple(s))
+        if sc > bs:
+            best, bs = s, sc
+    return [d for d in best if d is not None]
+
+
+# --------------------------------------------------------------------------------------------
+def ring_bw(view: NodeView, gpus: Sequence[int]) -> float:
+    """Bandwidth a ring through the set can sustain (GB/s): the best Hamiltonian cycle's narrowest
+    hop, exact up to 7 GPUs; above that the bound "every GPU needs two ring neighbours" (the
+    second-best link of the worst GPU), exact on uniform fabrics like NVSwitch."""
+    g = list(gpus)
+    if len(g) < 2:
+        return float("inf")
+    if len(g) == 2:
+        return view.pair_bw(g[0], g[1])
+    if view.nvswitch and all(_nv_count(view.level.get((a, b), "")) for a in g for b in g if a != b):
+        return min(view.nvlink_bw_per_gpu(x) for x in g)
+    if len(g) <= 7:
+        first, rest = g[0], g[1:]
+        best = 0.0
+        for perm in itertools.permutations(rest):
+            if perm[0] > perm[-1]:
+                continue  # a cycle and its mirror are the same ring
+            cyc = (first,) + perm
+            bw = min(view.pair_bw(cyc[i], cyc[(i + 1) % len(cyc)]) for i in range(len(cyc)))
+            best = max(best, bw)
+        return best
+    return min(sorted((view.pair_bw(a, b) for b in g if b != a), reverse=True)[1] for a in g)
+
+
+def _best_partner(view: NodeView, x: int, pool: Sequence[int]) -> float:
+    return max((view.pair_bw(x, y) for y in pool if y != x), default=0.0)
+
+
+def _score(view: NodeView, s: Tuple[int, ...], free: Sequence[int]) -> Tuple:
+    numa = {view.gpu(x).get("numa_node") for x in s}
+    numa.discard(None)
+    nics = set()
+    for x in s:
+        lvl = view.gpu_nic_level.get(x)
+        if lvl is not None and NIC_LEVEL_RANK.get(lvl, 9) <= NIC_LEVEL_RANK["PXB"]:
+            nics.update(view.gpu_nics.get(x, []))
+    rest = [y for y in free if y not in s]
+    frag = sum(1 for y in rest if _best_partner(view, y, rest) < _best_partner(view, y, free) - 1e-9)
+    total = sum(view.pair_bw(a, b) for i, a in enumerate(s) for b in s[i + 1:])
+    rb = ring_bw(view, s)
+    return (round(rb if math.isfinite(rb) else 0.0, 3), -len(numa), len(nics), -frag, round(total, 3),
+            tuple(-x for x in s))
+
+
+def select_gpus(doc: dict, k: int, free: Optional[Sequence[int]] = None, compare: bool = True) -> dict:
+    """Our choice of ``k`` GPUs among ``free`` (default: all), with the reasons, and
+    go-gpuallocator's choice on the same input for comparison (``compare``)."""
+    view = node_view(doc)
+    all_idx = view.index
+    if free is None:
+        free = list(all_idx)
+    free = sorted(set(int(f) for f in free))
+    bad = [f for f in free if f not in all_idx]
+    if bad:
+        raise InputError(f"--free lists GPU {bad[0]}, which the topology does not have",
+                         expected="indices among " + ",".join(map(str, all_idx)))
+    if k < 1:
+        raise InputError(f"--count {k}", expected="an integer >= 1")
+    if not free:
+        raise NothingToDo("no free GPUs to select from")
+    if k > len(free):
+        raise PlanInfeasible(f"--count {k} but only {len(free)} GPU(s) are free")
+    warnings: List[str] = list(view.notes)
+    if view.mig and k > 1:
+        warnings.append("MIG-enabled GPUs in the set: no P2P between MIG slices (nccl#1716)")
+    if math.comb(len(free), k) <= EXHAUSTIVE_SETS:
+        cands = itertools.combinations(free, k)
+        best = max(cands, key=lambda s: _score(view, s, free))
+        method = "exhaustive"
+    else:
+        best = None
+        for seed in free:
+            s = [seed]
+            while len(s) < k:
+                nxt = max((y for y in free if y not in s),
+                          key=lambda y: (min(view.pair_bw(y, x) for x in s), sum(view.pair_bw(y, x) for x in s), -y))
+                s.append(nxt)
+            t = tuple(sorted(s))
+            if best is None or _score(view, t, free) > _score(view, best, free):
+                best = t
+        method = "greedy"
+    ours = list(best)
+    out = {"schema": "gpucomm.select/v1", "count": k, "free": free, "policy": "gpucomm", "method": method,
+           "gpus": ours, "details": _details(view, ours, free), "gpuallocator": None, "warnings": warnings}
+    if compare:
+        try:
+            theirs = gpuallocator_besteffort(doc, free, k)
+            scores = gpuallocator_pair_scores(doc)
+            out["gpuallocator"] = {"gpus": theirs, "score": _set_score(scores, theirs),
+                                   "details": _details(view, theirs, free) if theirs else None}
+            out["details"]["gpuallocator_score"] = _set_score(scores, ours)
+        except InputError as e:
+            warnings.append(str(e))
+    return out
+
+
+def _details(view: NodeView, s: List[int], free: Sequence[int]) -> dict:
+    sc = _score(view, tuple(s), free)
+    nics = sorted({n for x in s for n in view.gpu_nics.get(x, [])
+                   if NIC_LEVEL_RANK.get(view.gpu_nic_level.get(x, "SYS"), 9) <= NIC_LEVEL_RANK["PXB"]})
+    return {"ring_GBps": sc[0] if len(s) > 1 else None, "numa_nodes": -sc[1], "nearby_nics": nics,
+            "fragmented_free_gpus": -sc[3], "pair_bw_sum_GBps": sc[4],
+            "links": {f"{a}-{b}": view.level.get((a, b)) for i, a in enumerate(s) for b in s[i + 1:]}}
+
+
+def parse_index_list(text: Optional[str], what: str = "--free") -> Optional[List[int]]:
+    """``0,1,3`` or ``0-3,6`` -> [ints]; None stays None."""
+    if text is None:
+        return None
+    from gpucomm.probes.model import parse_cpulist
+
+    try:
+        vals = parse_cpulist(text)
+    except (ValueError, TypeError):
+        raise InputError(f"{what} {text!r} is not a list of GPU indices", expected="e.g. 0,1,3 or 0-3,6") from None
+    if not vals and text.strip():
+        raise InputError(f"{what} {text!r} is not a list of GPU indices", expected="e.g. 0,1,3 or 0-3,6")
+    return vals

@@ -1,0 +1,1574 @@
+"""NCCL topology XML: import (``NCCL_TOPO_FILE`` skeletons, ``NCCL_TOPO_DUMP_FILE`` dumps, and
+``NCCL_GRAPH_FILE`` graph files) and export in NCCL's own strict format.
+
+Reference: NCCL_NOTES §1.2-1.4, §2.1, §5 (NVIDIA/nccl ``src/graph/xml.cc``, ``topo.cc``, ``search.cc``).
+
+Import builds a topology document the way NCCL builds its graph from the XML
+(``ncclTopoGetSystemFromXml``, topo.cc):
+
+* ``<cpu numaid affinity arch vendor familyid modelid>`` -> a NUMA node (cpus from the hex
+  ``affinity`` mask; memory unknown) and the graph node ``CPU<numaid>``.
+* ``<pci>`` typed like NCCL's ``kvDictPciClass`` (prefix match on ``class``): a ``<gpu>`` child
+  makes it a GPU, a ``<nic>`` child a NIC; ``0x0604*`` bridges (and any node with ``<pci>``
+  children) become ``pcie`` switch records (id = busid, parent = parent busid or ``CPU<n>``).
+  Bare ``<pci>`` GPUs/NICs of static skeletons (class ``0x03*``/``0x02*``, no children) become
+  GPUs whose index is inferred (PCI bus order, which is NVML's order; see :func:`_assign_indices`)
+  and NICs named by their busid.  Leaves NCCL cannot type (no class, e.g. AWS skeletons) are kept
+  in ``pci_devices`` (role ``other``) so that export reproduces the skeleton.
+* ``<nvlink target count tclass>``: GPU targets (``0x03*``) -> one GPU-GPU link per pair (NCCL
+  writes one element per side); CPU targets (``0x068001``, Power9) -> GPU-CPU link; anything else
+  (``0x068000`` NVSwitch, unreadable targets, the ``fffffff:ff:ff.0`` / ``fffffff:ffff:ff``
+  sentinels) -> a GPU-NVSwitch link to one ``nvswitch`` record per distinct target (``NVS`` for
+  the sentinel).  bw = count * ``nvlink_bw_per_link(sm)``.
+* ``<nic><net name dev speed port guid .../></nic>`` -> one NIC record per net name (ports
+  ``ACTIVE`` at ``speed``/1000 Gb/s; ``guid`` converted to the sysfs spelling, see
+  :func:`guid_from_nccl`); several NICs under one ``<pci>`` (NCCL's multi-port merge) get their own
+  PCI functions (:func:`_split_nic_functions`).  A ``<nic>`` straight under ``<cpu>`` is a socket
+  NIC (``eth0``) whose parent is ``CPU<n>``.
+* ``<c2c bw count>`` -> ``c2c`` link GPU->CPU, bw = bw*count/1000 GB/s (topo.cc ncclTopoAddC2c).
+* ``pcie`` links child->parent for GPUs, NICs and switches with NCCL's bw (``width*lane/80``,
+  :func:`gpucomm.probes.model.pcie_bw_GBps`; untyped ``pci_devices`` keep gen/width but get no link, as they
+  are not graph nodes),
+  ``smp`` links between every pair of CPUs with ``ncclTopoGetInterCpuBw``; ``<pcilink>`` (Broadcom
+  virtual switch links) -> a ``pcie`` link between the two switches with NCCL's LOC bandwidth 5000
+  (marked ``pcilink: true``; it is not a tree edge).
+* Broadcom PEX switch flattening exactly as NCCL (:func:`flatten_bcm`), then the matrix from the
+  tree (:func:`gpucomm.probes.matrix.compute_matrix`).  NCCL has no host bridges, so NODE never appears: a
+  common CPU is PHB.
+
+Extra fields written (all optional in the schema), named like the sysfs probe's where they overlap:
+switches carry ``class``, ``vendor``, ``device``, ``subsystem_vendor``, ``subsystem_device`` (hex
+strings) and ``gen``/``width`` of their upstream link; GPUs and NICs carry the same ids in a nested
+``pci_ids`` (a GPU's ``vendor`` is already "nvidia"/"amd"), GPUs ``sm``/``gdr``/``nccl_rank``
+(``index_inferred`` when the file had no ``dev``), NICs ``nccl_dev``/``gdr``/``nccl_attrs``/``pcie``;
+NUMA nodes ``arch``/``vendor``/``familyid``/``modelid``; flattened switches ``bcm_gen``/``bcm_merged``,
+devices that flattening moved ``raw_parent``.  The top-level ``pci_devices`` list has one entry per
+``<pci>`` element ({bdf, class, vendor, device, subsystem_vendor, subsystem_device, numa_node, role,
+parent, gen, width}), as the sysfs probe lists every PCI function.
+
+Parsing uses defusedxml (no DTDs, no entities, no external references).  We accept everything
+NCCL's own minimal parser accepts (comments anywhere, single-quoted values, unknown elements) and
+more (an ``<?xml?>`` header, tabs, attributes over several lines, several top-level elements).
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Optional
+
+from gpucomm.probes.errors import InputError, TopologyError
+from gpucomm.probes.model import (
+    PCI_GT_TO_GEN,
+    cpulist_to_mask,
+    cpumask_to_list,
+    finalize,
+    format_cpulist,
+    is_sentinel_bus_id,
+    link_record,
+    new_document,
+    nic_record,
+    normalize_bus_id,
+    nvlink_bw_per_link,
+    parse_cpulist,
+    pcie_bw_GBps,
+    source_record,
+    switch_record,
+    gpu_record,
+    warn,
+)
+
+# --------------------------------------------------------------------------------------------
+# NCCL constants (topo.h / topo.cc, NCCL_NOTES §2.1)
+LOC_BW = 5000.0          # LINK_LOC: pcilink, NIC directly under a CPU
+P9_BW, ARM_BW, AMD_BW = 32.0, 6.0, 16.0
+ERP_QPI_BW, SRP_QPI_BW, SKL_QPI_BW, BDW_QPI_BW = 40.0, 22.0, 10.0, 6.0
+YONGFENG_ZPI_BW, ZPI_BW = 9.0, 6.0
+
+# kvDictPciClass (topo.cc): prefix match, first hit wins, anything else is a PCI node.
+_PCI_CLASS_TYPES = (("0x060400", "PCI"), ("0x068000", "NVS"), ("0x068001", "CPU"), ("0x03", "GPU"), ("0x02", "NIC"))
+
+# kvDictPciGen (topo.cc): prefix match (strncmp(str, key, strlen(key))) -> lane speed in 100 Mbps.
+# Prefix matching is why AWS's "32 GT/s PCIe/s" reads as "32 GT/s".
+_PCI_GEN_KEYS = (("2.5 GT/s", 15), ("5 GT/s", 30), ("8 GT/s", 60), ("16 GT/s", 120), ("32 GT/s", 240),
+                 ("2.5 GT/s PCIe", 15), ("5.0 GT/s PCIe", 30), ("8.0 GT/s PCIe", 60), ("16.0 GT/s PCIe", 120),
+                 ("32.0 GT/s PCIe", 240), ("64.0 GT/s PCIe", 480))
+_LANE_TO_GEN = {15: 1, 30: 2, 60: 3, 120: 4, 240: 5, 480: 6}
+# What NCCL (and Linux >= 5.7) writes, by generation.
+_GEN_TO_SPEED = {1: "2.5 GT/s PCIe", 2: "5.0 GT/s PCIe", 3: "8.0 GT/s PCIe", 4: "16.0 GT/s PCIe",
+                 5: "32.0 GT/s PCIe", 6: "64.0 GT/s PCIe"}
+
+# Sentinel NCCL >= 2.30 writes for an NVLink peer it cannot see (older dumps: fffffff:ff:ff.0).
+NVS_SENTINEL = "fffffff:ffff:ff"
+
+# Graph files (graph.h): pattern numbers and graph ids.
+GRAPH_PATTERNS = {1: "BALANCED_TREE", 2: "SPLIT_TREE", 3: "TREE", 4: "RING", 5: "NVLS", 6: "COLLNET_DIRECT"}
+GRAPH_IDS = {0: "ring", 1: "tree", 2: "collnet_chain", 3: "nvls", 4: "collnet_direct"}
+
+# NCCL's parser: names <= 254 chars, values <= 253 chars (MAX_STR_LEN 255 incl. terminator and quote,
+# xml.cc xmlGetToken/xmlGetValue).
+MAX_NAME_LEN = 254
+MAX_VALUE_LEN = 253
+
+_MAX_DEPTH = 256          # NCCL_TOPO_XML_DEPTH_MAX; real files are < 10 deep
+_MAX_ELEMENTS = 200_000   # NCCL stops at 256 nodes per host; we are generous but bounded
+_ROOT = "gpucomm-xml-root"
+
+
+# --------------------------------------------------------------------------------------------
+# XML reading (defusedxml, with element line numbers)
+class _Node:
+    __slots__ = ("tag", "attrs", "children", "line")
+
+    def __init__(self, tag: str, attrs: dict, line: int):
+        self.tag = tag
+        self.attrs = attrs
+        self.children: list[_Node] = []
+        self.line = line
+
+    def sub(self, tag: str) -> list["_Node"]:
+        return [c for c in self.children if c.tag == tag]
+
+    def first(self, tag: str) -> Optional["_Node"]:
+        for c in self.children:
+            if c.tag == tag:
+                return c
+        return None
+
+
+class _Builder:
+    """Target for defusedxml's parser: builds :class:`_Node` trees with line numbers."""
+
+    def __init__(self, path: Optional[str]):
+        self.path = path
+        self.parser: Any = None
+        self.stack = [_Node(_ROOT, {}, 1)]
+        self.count = 0
+        self.text_line: Optional[int] = None
+
+    def _line(self) -> int:
+        try:
+            return int(self.parser.parser.CurrentLineNumber)
+        except (AttributeError, TypeError, ValueError):  # pragma: no cover - defusedxml internals
+            return 0
+
+    def start(self, tag: str, attrs: dict) -> None:
+        if self.count == 0 and tag == _ROOT:
+            self.count = 1  # the synthetic wrapper is the stack's root
+            return
+        self.count += 1
+        if len(self.stack) > _MAX_DEPTH:
+            raise InputError(f"elements nested more than {_MAX_DEPTH} deep", self.path, self._line())
+        if self.count > _MAX_ELEMENTS:
+            raise InputError(f"more than {_MAX_ELEMENTS} elements", self.path, self._line())
+        node = _Node(tag, {str(k): str(v) for k, v in dict(attrs).items()}, self._line())
+        self.stack[-1].children.append(node)
+        self.stack.append(node)
+
+    def end(self, tag: str) -> None:
+        if len(self.stack) > 1:
+            self.stack.pop()
+
+    def data(self, text: str) -> None:
+        if self.text_line is None and text.strip():
+            self.text_line = self._line()
+
+    def close(self) -> _Node:
+        return self.stack[0]
+
+
+def _line_of(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def _blank(segment: str) -> str:
+    """Replace a segment by spaces, keeping newlines so line numbers stay right."""
+    return re.sub(r"[^\n]", " ", segment)
+
+
+def _blank_comments(text: str, path: Optional[str]) -> str:
+    """Remove ``<!-- ... -->`` the way NCCL does (xmlSkipComment: up to the first ``-->``), which is
+    more lenient than XML (``--`` inside a comment is fine)."""
+    out: list[str] = []
+    i = 0
+    while True:
+        j = text.find("<!--", i)
+        if j < 0:
+            out.append(text[i:])
+            break
+        k = text.find("-->", j + 4)
+        if k < 0:
+            raise InputError("unterminated comment", path, _line_of(text, j), expected="-->")
+        out.append(text[i:j])
+        out.append(_blank(text[j:k + 3]))
+        i = k + 3
+    return "".join(out)
+
+
+def _read_xml(text: str, path: Optional[str]) -> _Node:
+    """Parse XML text into a :class:`_Node` tree under a synthetic root.  Raises InputError."""
+    from xml.etree.ElementTree import ParseError
+
+    from defusedxml import DefusedXmlException
+    from defusedxml.ElementTree import DefusedXMLParser
+
+    if not isinstance(text, str):
+        raise InputError("not text", path, expected="an NCCL topology XML")
+    text = text.lstrip("\ufeff")
+    text = _blank_comments(text, path)
+    m = re.match(r"\s*<\?xml\b.*?\?>", text, re.S)
+    if m:
+        text = _blank(text[:m.end()]) + text[m.end():]
+    m = re.search(r"<!\s*(DOCTYPE|ENTITY)", text, re.I)
+    if m:
+        raise InputError(f"XML with a <!{m.group(1).upper()}> declaration is not accepted", path, _line_of(text, m.start()),
+                         expected="a plain NCCL topology XML without DTD or entities")
+    builder = _Builder(path)
+    parser = DefusedXMLParser(target=builder, forbid_dtd=True, forbid_entities=True, forbid_external=True)
+    builder.parser = parser
+    try:
+        # The synthetic root lets several top-level elements through (NCCL reads any number and
+        # ignores all but <system>); it sits on line 1 so reported line numbers are unchanged.
+        parser.feed(f"<{_ROOT}>")
+        parser.feed(text)
+        parser.feed(f"</{_ROOT}>")
+        root = parser.close()
+    except ParseError as e:
+        line = (getattr(e, "position", None) or (None, None))[0]
+        msg = re.sub(r":\s*line \d+, column \d+\s*$", "", str(e)) or "malformed XML"
+        raise InputError(f"malformed XML: {msg}", path, line, expected="well-formed NCCL topology XML") from None
+    except DefusedXmlException:
+        raise InputError("XML declares a DTD, entities or external references, which are not accepted", path,
+                         expected="a plain NCCL topology XML") from None
+    except (ValueError, UnicodeError) as e:
+        raise InputError(f"malformed XML: {' '.join(str(e).split())[:120]}", path) from None
+    if builder.text_line is not None:
+        root.attrs["_text_line"] = str(builder.text_line)
+    return root
+
+
+# --------------------------------------------------------------------------------------------
+# Small value parsers
+def _int(value: Optional[str]) -> Optional[int]:
+    """NCCL-style integer: decimal or 0x-hex; None when absent or junk."""
+    if value is None:
+        return None
+    s = str(value).strip()
+    if not s:
+        return None
+    try:
+        if re.fullmatch(r"[-+]?0[xX][0-9a-fA-F]+", s):
+            return int(s, 16)
+        if re.fullmatch(r"[-+]?\d+", s):
+            return int(s, 10)
+    except ValueError:  # pragma: no cover - regex guarantees digits
+        return None
+    return None
+
+
+def _float(value: Optional[str]) -> Optional[float]:
+    if value is None:
+        return None
+    try:
+        f = float(str(value).strip())
+    except ValueError:
+        return None
+    return f if f == f and f not in (float("inf"), float("-inf")) else None
+
+
+def pci_class_type(cls: Optional[str]) -> Optional[str]:
+    """NCCL's node type for a PCI class string (kvDictPciClass, prefix match): PCI, NVS, CPU, GPU, NIC."""
+    if cls is None:
+        return None
+    c = cls.strip().lower()
+    for prefix, kind in _PCI_CLASS_TYPES:
+        if c.startswith(prefix):
+            return kind
+    return "PCI"
+
+
+def parse_link_speed(value: Optional[str]) -> tuple[Optional[int], bool]:
+    """``link_speed`` -> (PCIe generation or None, whether NCCL's own table matched).
+
+    NCCL prefix-matches its table (so ``"32 GT/s PCIe/s"`` is Gen5); strings it does not know
+    (e.g. ``"16.0 GT/s"`` without "PCIe") make NCCL assume 8 GT/s lanes -- we read the number
+    anyway and report the mismatch."""
+    if value is None or not str(value).strip():
+        return None, True
+    s = str(value)
+    for key, lane in _PCI_GEN_KEYS:
+        if s.startswith(key):
+            return _LANE_TO_GEN[lane], True
+    m = re.match(r"\s*(\d+(?:\.\d+)?)\s*GT/s", s, re.I)
+    if m:
+        return PCI_GT_TO_GEN.get(float(m.group(1))), False
+    return None, False
+
+
+def _sm_from_cc(cc: Any) -> Optional[int]:
+    if cc is None:
+        return None
+    m = re.fullmatch(r"\s*(\d+)\.(\d+)\s*", str(cc))
+    return int(m.group(1)) * 10 + int(m.group(2)) if m else None
+
+
+def arch_from_sm(sm: Optional[int]) -> Optional[str]:
+    """GPU architecture name for a compute capability (sm = major*10 + minor)."""
+    if sm is None:
+        return None
+    for lo, name in ((100, "blackwell"), (90, "hopper"), (89, "ada"), (80, "ampere"), (75, "turing"),
+                     (70, "volta"), (60, "pascal"), (50, "maxwell"), (30, "kepler")):
+        if sm >= lo:
+            return name
+    return None
+
+
+def inter_cpu_bw(cpu: dict) -> float:
+    """``ncclTopoGetInterCpuBw`` (topo.cc): SMP interconnect bandwidth (GB/s) out of a CPU node."""
+    arch = (cpu.get("arch") or "").lower()
+    vendor = cpu.get("vendor") or ""
+    family, model = cpu.get("familyid"), cpu.get("modelid")
+    if arch == "ppc64":
+        return P9_BW
+    if arch == "arm64":
+        return ARM_BW
+    if arch == "x86_64" and vendor == "GenuineIntel":
+        if family == 6 and model is not None and model >= 0xCF:
+            return ERP_QPI_BW
+        if family == 6 and model is not None and model >= 0x8F:
+            return SRP_QPI_BW
+        if family == 6 and model is not None and model >= 0x55:
+            return SKL_QPI_BW
+        return BDW_QPI_BW
+    if arch == "x86_64" and vendor == "AuthenticAMD":
+        return AMD_BW
+    if arch == "x86_64" and vendor in ("CentaurHauls", "  Shanghai  "):
+        return YONGFENG_ZPI_BW if (family == 7 and model == 0x5B) else ZPI_BW
+    return LOC_BW
+
+
+_ID_KEYS = ("class", "vendor", "device", "subsystem_vendor", "subsystem_device")
+
+
+def _flat_ids(ids: dict) -> dict:
+    return {k: ids.get(k) for k in _ID_KEYS}
+
+
+def switch_ids(rec: dict) -> dict:
+    """PCI ids of a switch / pci_devices record: flat fields (sysfs probe and this module) or a
+    nested ``pci_ids`` dict."""
+    nested = rec.get("pci_ids") if isinstance(rec.get("pci_ids"), dict) else {}
+    out = {}
+    for k in _ID_KEYS:
+        v = nested.get(k) if nested.get(k) is not None else rec.get(k)
+        if isinstance(v, str) and v.strip():
+            out[k] = v.strip().lower()
+    return out
+
+
+def guid_from_nccl(value: Optional[str]) -> Optional[str]:
+    """NCCL's net ``guid`` -> sysfs spelling.  NCCL prints ibverbs' big-endian ``sys_image_guid`` as a
+    host (little-endian) integer (net_ib/init.cc, xml ``0x%lx``), so the bytes come out reversed:
+    ``0x9a70500003ae6d94`` is ``946d:ae03:0050:709a`` (Mellanox OUI 94:6d:ae).  0 (socket NICs) -> None."""
+    v = _int(value)
+    if v is None or v <= 0 or v >= 1 << 64:
+        return None
+    b = v.to_bytes(8, "little").hex()
+    return ":".join(b[i:i + 4] for i in range(0, 16, 4))
+
+
+def guid_to_nccl(value: Optional[str]) -> Optional[str]:
+    """Inverse of :func:`guid_from_nccl`; an already hex (``0x...``) value is kept."""
+    if not value:
+        return None
+    s = str(value).strip().lower()
+    if re.fullmatch(r"0x[0-9a-f]{1,16}", s):
+        return f"0x{int(s, 16):x}"
+    if re.fullmatch(r"[0-9a-f]{4}(:[0-9a-f]{4}){3}", s):
+        return f"0x{int.from_bytes(bytes.fromhex(s.replace(':', '')), 'little'):x}"
+    return None
+
+
+def _pci_ids(attrs: dict) -> dict:
+    out = {}
+    for k in _ID_KEYS:
+        v = attrs.get(k)
+        if v is not None and str(v).strip():
+            out[k] = str(v).strip().lower()
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Import
+class _Ctx:
+    def __init__(self, path: Optional[str]):
+        self.path = path
+        self.doc = new_document(provenance="nccl-xml")
+        self.cpus: dict[int, dict] = {}          # numaid -> cpu info (attrs)
+        self.seen_pci: set[str] = set()
+        self.gpus: list[dict] = []               # pending GPUs (index assigned later)
+        self.nic_by_bus: dict[str, list[dict]] = {}
+        self.nic_names: set[str] = set()
+        self.pcilinks: list[tuple[str, str, int]] = []
+        self.bare_gpus = 0
+        self.unclassified = 0
+        self.speed_warned: set[str] = set()
+        self.ignored: dict[str, int] = {}
+        self.host_hashes: set[str] = set()
+        self.dump = False
+        self.mlopart: list[tuple[str, list]] = []  # (busid, CUDA devs) of GPUs split by MLOPart
+
+    def where(self, line: Optional[int]) -> str:
+        return f"line {line}" if line else "?"
+
+    def ignore(self, node: _Node, under: str) -> None:
+        self.ignored.setdefault(f"<{node.tag}> under <{under}>", node.line)
+
+    def speed(self, attrs: dict, line: int) -> tuple[Optional[int], Optional[int]]:
+        raw = attrs.get("link_speed")
+        gen, matched = parse_link_speed(raw)
+        if not matched and raw not in self.speed_warned:
+            self.speed_warned.add(raw)
+            if gen:
+                warn(self.doc, f"link_speed {raw!r} ({self.where(line)}) is not in NCCL's table, so NCCL would assume "
+                               f"8 GT/s lanes; read as PCIe Gen{gen}")
+            else:
+                warn(self.doc, f"link_speed {raw!r} ({self.where(line)}) is not a PCIe speed; treated as unknown")
+        width = _int(attrs.get("link_width"))
+        if width is not None and width <= 0:
+            width = None  # NCCL: width 0 (unknown) counts as x16
+        return gen, width
+
+
+def parse_nccl_xml(text: str, path: Optional[str] = None, flatten: bool = True) -> dict:
+    """An NCCL topology XML (or graph XML) -> topology document (provenance ``nccl-xml``).
+
+    ``flatten`` applies NCCL's Broadcom switch flattening (default, as NCCL does).  Graph files
+    (``<graphs>``) give a document with the graph's GPUs (by dev) and the parsed graph in
+    ``doc["nccl_graph"]``.  Bad input raises :class:`InputError` (one line, with the line number)."""
+    root = _read_xml(text, path)
+    top = next((c for c in root.children if c.tag in ("system", "graphs")), None)
+    if top is None:
+        first = root.children[0] if root.children else None
+        raise InputError(f"root element is <{first.tag}>" if first else "no XML element found", path,
+                         first.line if first else None, expected="<system version=\"1\"> or <graphs version=\"1\">")
+    if top.tag == "graphs":
+        return _graph_document(_graph_from_node(top, path), path)
+    return _system_document(root, top, path, flatten)
+
+
+def _system_document(root: _Node, system: _Node, path: Optional[str], flatten: bool) -> dict:
+    ctx = _Ctx(path)
+    doc = ctx.doc
+    version = system.attrs.get("version")
+    if _int(version) != 1:
+        warn(doc, f"<system version={version!r}> ({ctx.where(system.line)}): NCCL only loads version 1; read anyway")
+    if "_text_line" in root.attrs:
+        warn(doc, f"text between elements (line {root.attrs['_text_line']}) ignored; NCCL's parser rejects it")
+    others = [c.tag for c in root.children if c is not system]
+    if others:
+        warn(doc, f"top-level element(s) {sorted(set(others))} ignored (only the first <system> is read)")
+    for el in system.children:
+        if el.tag == "cpu":
+            _add_cpu(ctx, el)
+        else:
+            ctx.ignore(el, "system")
+    _assign_indices(ctx)
+    _split_nic_functions(ctx)
+    _add_nvlinks_and_c2c(ctx)
+    _add_pcilinks(ctx)
+    _add_smp_links(ctx)
+    for key, line in sorted(ctx.ignored.items(), key=lambda kv: kv[1]):
+        warn(doc, f"ignored {key} (first at line {line})")
+    if ctx.mlopart:
+        shown = "; ".join(f"{bus}: dev {', '.join('?' if d is None else str(d) for d in devs)}"
+                          for bus, devs in ctx.mlopart[:4])
+        warn(doc, f"{len(ctx.mlopart)} GPU(s) are split into MLOPart logical GPUs ({shown}"
+                  f"{' ...' if len(ctx.mlopart) > 4 else ''}): each is recorded as one physical GPU from its first "
+                  "partition (the others are in gpus[].mlopart_devs; their NVLinks are not added)")
+    if len(ctx.host_hashes) > 1:
+        warn(doc, f"XML fuses {len(ctx.host_hashes)} hosts (host_hash values); read as one host")
+    if ctx.bare_gpus:
+        warn(doc, f"{ctx.bare_gpus} GPU(s) are bare <pci> entries without <gpu dev>: indices inferred from PCI bus "
+                  "order (the order NVML and CUDA_DEVICE_ORDER=PCI_BUS_ID use)")
+    if ctx.unclassified:
+        warn(doc, f"{ctx.unclassified} PCI device(s) have no class and no children: kept as untyped pci_devices "
+                  "(NCCL fills the class from sysfs on the real host)")
+    kind = "dump (NCCL_TOPO_DUMP_FILE)" if ctx.dump else "static skeleton (NCCL_TOPO_FILE)"
+    doc["sources"].append(source_record("nccl-xml", "ok", f"NCCL topology XML, {kind}"))
+    if flatten:
+        flatten_bcm(doc)
+    from gpucomm.probes.matrix import compute_matrix
+
+    compute_matrix(doc)
+    return _finalize(doc)
+
+
+def _finalize(doc: dict) -> dict:
+    finalize(doc)
+    if "pci_devices" in doc:
+        doc["pci_devices"].sort(key=lambda d: d["bdf"])
+    return doc
+
+
+def _add_cpu(ctx: _Ctx, el: _Node) -> None:
+    doc = ctx.doc
+    a = el.attrs
+    numaid = _int(a.get("numaid"))
+    if numaid is None:
+        warn(doc, f"<cpu> ({ctx.where(el.line)}) has no integer numaid; read as numaid -1")
+        numaid = -1
+    if a.get("host_hash"):
+        ctx.host_hashes.add(a["host_hash"].strip().lower())
+    cpus: Optional[list[int]] = None
+    if a.get("affinity") is not None:
+        # Linux allows 8192 CPUs: 2048 hex digits plus commas.  Longer masks are junk.
+        try:
+            if len(a["affinity"]) > 4096:
+                raise ValueError("too long")
+            cpus = cpumask_to_list(a["affinity"])
+        except ValueError:
+            warn(doc, f"<cpu numaid={numaid}> affinity {a['affinity'][:40]!r} is not a hex cpumask; ignored")
+    info = {"arch": a.get("arch"), "vendor": a.get("vendor"), "familyid": _int(a.get("familyid")),
+            "modelid": _int(a.get("modelid"))}
+    if numaid in ctx.cpus:
+        warn(doc, f"<cpu numaid={numaid}> appears more than once ({ctx.where(el.line)}); merged")
+        old = ctx.cpus[numaid]
+        for k, v in info.items():
+            if old.get(k) is None:
+                old[k] = v
+        if old.get("cpus") is None:
+            old["cpus"] = cpus
+    else:
+        ctx.cpus[numaid] = dict(info, cpus=cpus, numaid=numaid)
+    cpu = ctx.cpus[numaid]
+    cpulist = format_cpulist(cpu["cpus"]) if cpu.get("cpus") else None
+    cpu["cpulist"] = cpulist
+    if numaid >= 0:
+        rec = next((n for n in doc["numa_nodes"] if n["id"] == numaid), None)
+        if rec is None:
+            rec = {"id": numaid, "cpus": cpulist, "memory_bytes": None, "distances": None}
+            doc["numa_nodes"].append(rec)
+        rec["cpus"] = rec["cpus"] or cpulist
+        for k, v in info.items():
+            if v is not None and rec.get(k) is None:
+                rec[k] = v
+    host = doc["host"]
+    for field, key in (("cpu_vendor", "vendor"), ("cpu_arch", "arch")):
+        v = info[key]
+        if v:
+            if host.get(field) is None:
+                host[field] = v
+            elif host[field] != v:
+                warn(doc, f"CPUs disagree on {key}: {host[field]!r} and {v!r}")
+    key = f"CPU{numaid}"
+    for child in el.children:
+        if child.tag == "pci":
+            _add_pci(ctx, child, key, cpu)
+        elif child.tag == "nic":
+            _add_nic_group(ctx, child, None, key, cpu, {}, (None, None))
+        else:
+            ctx.ignore(child, "cpu")
+
+
+def _numa(cpu: dict) -> Optional[int]:
+    n = cpu.get("numaid")
+    return n if n is not None and n >= 0 else None
+
+
+def _add_pci(ctx: _Ctx, el: _Node, parent: str, cpu: dict) -> None:
+    doc = ctx.doc
+    a = el.attrs
+    raw_bus = a.get("busid")
+    bus = normalize_bus_id(raw_bus.strip().lower()) if raw_bus else None
+    if bus is None:
+        warn(doc, f"<pci> ({ctx.where(el.line)}) has no valid busid ({raw_bus!r}); its children are attached to "
+                  f"{parent}")
+        for child in el.children:
+            if child.tag == "pci":
+                _add_pci(ctx, child, parent, cpu)
+        return
+    ids = _pci_ids(a)
+    cls = ids.get("class")
+    ctype = pci_class_type(cls)
+    gen, width = ctx.speed(a, el.line)
+    gpu_el, nic_el = el.first("gpu"), el.first("nic")
+    pci_children = el.sub("pci")
+    if bus in ctx.seen_pci:
+        if nic_el is not None and bus in ctx.nic_by_bus:
+            # NCCL merges the ports of one multi-port NIC that appear under one busid.
+            _add_nic_group(ctx, nic_el, bus, parent, cpu, ids, (gen, width), merge=True)
+        else:
+            warn(doc, f"busid {bus} appears more than once ({ctx.where(el.line)}); the repeat is ignored")
+        return
+    ctx.seen_pci.add(bus)
+    numa = _numa(cpu)
+    entry = {"bdf": bus, "class": ids.get("class"), "vendor": ids.get("vendor"), "device": ids.get("device"),
+             "subsystem_vendor": ids.get("subsystem_vendor"), "subsystem_device": ids.get("subsystem_device"),
+             "numa_node": numa, "role": "other", "parent": parent, "gen": gen, "width": width}
+    doc.setdefault("pci_devices", []).append(entry)
+
+    if gpu_el is not None or (ctype == "GPU" and not pci_children):
+        if nic_el is not None:
+            warn(doc, f"<pci busid={bus}> has both <gpu> and <nic>; the <nic> is ignored")
+        entry["role"] = "gpu"
+        _add_gpu(ctx, el, gpu_el, bus, parent, cpu, ids, gen, width)
+        return
+    if nic_el is not None or (ctype == "NIC" and not pci_children):
+        entry["role"] = "nic"
+        _add_nic_group(ctx, nic_el, bus, parent, cpu, ids, (gen, width), line=el.line)
+        return
+    if ctype == "NVS" and not pci_children:
+        entry["role"] = "nvswitch"
+        doc["switches"].append(switch_record(bus, "nvswitch", pci_bus_id=bus, parent=parent, numa_node=numa,
+                                             **_flat_ids(ids)))
+        return
+    if pci_children or el.sub("pcilink") or (cls or "").startswith("0x0604"):
+        if ctype in ("GPU", "NIC", "NVS", "CPU"):
+            warn(doc, f"<pci busid={bus} class={cls}> has <pci> children; read as a PCIe switch")
+        entry["role"] = "switch_up"  # NCCL's PCI node for a switch is its upstream port
+        doc["switches"].append(switch_record(bus, "pcie", pci_bus_id=bus, parent=parent, numa_node=numa,
+                                             gen=gen, width=width, **_flat_ids(ids)))
+        doc["links"].append(link_record(bus, parent, "pcie", pcie_bw_GBps(gen, width), gen=gen, width=width))
+        for child in el.children:
+            if child.tag == "pci":
+                _add_pci(ctx, child, bus, cpu)
+            elif child.tag == "pcilink":
+                target = child.attrs.get("target")
+                ctx.pcilinks.append((bus, target or "", child.line))
+            else:
+                ctx.ignore(child, "pci")
+        return
+    # A leaf NCCL cannot turn into a GPU/NIC/switch: untyped (no class: AWS skeletons), an NVMe
+    # drive, a Power NVLink bridge (0x068001)...  Kept so that export reproduces the file.
+    if cls is None:
+        ctx.unclassified += 1
+
+
+def _add_gpu(ctx: _Ctx, el: _Node, gpu_el: Optional[_Node], bus: str, parent: str, cpu: dict, ids: dict,
+             gen: Optional[int], width: Optional[int]) -> None:
+    ga = gpu_el.attrs if gpu_el is not None else {}
+    if gpu_el is None:
+        ctx.bare_gpus += 1
+    else:
+        ctx.dump = True
+    sm = _int(ga.get("sm"))
+    if sm is not None and not 10 <= sm <= 999:
+        warn(ctx.doc, f"GPU {bus}: sm={ga.get('sm')!r} is not a compute capability; ignored")
+        sm = None
+    pending = {
+        "bus": bus, "dev": _int(ga.get("dev")), "sm": sm, "rank": _int(ga.get("rank")), "gdr": _int(ga.get("gdr")),
+        "parent": parent, "cpu": cpu, "ids": ids, "gen": gen, "width": width, "line": el.line,
+        "nvlinks": [], "c2c": [],
+    }
+    if gpu_el is not None:
+        if ga.get("dev") is not None and pending["dev"] is None:
+            warn(ctx.doc, f"GPU {bus}: dev={ga.get('dev')!r} is not an integer; index inferred")
+        if ga.get("mlopart") is not None:
+            pending["mlopart"] = _int(ga.get("mlopart"))
+        _mlopart_siblings(ctx, el, gpu_el, bus, pending)
+        for child in gpu_el.children:
+            if child.tag == "nvlink":
+                pending["nvlinks"].append(child)
+            elif child.tag == "c2c":
+                pending["c2c"].append(child)
+            else:
+                ctx.ignore(child, "gpu")
+    ctx.gpus.append(pending)
+
+
+def _mlopart_siblings(ctx: _Ctx, el: _Node, gpu_el: _Node, bus: str, pending: dict) -> None:
+    """Several ``<gpu>`` under one ``<pci>``: MLOPart (CUDA 13.1+, Blackwell) splits one physical GPU
+    into logical CUDA devices, and NCCL >= 2.28 writes one ``<gpu dev mlopart>`` per partition under
+    the GPU's ``<pci>`` (topo.cc ncclTopoAddGpuSub).  The document has one record per physical GPU
+    (graph ids are bus ids), so the first partition gives the record and the others are listed in
+    ``mlopart_devs``; a warning says so rather than dropping them silently."""
+    others = [g for g in el.sub("gpu") if g is not gpu_el]
+    if not others:
+        return
+    devs = [_int(g.attrs.get("dev")) for g in [gpu_el, *others]]
+    pending["mlopart_devs"] = [{"dev": d, "mlopart": _int(g.attrs.get("mlopart")), "rank": _int(g.attrs.get("rank"))}
+                               for d, g in zip(devs, [gpu_el, *others])]
+    ctx.mlopart.append((bus, devs))
+
+
+def _assign_indices(ctx: _Ctx) -> None:
+    """Give every GPU an index: its ``dev`` when present and unique, else the lowest free index in
+    PCI bus-id order.  Bus order is what NVML (and CUDA with CUDA_DEVICE_ORDER=PCI_BUS_ID) use;
+    e.g. Azure's ndv4 skeleton lists 0003/0004 first, yet nvidia-smi on ND A100 v4 shows GPU0/1
+    = 0001/0002 on NUMA 1 (captures/topo/85_*)."""
+    doc = ctx.doc
+    used: set[int] = set()
+    infer: list[dict] = []
+    for p in ctx.gpus:
+        d = p["dev"]
+        if d is None or d < 0 or d in used:
+            if d is not None and d in used:
+                warn(doc, f"GPU {p['bus']}: dev {d} is used twice; index inferred")
+            infer.append(p)
+        else:
+            used.add(d)
+            p["index"] = d
+    nxt = 0
+    for p in sorted(infer, key=lambda p: p["bus"]):
+        while nxt in used:
+            nxt += 1
+        p["index"] = nxt
+        used.add(nxt)
+    for p in ctx.gpus:
+        cpu = p["cpu"]
+        numa = _numa(cpu)
+        vendor = "amd" if p["ids"].get("vendor") == "0x1002" else "nvidia"
+        sm = p["sm"]
+        rec = gpu_record(
+            p["index"], pci_bus_id=p["bus"], vendor=vendor, parent=p["parent"], numa_node=numa,
+            numa_affinity=[numa] if numa is not None else [], cpu_affinity=cpu.get("cpulist"),
+            compute_capability=f"{sm // 10}.{sm % 10}" if sm is not None else None,
+            arch=arch_from_sm(sm) if vendor == "nvidia" else None,
+            pcie={"gen": p["gen"], "width": p["width"], "max_gen": None, "max_width": None},
+            pci_ids=p["ids"],
+        )
+        for k, v in (("sm", sm), ("gdr", p["gdr"]), ("nccl_rank", p["rank"]), ("mlopart", p.get("mlopart")),
+                     ("mlopart_devs", p.get("mlopart_devs"))):
+            if v is not None:
+                rec[k] = v
+        if p in infer:
+            rec["index_inferred"] = True
+        p["rec"] = rec
+        doc["gpus"].append(rec)
+        doc["links"].append(link_record(p["bus"], p["parent"], "pcie", pcie_bw_GBps(p["gen"], p["width"]),
+                                        gen=p["gen"], width=p["width"]))
+
+
+def _add_nic_group(ctx: _Ctx, nic_el: Optional[_Node], bus: Optional[str], parent: str, cpu: dict, ids: dict,
+                   speed: tuple, line: Optional[int] = None, merge: bool = False) -> None:
+    """One ``<pci>`` NIC (or a ``<nic>`` directly under ``<cpu>`` when bus is None): one NIC record per
+    distinct ``<net name>``; several ``<net>`` with the same name are ports of one device."""
+    doc = ctx.doc
+    numa = _numa(cpu)
+    nets = nic_el.sub("net") if nic_el is not None else []
+    if nic_el is not None:
+        ctx.dump = True
+        for child in nic_el.children:
+            if child.tag not in ("net", "gin", "rma"):
+                ctx.ignore(child, "nic")
+    group = ctx.nic_by_bus.setdefault(bus, []) if bus else []
+    gen, width = speed
+    if bus and not merge:
+        doc["links"].append(link_record(bus, parent, "pcie", pcie_bw_GBps(gen, width), gen=gen, width=width))
+    if not nets:
+        # Bare NIC in a static skeleton: NCCL would match it by busid to a plugin device.
+        name = bus or f"nic{len(doc['nics'])}"
+        _new_nic(ctx, name, bus, parent, numa, ids, speed, {}, group, line)
+        return
+    unnamed = [n for n in nets if not n.attrs.get("name")]
+    for i, net in enumerate(nets):
+        na = net.attrs
+        name = na.get("name")
+        if not name:
+            dev = na.get("dev")
+            base = bus or f"net{dev if dev is not None else i}"
+            name = base if len(unnamed) == 1 else f"{base}/{dev if dev is not None else i}"
+        existing = next((r for r in group if r["name"] == name), None) if bus else \
+            next((r for r in doc["nics"] if r["name"] == name and r["parent"] == parent and r["pci_bus_id"] is None), None)
+        port = _net_port(na)
+        if existing is not None:
+            existing["ports"].append(port)
+            continue
+        rec = _new_nic(ctx, name, bus, parent, numa, ids, speed, na, group, net.line)
+        rec["ports"] = [port]
+    # NCCL >= 2.28 lists the same device again as <gin> (GPU-initiated networking) and <rma>
+    # (topo.cc ncclTopoAddNic): not new NICs, roles of the <net> with the same name.
+    for child in nic_el.children if nic_el is not None else []:
+        if child.tag not in ("gin", "rma"):
+            continue
+        rec = next((r for r in (group if bus else doc["nics"]) if r["name"] == child.attrs.get("name")), None)
+        if rec is None:
+            ctx.ignore(child, "nic")
+        elif child.tag not in rec.setdefault("nccl_roles", ["net"]):
+            rec["nccl_roles"].append(child.tag)
+
+
+def _net_port(na: dict) -> dict:
+    speed = _int(na.get("speed"))
+    port = _int(na.get("port"))
+    # The IB/socket plugins only report ACTIVE ports (net_ib/init.cc), hence the state.
+    return {"port": port if port is not None else 1, "state": "ACTIVE",
+            "rate_gbps": round(speed / 1000.0, 3) if speed and speed > 0 else None}
+
+
+def _new_nic(ctx: _Ctx, name: str, bus: Optional[str], parent: str, numa: Optional[int], ids: dict, speed: tuple,
+             na: dict, group: list, line: Optional[int]) -> dict:
+    doc = ctx.doc
+    if name in ctx.nic_names:
+        new = f"{name}@{bus or parent}"
+        k = 2
+        while new in ctx.nic_names:
+            new = f"{name}@{bus or parent}#{k}"
+            k += 1
+        warn(doc, f"NIC name {name!r} is used twice ({ctx.where(line)}); the second is called {new!r}")
+        name = new
+    ctx.nic_names.add(name)
+    gen, width = speed
+    guid = guid_from_nccl(na.get("guid"))
+    rec = nic_record(name, pci_bus_id=bus, numa_node=numa, parent=parent, guid=guid,
+                     netdev=name if bus is None else None)
+    if guid:
+        rec["sys_image_guid"] = guid  # NCCL's guid is the card's sys_image_guid (ports share it)
+    if bus is None:
+        # A <nic> straight under <cpu>: NCCL's socket/virtual NIC, joined to the CPU at LOC bandwidth.
+        rec["link_layer"] = "Ethernet"
+        doc["links"].append(link_record(name, parent, "pcie", LOC_BW))
+    else:
+        rec["pcie"] = {"gen": gen, "width": width, "max_gen": None, "max_width": None}
+    if ids:
+        rec["pci_ids"] = ids
+    dev, gdr = _int(na.get("dev")), _int(na.get("gdr"))
+    if dev is not None:
+        rec["nccl_dev"] = dev
+    elif na:
+        warn(doc, f"<net name={name!r}> has no dev: NCCL would leave it out of its graph")
+    if gdr is not None:
+        rec["gdr"] = gdr
+    extra = {k: v for k, v in na.items() if k not in ("name", "dev", "speed", "port", "guid", "gdr", "keep")}
+    if extra:
+        rec["nccl_attrs"] = extra
+    rec["ports"] = []
+    doc["nics"].append(rec)
+    group.append(rec)
+    return rec
+
+
+def _split_nic_functions(ctx: _Ctx) -> None:
+    """Give the NICs that NCCL lists under one ``<pci>`` their own PCI functions.
+
+    NCCL's IB plugin merges the ports of one card into one PCI node by setting the function digit
+    of the path to 0 (net_ib/init.cc), so ``mlx5_0`` and ``mlx5_1`` of a dual-port ConnectX both
+    appear under ``0000:0c:00.0``; they are separate RDMA devices and PCI functions (.0, .1) on the
+    host.  Graph ids are bus ids, so each gets function = its position (by port, then dev) unless
+    that id is taken; ``nccl_busid`` keeps NCCL's id for export."""
+    doc = ctx.doc
+    split: list[str] = []
+    for bus, group in ctx.nic_by_bus.items():
+        names = [r for r in group if r["pci_bus_id"] == bus]
+        if len(names) < 2 or not bus.endswith(".0") or len(names) > 8:
+            continue
+        names.sort(key=lambda r: (min((p["port"] for p in r["ports"]), default=0), r.get("nccl_dev", 0), r["name"]))
+        new = [bus[:-1] + str(i) for i in range(len(names))]
+        if any(b in ctx.seen_pci for b in new[1:]):
+            continue
+        link = next((l for l in doc["links"] if l["kind"] == "pcie" and l["a"] == bus), None)
+        for rec, b in zip(names, new):
+            rec["pci_bus_id"] = b
+            rec["nccl_busid"] = bus
+            if link is not None and b != bus:
+                doc["links"].append(dict(link, a=b))
+        split.append(f"{'/'.join(r['name'] for r in names)} under {bus}")
+    if split:
+        warn(doc, f"{len(split)} NCCL PCI node(s) hold several NICs (NCCL merges the functions of one card, e.g. "
+                  f"{split[0]}): each NIC got its own PCI function (.0, .1, ...)")
+
+
+def _add_nvlinks_and_c2c(ctx: _Ctx) -> None:
+    doc = ctx.doc
+    by_bus = {p["bus"]: p for p in ctx.gpus}
+    pairs: dict[tuple[str, str], dict[str, int]] = {}
+    to_switch: dict[tuple[str, str], int] = {}
+    to_cpu: dict[tuple[str, str], int] = {}
+    switches = {s["id"]: s for s in doc["switches"]}
+    for p in ctx.gpus:
+        rec, gid = p["rec"], p["bus"]
+        per_link = nvlink_bw_per_link(p["sm"])
+        for el in p["nvlinks"]:
+            a = el.attrs
+            count = _int(a.get("count"))
+            target_raw = (a.get("target") or "").strip().lower()
+            if count is None or count <= 0:
+                warn(doc, f"GPU{rec['index']}: <nvlink> at line {el.line} has no positive count; ignored")
+                continue
+            sentinel = is_sentinel_bus_id(target_raw)
+            tbus = None if sentinel else normalize_bus_id(target_raw)
+            ttype = pci_class_type(a.get("tclass")) if a.get("tclass") else ("GPU" if tbus in by_bus else "NVS")
+            if tbus == gid:
+                warn(doc, f"GPU{rec['index']}: <nvlink target={target_raw}> points at the GPU itself (line {el.line}); "
+                          "ignored")
+                continue
+            if ttype == "GPU":
+                if tbus not in by_bus:
+                    warn(doc, f"GPU{rec['index']}: NVLink peer {target_raw or '?'} is not a GPU in this file; ignored "
+                              "(NCCL ignores it too)")
+                    continue
+                key = tuple(sorted((gid, tbus)))
+                side = pairs.setdefault(key, {})
+                side[gid] = side.get(gid, 0) + count
+                remote_type, remote = "gpu", tbus
+            elif ttype == "CPU":
+                k2 = (gid, f"CPU{p['cpu']['numaid']}")
+                to_cpu[k2] = to_cpu.get(k2, 0) + count
+                remote_type, remote = "cpu", target_raw or None
+            else:
+                if tbus is None and not sentinel:
+                    warn(doc, f"GPU{rec['index']}: NVLink target {target_raw!r} is not a bus id; counted as an NVSwitch")
+                sw = "NVS" if tbus is None else tbus
+                if sw not in switches:
+                    switches[sw] = switch_record(sw, "nvswitch", pci_bus_id=tbus)
+                    doc["switches"].append(switches[sw])
+                elif switches[sw]["kind"] != "nvswitch":
+                    warn(doc, f"NVLink target {sw} is also a PCI switch in this file; linked anyway")
+                to_switch[(gid, sw)] = to_switch.get((gid, sw), 0) + count
+                remote_type, remote = "nvswitch", (target_raw if sentinel else tbus) or None
+            for _ in range(min(count, 64)):
+                rec["nvlink"].append({"link": None, "state": "active", "remote": remote, "version": None,
+                                      "bw_GBps": per_link, "remote_type": remote_type})
+        for el in p["c2c"]:
+            bw, count = _int(el.attrs.get("bw")), _int(el.attrs.get("count"))
+            if not bw or not count or bw < 0 or count < 0:
+                warn(doc, f"GPU{rec['index']}: <c2c> at line {el.line} lacks a positive bw/count; ignored")
+                continue
+            rec["c2c"] = {"count": count, "bw_MBps": bw}
+            doc["links"].append(link_record(gid, f"CPU{p['cpu']['numaid']}", "c2c", bw * count / 1000.0, count=count))
+    sm_of = {p["bus"]: p["sm"] for p in ctx.gpus}
+    idx_of = {p["bus"]: p["rec"]["index"] for p in ctx.gpus}
+    for (a, b), side in sorted(pairs.items()):
+        counts = list(side.values())
+        count = min(counts) if len(counts) == 2 else counts[0]
+        if len(counts) == 2 and counts[0] != counts[1]:
+            warn(doc, f"GPU{idx_of[a]}-GPU{idx_of[b]}: the two sides list {counts[0]} and {counts[1]} NVLinks; using {count}")
+        sms = [s for s in (sm_of[a], sm_of[b]) if s is not None]
+        bw = count * nvlink_bw_per_link(min(sms) if sms else None)
+        doc["links"].append(link_record(a, b, "nvlink", bw, count=count))
+    for (g, sw), count in sorted(to_switch.items()):
+        doc["links"].append(link_record(g, sw, "nvlink", count * nvlink_bw_per_link(sm_of[g]), count=count))
+    for (g, cpu), count in sorted(to_cpu.items()):
+        doc["links"].append(link_record(g, cpu, "nvlink", count * nvlink_bw_per_link(sm_of[g]), count=count))
+
+
+def _add_pcilinks(ctx: _Ctx) -> None:
+    doc = ctx.doc
+    pcie = {s["id"] for s in doc["switches"] if s["kind"] == "pcie"}
+    done: set[tuple[str, str]] = set()
+    for src, target, line in ctx.pcilinks:
+        tb = normalize_bus_id(target.strip().lower()) if target else None
+        if tb not in pcie or tb == src:
+            warn(doc, f"<pcilink target={target!r}> (line {line}) is not another PCI switch of this file; ignored "
+                      "(NCCL ignores it too)")
+            continue
+        key = tuple(sorted((src, tb)))
+        if key in done:
+            continue
+        done.add(key)
+        # Broadcom virtual switch link: NCCL joins the two switches with a LINK_LOC (topo.cc
+        # ncclTopoAddPciLinks); not a tree edge, so the matrix ignores it.
+        doc["links"].append(link_record(key[0], key[1], "pcie", LOC_BW, pcilink=True))
+
+
+def _add_smp_links(ctx: _Ctx) -> None:
+    ids = sorted(ctx.cpus)
+    for i, a in enumerate(ids):
+        for b in ids[i + 1:]:
+            bw = min(inter_cpu_bw(ctx.cpus[a]), inter_cpu_bw(ctx.cpus[b]))
+            ctx.doc["links"].append(link_record(f"CPU{a}", f"CPU{b}", "smp", bw))
+
+
+# --------------------------------------------------------------------------------------------
+# Broadcom switch flattening
+def bcm_device_id(pci_ids: Optional[dict]) -> int:
+    """NCCL's 64-bit ``pci.device``: vendor<<48 | device<<32 | subsystem_vendor<<16 |
+    subsystem_device (topo.cc ncclTopoAddPci; a missing attribute contributes 0)."""
+    ids = pci_ids or {}
+    value = 0
+    for key, shift in (("vendor", 48), ("device", 32), ("subsystem_vendor", 16), ("subsystem_device", 0)):
+        v = _int(ids.get(key))
+        if v is not None and v >= 0:
+            value += v << shift
+    return value & 0xFFFFFFFFFFFFFFFF
+
+
+def bcm_gen(device_id: int, level: int) -> int:
+    """``getBcmGen`` (topo.cc): 4 for a Broadcom PEX Gen4 switch (0x1000:0xc010, subsystem
+    0x1000:0xaxxx, any level), 5 for Gen5 (0x1000:0xc030, subsystem 0x1000:0x0xxx at level 0 (the
+    parent), 0x1000:0x1xxx at level 1 (a sub-switch)), else 0."""
+    if (device_id & 0xFFFFFFFFFFFFF000) == 0x1000C0101000A000:
+        return 4
+    if (device_id & 0xFFFFFFFFFFFFF000) == (0x1000C03010000000 | level * 0x1000):
+        return 5
+    return 0
+
+
+def flatten_bcm(doc: dict) -> dict:
+    """Flatten Broadcom PEX switches exactly as NCCL does (``ncclTopoFlattenBcmSwitches``,
+    topo.cc:195-268 in NCCL 2.30.7; NCCL_NOTES §1.2).
+
+    A BCM PEX switch presents itself as a two-level hierarchy although it sustains full bandwidth
+    between all ports; NCCL merges the inner level so that e.g. a GPU and a NIC under the same
+    physical switch are PIX.  For every ``pcie`` switch in NCCL's node order (pre-order of the PCI
+    tree), with ``id = bcm_device_id(switch_ids(switch))``:
+
+    * ``gen = bcm_gen(id, 0)``; if non-zero, every PCI neighbour (children and, as in NCCL, the
+      parent) whose ``bcm_gen(id, 1) == gen`` is a sub-switch: it is removed and all its other
+      neighbours are re-attached to the switch (tree pointers and links alike, links keep their
+      bandwidth);
+    * the switch is then marked as NCCL does (``device |= 0xffff``, here ``bcm_gen``/``bcm_merged``
+      fields, the ids stay untouched) so it is not merged again, and the scan restarts.
+
+    Switch records are read from ``doc["switches"]`` (kind ``pcie``) with ``vendor``, ``device``,
+    ``subsystem_vendor``, ``subsystem_device`` as hex strings (the sysfs probe's fields; a nested
+    ``pci_ids`` dict works too).  Removed
+    switches are kept in the parent's ``bcm_merged`` list and moved devices get ``raw_parent`` so
+    :func:`export_nccl_xml` can write the real hierarchy back.  Pure: mutates and returns ``doc``,
+    no I/O.  Returns ``doc`` unchanged when no Broadcom switch is present."""
+    switches: list[dict] = doc.get("switches", [])
+    pcie = {s["id"]: s for s in switches if s.get("kind") == "pcie"}
+    if not any(bcm_gen(bcm_device_id(switch_ids(s)), 0) or bcm_gen(bcm_device_id(switch_ids(s)), 1)
+               for s in pcie.values()):
+        return doc
+    devices = [*doc.get("gpus", []), *doc.get("nics", []), *doc.get("pci_devices", []), *switches]
+
+    def device_id(sw: dict) -> int:
+        d = bcm_device_id(switch_ids(sw))
+        return d | 0xFFFF if sw.get("bcm_gen") else d
+
+    def order() -> list[dict]:
+        """NCCL's PCI node order: creation order = pre-order walk of the tree (list order among siblings)."""
+        kids: dict[Optional[str], list[dict]] = {}
+        for s in switches:
+            if s.get("kind") == "pcie":
+                p = s.get("parent")
+                kids.setdefault(p if p in pcie else None, []).append(s)
+        out: list[dict] = []
+        stack = list(reversed(kids.get(None, [])))
+        seen: set[str] = set()
+        while stack:
+            s = stack.pop()
+            if s["id"] in seen:
+                continue
+            seen.add(s["id"])
+            out.append(s)
+            stack.extend(reversed(kids.get(s["id"], [])))
+        return out
+
+    events: dict[int, list[str]] = {}
+    changed = True
+    guard = 0
+    while changed and guard < 100_000:
+        changed = False
+        guard += 1
+        for sw in order():
+            gen = bcm_gen(device_id(sw), 0)
+            if not gen:
+                continue
+            neighbours = [s for s in pcie.values() if s.get("parent") == sw["id"]]
+            if sw.get("parent") in pcie:
+                neighbours.insert(0, pcie[sw["parent"]])
+            subs = [s for s in neighbours if bcm_gen(device_id(s), 1) == gen]
+            for sub in subs:
+                _absorb(doc, sw, sub, devices)
+                del pcie[sub["id"]]
+                switches.remove(sub)
+                devices = [d for d in devices if d is not sub]
+            sw["bcm_gen"] = gen
+            sw.setdefault("bcm_merged", [])
+            if subs:
+                events.setdefault(gen, []).append(f"{sw['id']} <- {', '.join(s['id'] for s in subs)}")
+            changed = True
+            break
+    for gen, ev in sorted(events.items()):
+        n_subs = sum(e.count(",") + 1 for e in ev)
+        warn(doc, f"Broadcom PEX Gen{gen} switches flattened as NCCL does (ncclTopoFlattenBcmSwitches): {len(ev)} "
+                  f"switch(es) absorbed {n_subs} sub-switch(es), e.g. {ev[0]}; nvidia-smi on the host shows one "
+                  "more PCIe level")
+    return doc
+
+
+def _absorb(doc: dict, sw: dict, sub: dict, devices: list[dict]) -> None:
+    """Re-attach everything adjacent to ``sub`` to ``sw`` (NCCL moves all of sub's links)."""
+    sid, wid = sub["id"], sw["id"]
+    merged = {k: sub.get(k) for k in ("id", "pci_bus_id", "gen", "width", "numa_node")}
+    merged.update(_flat_ids(switch_ids(sub)))
+    merged["parent"] = sub.get("raw_parent") or sub.get("parent")
+    for m in sub.get("bcm_merged") or []:
+        sw.setdefault("bcm_merged", []).append(m)
+    if sw.get("parent") == sid:
+        # The parent was the sub-switch: sw takes its place (and its upstream link).
+        sw.setdefault("raw_parent", sid)
+        sw["parent"] = sub.get("parent")
+        sw["gen"], sw["width"] = sub.get("gen"), sub.get("width")
+    for d in devices:
+        if d is sw or d is sub:
+            continue
+        if d.get("parent") == sid:
+            d.setdefault("raw_parent", sid)
+            d["parent"] = wid
+    sw.setdefault("bcm_merged", []).append(merged)
+    links = []
+    for l in doc.get("links", []):
+        a = wid if l["a"] == sid else l["a"]
+        b = wid if l["b"] == sid else l["b"]
+        if a == b:
+            continue  # the sw<->sub link itself
+        if (a, b) != (l["a"], l["b"]):
+            l = dict(l, a=a, b=b)
+            if l.get("pcilink") and any(x.get("pcilink") and {x["a"], x["b"]} == {a, b} for x in links):
+                continue
+        links.append(l)
+    doc["links"] = links
+
+
+# --------------------------------------------------------------------------------------------
+# Graph files (NCCL_GRAPH_FILE / NCCL_GRAPH_DUMP_FILE)
+def parse_nccl_graph(text: str, path: Optional[str] = None) -> dict:
+    """An NCCL graph XML (``<graphs version="1">``) -> ``{"schema": "gpucomm.nccl-graph/v1", "version",
+    "graphs": [{id, name, pattern, pattern_name, crossnic, nchannels, speedintra, speedinter,
+    latencyinter, typeintra, typeinter, samechannels, channels: [{gpus: [dev], nets: [dev]}]}],
+    "warnings"}`` for planners to compare their rings/trees against.
+
+    ``dev`` is read as hex like current NCCL (search.cc ncclTopoGetChannelFromXml: strtol(.., 16));
+    NCCL <= 2.18 wrote and read decimal, which only differs from dev 10 on (warned)."""
+    root = _read_xml(text, path)
+    top = next((c for c in root.children if c.tag == "graphs"), None)
+    if top is None:
+        first = root.children[0] if root.children else None
+        raise InputError(f"root element is <{first.tag}>" if first else "no XML element found", path,
+                         first.line if first else None, expected="<graphs version=\"1\"> (an NCCL graph file)")
+    return _graph_from_node(top, path)
+
+
+def _hex_dev(value: Optional[str], warnings: list[str], line: int) -> Optional[int]:
+    if value is None:
+        return None
+    s = value.strip().lower()
+    try:
+        dev = int(s[2:] if s.startswith("0x") else s, 16)
+    except ValueError:
+        msg = f"dev {value!r} (line {line}) is not a hex number; ignored"
+        if msg not in warnings:
+            warnings.append(msg)
+        return None
+    if not s.startswith("0x") and re.fullmatch(r"\d+", s) and int(s) >= 10:
+        msg = f"dev {value!r} (line {line}) read as hex 0x{s} = {dev} like NCCL >= 2.19 (older NCCL wrote decimal)"
+        if msg not in warnings:
+            warnings.append(msg)
+    return dev
+
+
+def _graph_from_node(top: _Node, path: Optional[str]) -> dict:
+    warnings: list[str] = []
+    if _int(top.attrs.get("version")) != 1:
+        warnings.append(f"<graphs version={top.attrs.get('version')!r}>: NCCL only loads version 1")
+    graphs = []
+    for g in top.children:
+        if g.tag != "graph":
+            warnings.append(f"ignored <{g.tag}> under <graphs> (line {g.line})")
+            continue
+        a = g.attrs
+        gid, pattern = _int(a.get("id")), _int(a.get("pattern"))
+        channels = []
+        for ch in g.children:
+            if ch.tag != "channel":
+                warnings.append(f"ignored <{ch.tag}> under <graph> (line {ch.line})")
+                continue
+            gpus, nets, ranks = [], [], []
+            for el in ch.children:
+                if el.tag not in ("gpu", "net"):
+                    warnings.append(f"ignored <{el.tag}> under <channel> (line {el.line})")
+                    continue
+                dev = _hex_dev(el.attrs.get("dev"), warnings, el.line)
+                if dev is None:
+                    if el.attrs.get("dev") is None:
+                        warnings.append(f"<{el.tag}> without dev (line {el.line}); ignored")
+                    continue
+                if el.tag == "gpu":
+                    # NCCL keeps the system id in bits 56+ (MNNVL); the local dev is the low bits.
+                    gpus.append(dev & ((1 << 56) - 1))
+                    rank = _int(el.attrs.get("rank"))
+                    if rank is not None:
+                        ranks.append(rank)
+                else:
+                    nets.append(dev)
+            chan = {"gpus": gpus, "nets": nets}
+            if ranks:
+                chan["ranks"] = ranks
+            channels.append(chan)
+        nch = _int(a.get("nchannels"))
+        if nch is not None and channels and nch != len(channels):
+            warnings.append(f"graph {gid}: nchannels={nch} but {len(channels)} <channel> elements")
+        graphs.append({
+            "id": gid, "name": GRAPH_IDS.get(gid) if gid is not None else None,
+            "pattern": pattern, "pattern_name": GRAPH_PATTERNS.get(pattern) if pattern is not None else None,
+            "crossnic": _int(a.get("crossnic")), "nchannels": nch,
+            "speedintra": _float(a.get("speedintra")), "speedinter": _float(a.get("speedinter")),
+            "latencyinter": _float(a.get("latencyinter")),
+            "typeintra": a.get("typeintra"), "typeinter": a.get("typeinter"),
+            "samechannels": _int(a.get("samechannels")), "channels": channels,
+        })
+    return {"schema": "gpucomm.nccl-graph/v1", "version": _int(top.attrs.get("version")), "graphs": graphs,
+            "warnings": warnings}
+
+
+def _graph_document(graph: dict, path: Optional[str]) -> dict:
+    doc = new_document(provenance="nccl-xml")
+    devs = sorted({d for g in graph["graphs"] for ch in g["channels"] for d in ch["gpus"]})
+    for d in devs:
+        if d > 4096:
+            warn(doc, f"graph GPU dev {d} is out of range; skipped")
+            continue
+        doc["gpus"].append(gpu_record(d))
+    warn(doc, "NCCL graph file (NCCL_GRAPH_FILE format): channels only, no PCI tree -- GPU bus ids, NICs and the "
+              "matrix are unknown; the graph is in nccl_graph")
+    for w in graph["warnings"]:
+        warn(doc, w)
+    doc["nccl_graph"] = graph
+    doc["sources"].append(source_record("nccl-xml", "partial", "NCCL graph file: no PCI tree"))
+    from gpucomm.probes.matrix import compute_matrix
+
+    compute_matrix(doc)
+    return _finalize(doc)
+
+
+# --------------------------------------------------------------------------------------------
+# Export
+_ARCH_NAMES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "arm64", "arm64": "arm64", "ppc64le": "ppc64",
+               "ppc64": "ppc64"}
+
+
+def _nccl_vendor(v: Optional[str]) -> Optional[str]:
+    if not v:
+        return None
+    low = v.strip().lower()
+    if "intel" in low:
+        return "GenuineIntel"
+    if "amd" in low:
+        return "AuthenticAMD"
+    if "centaur" in low or "zhaoxin" in low or "shanghai" in low:
+        return "CentaurHauls"
+    return None
+
+
+def _check_value(name: str, value: str) -> str:
+    if len(name) > MAX_NAME_LEN or len(value) > MAX_VALUE_LEN or any(c in value for c in "\"<>&\n\r\t"):
+        raise TopologyError(f"value {value[:40]!r} of attribute {name!r} cannot be written in NCCL's XML format",
+                            expected=f"at most {MAX_VALUE_LEN} characters without quotes, <, >, & or control characters")
+    return value
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def open(self, depth: int, tag: str, attrs: list[tuple[str, Any]], leaf: bool) -> None:
+        parts = [tag]
+        for k, v in attrs:
+            if v is None:
+                continue
+            parts.append(f'{k}="{_check_value(k, str(v))}"')
+        self.lines.append("  " * depth + "<" + " ".join(parts) + ("/>" if leaf else ">"))
+
+    def close(self, depth: int, tag: str) -> None:
+        self.lines.append("  " * depth + f"</{tag}>")
+
+
+def _pcie_of(rec: dict, uplinks: Optional[dict] = None, rid: Optional[str] = None) -> tuple[Optional[int], Optional[int]]:
+    """(gen, width) of a device's upstream link: its ``pcie`` dict (current, else max), its own
+    ``gen``/``width``, else the ``pcie`` link record that starts at it (the sysfs probe keeps link
+    speeds of switches and NICs there)."""
+    p = rec.get("pcie")
+    gen = width = None
+    if isinstance(p, dict):
+        gen, width = p.get("gen") or p.get("max_gen"), p.get("width") or p.get("max_width")
+    gen, width = gen or rec.get("gen"), width or rec.get("width")
+    if uplinks is not None and rid in uplinks:
+        lg, lw = uplinks[rid]
+        gen, width = gen or lg, width or lw
+    gen = gen if isinstance(gen, int) and not isinstance(gen, bool) else None
+    width = width if isinstance(width, int) and not isinstance(width, bool) and width > 0 else None
+    return gen, width
+
+
+def export_nccl_xml(doc: dict) -> str:
+    """The document as an NCCL topology XML that NCCL's strict parser (xml.cc) loads as
+    ``NCCL_TOPO_FILE``: no ``<?xml?>`` header, 2-space indent, one line per element with its
+    attributes separated by single spaces in NCCL's order, double quotes, ``<x/>`` when childless.
+
+    Unknown values are omitted where NCCL fills them in itself when it loads the file (``gdr``, CPU
+    ``arch``/``vendor``/``familyid``/``modelid``, ``affinity``, net ``speed``/``port``/``guid``:
+    xml.cc only sets missing attributes); ``rank`` is the GPU's position (NCCL overwrites it with
+    the real rank); ``link_speed``/``link_width`` are ``""`` when unknown (NCCL then assumes
+    8 GT/s x16).  Switches without a PCI bus id get fake bridge ids ``ffff:ff:NN.0`` as in the
+    Azure/AWS skeletons; host bridges are folded into their CPU (NCCL has none); Broadcom switches
+    flattened on import are written unflattened (NCCL flattens them again).  Raises
+    :class:`TopologyError` when a GPU has no PCI bus id (NCCL matches GPUs by bus id)."""
+    gpus = sorted(doc.get("gpus", []), key=lambda g: g["index"])
+    for g in gpus:
+        if not g.get("pci_bus_id"):
+            raise TopologyError(f"GPU{g['index']} has no PCI bus id; an NCCL topology XML needs one for every GPU",
+                                expected="a topology from a live probe, a snapshot or an NCCL XML")
+    switches = [s for s in doc.get("switches", []) if isinstance(s, dict)]
+    pcie = {s["id"]: s for s in switches if s.get("kind") == "pcie"}
+    merged: dict[str, dict] = {}
+    for s in pcie.values():
+        for m in s.get("bcm_merged") or []:
+            if isinstance(m, dict) and m.get("id") and m["id"] not in pcie:
+                merged[m["id"]] = dict(m, kind="pcie")
+    host_bridges = {s["id"]: s for s in switches if s.get("kind") == "host_bridge"}
+    nvswitch = {s["id"]: s for s in switches if s.get("kind") == "nvswitch"}
+    tree_nodes = {**pcie, **merged}
+
+    # PCI bus ids for switches: their own, their id when it is a BDF, else a fake bridge id.
+    used = {x.get("pci_bus_id") for x in [*gpus, *doc.get("nics", []), *tree_nodes.values()] if x.get("pci_bus_id")}
+    bus_of: dict[str, str] = {}
+    fake = 1
+    for sid in sorted(tree_nodes):
+        s = tree_nodes[sid]
+        b = normalize_bus_id(s.get("pci_bus_id") or "") or normalize_bus_id(sid)
+        if not b:
+            while f"ffff:ff:{fake:02x}.0" in used:
+                fake += 1
+            b = f"ffff:ff:{fake:02x}.0"
+            used.add(b)
+        bus_of[sid] = b
+
+    def cpu_num(key: str) -> Optional[int]:
+        m = re.fullmatch(r"CPU(-?\d+)", key or "")
+        return int(m.group(1)) if m else None
+
+    def resolve(rec: dict, raw: bool = True) -> tuple[str, Optional[str]]:
+        """-> ("cpu", numaid str) or ("pci", switch id) for where ``rec`` hangs in NCCL's tree."""
+        p = (rec.get("raw_parent") if raw and rec.get("raw_parent") in tree_nodes else None) or rec.get("parent")
+        seen: set = set()
+        while p in host_bridges and p not in seen:
+            seen.add(p)
+            hb = host_bridges[p]
+            p = hb.get("parent") or (f"CPU{hb['numa_node']}" if hb.get("numa_node") is not None else None)
+        if p in tree_nodes:
+            return "pci", p
+        n = cpu_num(p) if p else None
+        if n is None:
+            n = rec.get("numa_node")
+        return "cpu", str(n if n is not None else -1)
+
+    children: dict[tuple[str, Optional[str]], list[tuple[str, str, Any]]] = {}
+
+    def add(where: tuple, sort_key: str, kind: str, item: Any) -> None:
+        children.setdefault(where, []).append((sort_key, kind, item))
+
+    for sid, s in tree_nodes.items():
+        where = resolve(s)
+        if where == ("pci", sid):
+            where = ("cpu", str(s.get("numa_node") if s.get("numa_node") is not None else -1))
+        add(where, bus_of[sid], "switch", s)
+    for g in gpus:
+        add(resolve(g), g["pci_bus_id"], "gpu", g)
+    nic_groups: dict[str, list[dict]] = {}
+    for n in doc.get("nics", []):
+        if n.get("pci_bus_id"):
+            nic_groups.setdefault(normalize_bus_id(n.get("nccl_busid") or "") or n["pci_bus_id"], []).append(n)
+        else:
+            add(resolve(n), "~" + n["name"], "socketnic", n)
+    for bus, group in nic_groups.items():
+        add(resolve(group[0]), bus, "nic", group)
+    represented = {g["pci_bus_id"] for g in gpus} | set(nic_groups) | {bus_of[i] for i in tree_nodes} | \
+        {normalize_bus_id(i) for i in tree_nodes}
+    for d in doc.get("pci_devices", []) or []:
+        # Only devices placed in a tree (an NCCL XML's untyped leaves, NVMe drives...): the sysfs
+        # probe lists every function (root ports, downstream ports) without a parent.
+        bdf = normalize_bus_id(d.get("bdf") or "") if isinstance(d, dict) else None
+        if bdf and bdf not in represented and d.get("parent") and d.get("role") not in ("switch_up", "switch_down",
+                                                                                        "root_port", "bridge"):
+            add(resolve(d), bdf, "dev", d)
+            represented.add(bdf)
+    for s in nvswitch.values():
+        # NVSwitches seen as PCI devices (rare in dumps) stay where they were.
+        b = normalize_bus_id(s.get("pci_bus_id") or "")
+        if b and b not in represented and (s.get("parent") in tree_nodes or cpu_num(s.get("parent") or "") is not None):
+            add(resolve(s, raw=False), b, "dev", dict(switch_ids(s), **{"class": "0x068000", "bdf": b}))
+
+    numa_recs = {n["id"]: n for n in doc.get("numa_nodes", []) if isinstance(n, dict) and isinstance(n.get("id"), int)}
+    cpu_ids = set(numa_recs) | {int(k[1]) for k in children if k[0] == "cpu"}
+    host = doc.get("host") or {}
+
+    gpu_by_id = {(g.get("pci_bus_id") or f"GPU{g['index']}"): g for g in gpus}
+    rank_of = {g["index"]: r for r, g in enumerate(gpus)}
+    nvl: dict[str, list[tuple[str, int, str]]] = {}
+    c2c: dict[str, tuple[int, int]] = {}
+    pcilinks: dict[str, list[str]] = {}
+    uplinks: dict[str, tuple] = {}
+    for l in doc.get("links", []):
+        if l.get("kind") == "pcie" and not l.get("pcilink") and l.get("a") not in uplinks:
+            uplinks[l.get("a")] = (l.get("gen"), l.get("width"))
+    for l in doc.get("links", []):
+        kind, a, b = l.get("kind"), l.get("a"), l.get("b")
+        if kind == "nvlink":
+            count = l.get("count") or 1
+            for me, other in ((a, b), (b, a)):
+                if me not in gpu_by_id:
+                    continue
+                if other in gpu_by_id:
+                    og = gpu_by_id[other]
+                    nvl.setdefault(me, []).append((og["pci_bus_id"], count, (og.get("pci_ids") or {}).get("class")
+                                                   or "0x030200"))
+                elif other in nvswitch:
+                    sw = nvswitch[other]
+                    target = normalize_bus_id(sw.get("pci_bus_id") or "") or NVS_SENTINEL
+                    nvl.setdefault(me, []).append((target, count, "0x068000"))
+                elif cpu_num(other) is not None:
+                    # Power9 NVLink to the CPU: NCCL resolves the CPU itself; target is informative.
+                    nvl.setdefault(me, []).append((NVS_SENTINEL, count, "0x068001"))
+        elif kind == "c2c":
+            for me in (a, b):
+                if me in gpu_by_id:
+                    count = l.get("count") or 1
+                    c2c[me] = (int(round(float(l.get("bw_GBps") or 0) * 1000 / count)), count)
+        elif kind == "pcie" and l.get("pcilink") and a in tree_nodes and b in tree_nodes:
+            pcilinks.setdefault(a, []).append(bus_of[b])
+            pcilinks.setdefault(b, []).append(bus_of[a])
+
+    w = _Writer()
+    w.open(0, "system", [("version", "1")], leaf=False)
+
+    def pci_attrs(bus: str, ids: dict, gen: Optional[int], width: Optional[int], default_class: Optional[str],
+                  default_vendor: Optional[str] = None, speed: bool = True) -> list[tuple[str, Any]]:
+        out: list[tuple[str, Any]] = [("busid", bus), ("class", ids.get("class") or default_class),
+                                      ("vendor", ids.get("vendor") or default_vendor)]
+        for k in ("device", "subsystem_vendor", "subsystem_device"):
+            out.append((k, ids.get(k)))
+        if speed:
+            out.append(("link_speed", _GEN_TO_SPEED.get(gen or 0, "")))
+            out.append(("link_width", str(width) if width else ""))
+        return out
+
+    def emit(where: tuple, depth: int) -> None:
+        for key, kind, item in sorted(children.get(where, []), key=lambda t: (t[1] == "socketnic", t[0])):
+            if kind == "switch":
+                sid = item["id"]
+                kids = children.get(("pci", sid), [])
+                links = sorted(set(pcilinks.get(sid, [])))
+                leaf = not kids and not links
+                gen, width = _pcie_of(item, uplinks, sid)
+                w.open(depth, "pci", pci_attrs(bus_of[sid], switch_ids(item), gen, width, "0x060400"), leaf)
+                if not leaf:
+                    emit(("pci", sid), depth + 1)
+                    for t in links:
+                        w.open(depth + 1, "pcilink", [("target", t)], leaf=True)
+                    w.close(depth, "pci")
+            elif kind == "gpu":
+                g = item
+                gid = g["pci_bus_id"]
+                gen, width = _pcie_of(g, uplinks, gid)
+                if isinstance(g.get("pci_ids"), dict):  # read from an XML: write back what it said
+                    ids, vendor = g["pci_ids"], None
+                else:  # a probe: the vendor is known, the device id maybe (sysfs pci_device_id)
+                    ids = {"device": g.get("pci_device_id")} if isinstance(g.get("pci_device_id"), str) else {}
+                    vendor = "0x1002" if g.get("vendor") == "amd" else "0x10de"
+                attrs = pci_attrs(gid, ids, gen, width, "0x030200", vendor)
+                sm = g.get("sm") if isinstance(g.get("sm"), int) else _sm_from_cc(g.get("compute_capability"))
+                links = sorted(nvl.get(gid, []))
+                has_sub = bool(links) or gid in c2c
+                if g.get("index_inferred") and not has_sub and sm is None:
+                    # A skeleton's bare GPU: writing <gpu dev=...> would make NCCL trust our guessed
+                    # index (xml.cc only fills dev when it is missing), so keep it bare.
+                    w.open(depth, "pci", attrs, True)
+                    continue
+                w.open(depth, "pci", attrs, False)
+                w.open(depth + 1, "gpu", [("dev", g["index"]), ("sm", sm), ("rank", rank_of[g["index"]]),
+                                          ("gdr", g.get("gdr"))], leaf=not has_sub)
+                if has_sub:
+                    for target, count, tclass in links:
+                        w.open(depth + 2, "nvlink", [("target", target), ("count", count), ("tclass", tclass)], True)
+                    if gid in c2c:
+                        bw, count = c2c[gid]
+                        w.open(depth + 2, "c2c", [("bw", bw), ("count", count)], True)
+                    w.close(depth + 1, "gpu")
+                w.close(depth, "pci")
+            elif kind == "nic":
+                group = item
+                first = group[0]
+                gen, width = _pcie_of(first, uplinks, first["pci_bus_id"])
+                ll = (first.get("link_layer") or "").lower()
+                attrs = pci_attrs(key, first.get("pci_ids") or {}, gen, width,
+                                  "0x020700" if ll == "infiniband" else "0x020000")
+                if len(group) == 1 and first["name"] == first["pci_bus_id"] and not first.get("ports") \
+                        and first.get("nccl_dev") is None:
+                    # A skeleton's bare NIC (NCCL matches it by busid and fills the rest).
+                    w.open(depth, "pci", attrs, True)
+                    continue
+                w.open(depth, "pci", attrs, False)
+                w.open(depth + 1, "nic", [], False)
+                for n in sorted(group, key=lambda n: _nic_dev(doc, n)):
+                    _emit_nets(w, depth + 2, doc, n)
+                w.close(depth + 1, "nic")
+                w.close(depth, "pci")
+            elif kind == "socketnic":
+                w.open(depth, "nic", [], False)
+                _emit_nets(w, depth + 1, doc, item)
+                w.close(depth, "nic")
+            elif kind == "dev":
+                d = item
+                ids = switch_ids(d)
+                gen, width = d.get("gen"), d.get("width")
+                attrs = [("busid", normalize_bus_id(d["bdf"]))] + [(k, ids.get(k)) for k in _ID_KEYS]
+                if gen or width:
+                    attrs += [("link_speed", _GEN_TO_SPEED.get(gen or 0, "")), ("link_width", str(width) if width else "")]
+                w.open(depth, "pci", attrs, True)
+
+    for n in sorted(cpu_ids):
+        rec = numa_recs.get(n, {})
+        arch = _ARCH_NAMES.get(str(rec.get("arch") or host.get("cpu_arch") or "").lower())
+        vendor = rec.get("vendor") if rec.get("vendor") in ("GenuineIntel", "AuthenticAMD", "CentaurHauls") else \
+            _nccl_vendor(rec.get("vendor") or host.get("cpu_vendor"))
+        affinity = None
+        if rec.get("cpus"):
+            try:
+                affinity = cpulist_to_mask(parse_cpulist(rec["cpus"]))
+            except ValueError:
+                affinity = None
+            if affinity and len(affinity) > MAX_VALUE_LEN:
+                affinity = None  # too long for NCCL's parser; NCCL reads the node's cpumap itself
+        attrs = [("numaid", n), ("affinity", affinity), ("arch", arch),
+                 ("vendor", vendor if arch in (None, "x86_64") else None),
+                 ("familyid", rec.get("familyid")), ("modelid", rec.get("modelid"))]
+        kids = children.get(("cpu", str(n)), [])
+        w.open(1, "cpu", attrs, leaf=not kids)
+        if kids:
+            emit(("cpu", str(n)), 2)
+            w.close(1, "cpu")
+    w.close(0, "system")
+    return "\n".join(w.lines) + "\n"
+
+
+def _nic_dev(doc: dict, nic: dict) -> int:
+    if isinstance(nic.get("nccl_dev"), int):
+        return nic["nccl_dev"]
+    names = sorted((n["name"] for n in doc.get("nics", [])), key=lambda s: [int(t) if t.isdigit() else t
+                                                                          for t in re.split(r"(\d+)", s)])
+    return 1_000_000 + names.index(nic["name"])
+
+
+def _emit_nets(w: _Writer, depth: int, doc: dict, nic: dict) -> None:
+    dev = _nic_dev(doc, nic)
+    if dev >= 1_000_000:
+        dev -= 1_000_000  # no NCCL dev known: enumeration order (NCCL overwrites dev anyway)
+    ports = [p for p in nic.get("ports") or [] if isinstance(p, dict)] or [{}]
+    extra = nic.get("nccl_attrs") or {}
+    for i, p in enumerate(ports):
+        rate = p.get("rate_gbps")
+        speed = int(round(rate * 1000)) if isinstance(rate, (int, float)) and rate > 0 else None
+        attrs = [("name", nic["name"]), ("dev", dev + i), ("speed", speed), ("port", p.get("port")),
+                 ("latency", extra.get("latency")), ("guid", guid_to_nccl(nic.get("sys_image_guid") or nic.get("guid"))),
+                 ("maxconn", extra.get("maxconn")),
+                 ("gdr", nic.get("gdr"))]
+        attrs += [(k, v) for k, v in extra.items() if k not in ("latency", "maxconn")]
+        w.open(depth, "net", attrs, True)
+
+
+def write_nccl_xml(doc: dict, path: str) -> str:
+    """Write :func:`export_nccl_xml` to ``path``; returns the text.  OSError -> InputError."""
+    text = export_nccl_xml(doc)
+    try:
+        with open(path, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+    except OSError as e:
+        raise InputError(f"cannot write: {e.strerror}", path) from None
+    return text
+
+
+__all__ = ["parse_nccl_xml", "parse_nccl_graph", "flatten_bcm", "export_nccl_xml", "write_nccl_xml", "switch_ids",
+           "guid_from_nccl", "guid_to_nccl",
+           "bcm_gen", "bcm_device_id", "parse_link_speed", "pci_class_type", "inter_cpu_bw", "arch_from_sm"]

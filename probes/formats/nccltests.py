@@ -1,0 +1,488 @@
+"""Parser for the result tables printed by NVIDIA nccl-tests and ROCm rccl-tests.
+
+What a run prints (nccl-tests ``src/common.cu``; see PLACEMENT_NOTES §3.1 and
+``reference/placement/nccl-tests-bw.md``)::
+
+    # nccl-tests version 2.17.8 nccl-headers=22902 nccl-library=22902      (2.14+, optional)
+    # Collective test starting: all_reduce_perf                             (recent versions)
+    # nThread 1 nGpus 1 minBytes 4 maxBytes 1073741824 step: 2(factor) warmup iters: 5 ...
+    # Using devices
+    #  Rank  0 Group  0 Pid  36291 on x3006c0s1b1n0 device  0 [0x07] NVIDIA A100-SXM4-40GB
+    #                                          out-of-place                       in-place
+    #       size         count      type   redop    root     time   algbw   busbw #wrong     time ...
+    #        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us) ...
+               4             1     float     sum      -1    48.77    0.00    0.00      0    44.82 ...
+    # Out of bounds values : 0 OK
+    # Avg bus bandwidth    : 2.96746
+
+Variants handled: no ``root`` column and a float ``error`` column instead of ``#wrong`` (older
+nccl-tests and rccl-tests), ``N/A`` cells (in-place columns of tests that have none), a row whose
+``count`` cell was lost (seen in a pasted issue: the row is recovered and the count recomputed from
+the size and the data type), interleaved ``NCCL INFO``/MPI lines, CRLF, headers missing entirely
+(the modern column layout is assumed, with a warning), nccl-tests 1.x headers (``bytes N type op
+... res``), a header that lost its ``#``, launcher labels (``srun --label``, ``mpirun
+--tag-output``), rccl-tests' version line.
+
+A log with several runs (one per collective, or repeated runs) is cut at each run's
+``# nccl-tests version`` / ``# Collective test starting`` / ``# nThread`` line:
+:func:`split_nccltests` returns every run, :func:`parse_nccltests` the first (or the one of the
+requested collective) with a warning naming the others.
+
+The collective comes from ``# Collective test starting: <name>_perf`` when printed, else from the
+caller, else it is inferred from the ratio busbw/algbw (nccl-tests' factors: 2(n-1)/n all_reduce,
+(n-1)/n all_gather/reduce_scatter/alltoall, 1 broadcast/reduce/sendrecv) and the redop/root
+columns; ``collective`` stays None when that is ambiguous (all_gather vs alltoall, gather vs
+scatter, or a ratio the 2-decimal printing cannot place).
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Optional
+
+from gpucomm.probes.errors import InputError
+
+SCHEMA = "gpucomm.nccltests/v1"
+
+# Bytes per element for the type names nccl-tests (src/common.cu test_typenames) and rccl-tests print.
+TYPE_SIZES = {
+    "int8": 1, "uint8": 1, "char": 1, "f8e4m3": 1, "f8e5m2": 1, "fp8_e4m3": 1, "fp8_e5m2": 1,
+    "half": 2, "float16": 2, "fp16": 2, "bfloat16": 2, "bf16": 2,
+    "int32": 4, "uint32": 4, "int": 4, "float": 4, "float32": 4, "fp32": 4,
+    "int64": 8, "uint64": 8, "double": 8, "float64": 8, "fp64": 8,
+}
+
+# nccl-tests binary names (without ``_perf``) -> gpucomm collective names.
+COLLECTIVE_NAMES = {
+    "all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
+    "broadcast": "broadcast", "reduce": "reduce", "alltoall": "all_to_all", "all_to_all": "all_to_all",
+    "sendrecv": "send_recv", "send_recv": "send_recv", "gather": "gather", "scatter": "scatter",
+    "hypercube": "hypercube",
+}
+
+# The modern header (nccl-tests >= 2.10 / rccl-tests): used when a pasted table lost its header.
+DEFAULT_COLUMNS = ["size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
+                   "time", "algbw", "busbw", "#wrong"]
+
+_DEVICE_RE = re.compile(
+    r"^#\s*Rank\s+(?P<rank>\d+)(?:\s+Group\s+(?P<group>\d+))?\s+Pid\s+(?P<pid>\d+)\s+on\s+(?P<host>\S+)"
+    r"\s+device\s+(?P<device>\d+)\s+\[(?P<bus>[^\]]*)\]\s*(?P<name>.*?)\s*$")
+_STARTING_RE = re.compile(r"^#\s*Collective test starting:\s*(?P<name>[A-Za-z0-9_]+)")
+_VERSION_RE = re.compile(r"^#\s*[nr]ccl-tests version\s+(?P<v>\S+)(?P<rest>.*)$", re.I)
+_AVG_RE = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(?P<v>\S+)")
+_OOB_RE = re.compile(r"^#\s*Out of bounds values\s*:\s*(?P<v>\d+)")
+_PARAM_RE = re.compile(r"(?P<k>[A-Za-z][A-Za-z ]*?)\s*:?\s+(?P<v>-?\d+(?:\.\d+)?)(?:\((?P<unit>[a-z]+)\))?")
+_INT_RE = re.compile(r"^-?\d+$")
+# Launcher output labels: ``srun --label`` ("0: "), Open MPI ``--tag-output`` ("[1,0]<stdout>:"),
+# Intel MPI / MPICH ``-prepend-rank`` ("[0] ").  Only stripped when an nccl-tests line follows.
+_LABEL_RE = re.compile(r"^\s*(?:\d+:\s|\[\d+,\d+\]<std(?:out|err)>:\s?|\[\d+\]\s)(?=\s*(?:#|\d))")
+_NUM_RE = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
+
+# Ceiling on what a row may claim before it is called absurd (2**50 B = 1 PiB; 1e6 GB/s).
+_MAX_SIZE = 1 << 50
+_MAX_BW = 1e6
+
+
+def _num(tok: str) -> Optional[float]:
+    """A finite float, None for ``N/A``/``-``; raises ValueError on anything else."""
+    if tok in ("N/A", "n/a", "-", "NA"):
+        return None
+    if not _NUM_RE.match(tok):
+        raise ValueError(tok)
+    v = float(tok)
+    if not math.isfinite(v):
+        raise ValueError(tok)
+    return v
+
+
+# nccl-tests 1.x (2016-2017, src/common.cu print_header) named the columns "bytes N type op
+# [root] time algbw busbw res"; the res (max relative error) column is a float like the later "error".
+_HEADER_SYNONYMS = {"bytes": "size", "n": "count", "op": "redop", "res": "error", "delta": "error"}
+
+
+def _clean(raw: str) -> str:
+    """NUL bytes, zero-width characters and BOMs dropped; NBSP (web copies) made a plain space."""
+    return raw.replace("\x00", "").replace("\u200b", "").replace("\ufeff", "").replace("\u00a0", " ")
+
+
+def _header_columns(line: str) -> Optional[list[str]]:
+    """Column names from a ``#  size  count  type ...`` header line, or None."""
+    toks = line.lstrip("#").split()
+    low = [_HEADER_SYNONYMS.get(t.lower(), t.lower()) for t in toks]
+    if len(low) >= 4 and low[0] == "size" and "time" in low and "algbw" in low:
+        return low
+    return None
+
+
+def _parse_params(line: str) -> dict:
+    """``# nThread 1 nGpus 1 minBytes 4 maxBytes 1073741824 step: 2(factor) warmup iters: 5 ...``"""
+    out: dict = {}
+    body = line.lstrip("#").strip()
+    for m in _PARAM_RE.finditer(body):
+        key = "_".join(m.group("k").split())
+        try:
+            val: object = int(m.group("v"))
+        except ValueError:
+            val = float(m.group("v"))
+        out[key] = val
+        if m.group("unit"):
+            out[key + "_unit"] = m.group("unit")
+    return out
+
+
+def _row_values(cols: list[str], toks: list[str]) -> dict:
+    """Map row tokens onto header columns.  Raises ValueError (with a reason) when they do not fit."""
+    # A row whose count cell was lost: one token short and the second token is a type name.
+    if len(toks) == len(cols) - 1 and "count" in cols and len(toks) > 1 and not _INT_RE.match(toks[1]):
+        i = cols.index("count")
+        toks = toks[:i] + [None] + toks[i:]  # type: ignore[list-item]
+    if len(toks) != len(cols):
+        raise ValueError(f"{len(toks)} cells where the header has {len(cols)}")
+    lead: dict = {}
+    sets: list[dict] = []
+    cur: Optional[dict] = None
+    for name, tok in zip(cols, toks):
+        if name in ("size", "count", "root"):
+            if tok is None:
+                lead[name] = None
+                continue
+            if not _INT_RE.match(tok):
+                raise ValueError(f"{name} {tok!r} is not an integer")
+            lead[name] = int(tok)
+        elif name in ("type", "redop"):
+            lead[name] = tok
+        elif name == "time":
+            cur = {"time_us": _num(tok), "algbw_GBps": None, "busbw_GBps": None, "wrong": None}
+            sets.append(cur)
+        elif name in ("algbw", "busbw"):
+            if cur is None:
+                raise ValueError(f"{name} before time")
+            cur[f"{name}_GBps"] = _num(tok)
+        elif name in ("#wrong", "wrong", "error", "#error", "errors"):
+            if cur is None:
+                raise ValueError(f"{name} before time")
+            v = _num(tok)
+            cur["wrong"] = (int(v) if v is not None and float(v).is_integer() and "e" not in tok.lower() else v)
+        else:  # unknown extra column (future versions): keep it verbatim
+            lead.setdefault("extra", {})[name] = tok
+    lead["sets"] = sets
+    return lead
+
+
+def _split_blocks(lines: list[tuple[int, str]]) -> list[list[tuple[int, str]]]:
+    """Cut a log into one block per test run.  A run starts at ``# nccl-tests version``,
+    ``# Collective test starting:`` or ``# nThread`` -- but only once the current block already has
+    result rows, so that the version/starting/nThread lines of one run stay together.  Logs that
+    concatenate several binaries (``all_reduce_perf; all_gather_perf``), gpucomm's own ``bench``
+    table and nccl-tests' multi-collective runs all look like this."""
+    blocks: list[list[tuple[int, str]]] = [[]]
+    has_rows = False
+    for lineno, raw in lines:
+        line = _LABEL_RE.sub("", _clean(raw)).strip()
+        if has_rows and (_STARTING_RE.match(line) or _VERSION_RE.match(line) or re.match(r"^#\s*nThread\b", line)):
+            blocks.append([])
+            has_rows = False
+        blocks[-1].append((lineno, raw))
+        toks = line.split()
+        if toks and _INT_RE.match(toks[0]):
+            has_rows = True
+    return blocks
+
+
+def split_nccltests(text: str, path: str = "<nccl-tests output>", collective: Optional[str] = None) -> list[dict]:
+    """Every test run in ``text`` (one ``gpucomm.nccltests/v1`` dict each, in file order).
+
+    Raises InputError when no run has result rows."""
+    if not isinstance(text, str):
+        raise InputError("not text", path)
+    runs = [r for r in (_parse_block(b, path, collective) for b in _split_blocks(list(enumerate(text.splitlines(), 1))))
+            if r is not None]
+    if not runs:
+        raise InputError("no nccl-tests result rows found", path,
+                         expected="nccl-tests/rccl-tests output with '#  size  count  type ...' and result rows")
+    return runs
+
+
+def parse_nccltests(text: str, path: str = "<nccl-tests output>", collective: Optional[str] = None) -> dict:
+    """Parse one nccl-tests/rccl-tests output.  Returns a ``gpucomm.nccltests/v1`` dict.
+
+    A log with several runs (several collectives, or the same one twice) gives the first run --
+    or, with ``collective``, the first run of that collective -- and a warning that names the
+    others; :func:`split_nccltests` returns them all.  Raises InputError when no result row can be
+    found; rows that cannot be read become warnings."""
+    runs = split_nccltests(text, path, collective)
+    if len(runs) == 1:
+        return runs[0]
+    chosen = runs[0]
+    if collective:
+        # every run carries the requested name now; pick the first whose own header agrees
+        match = [r for r in runs if r["test_name"] and COLLECTIVE_NAMES.get(r["test_name"]) == r["collective"]]
+        chosen = match[0] if match else chosen
+    others = [_run_label(r) for r in runs if r is not chosen]
+    chosen["warnings"].append(f"{path}: the log holds {len(runs)} test runs; this result is {_run_label(chosen)}, "
+                              f"not {', '.join(others)} (split_nccltests returns each run)")
+    return chosen
+
+
+def _run_label(run: dict) -> str:
+    return f"{run['test_name'] or run['collective'] or 'unnamed'} (line {run['rows'][0]['line']})"
+
+
+def _parse_block(lines: list[tuple[int, str]], path: str, collective: Optional[str]) -> Optional[dict]:
+    """One test run -> result dict, or None when the block has no result rows."""
+    warnings: list[str] = []
+    devices: list[dict] = []
+    params: dict = {}
+    version: Optional[str] = None
+    library: Optional[str] = None
+    starting: Optional[str] = None
+    avg: Optional[float] = None
+    oob: Optional[int] = None
+    cols: Optional[list[str]] = None
+    rows: list[dict] = []
+    assumed_header = False
+    for lineno, raw in lines:
+        # NBSP from web copies would glue device names; launcher labels hide the '#'.
+        line = _LABEL_RE.sub("", _clean(raw)).strip()
+        if not line:
+            continue
+        if line.startswith("#"):
+            m = _DEVICE_RE.match(line)
+            if m:
+                devices.append({
+                    "rank": int(m.group("rank")),
+                    "group": int(m.group("group")) if m.group("group") is not None else None,
+                    "pid": int(m.group("pid")), "host": m.group("host"), "device": int(m.group("device")),
+                    "bus_id": m.group("bus"), "name": m.group("name") or None,
+                })
+                continue
+            m = _STARTING_RE.match(line)
+            if m:
+                starting = m.group("name")
+                continue
+            m = _VERSION_RE.match(line)
+            if m:
+                version = m.group("v")
+                lib = re.search(r"[nr]ccl-library=(\S+)", m.group("rest"))
+                library = lib.group(1) if lib else None
+                continue
+            m = _AVG_RE.match(line)
+            if m:
+                try:
+                    avg = _num(m.group("v"))
+                except ValueError:
+                    warnings.append(f"{path}:{lineno}: unreadable average bus bandwidth {m.group('v')!r}")
+                continue
+            m = _OOB_RE.match(line)
+            if m:
+                oob = int(m.group("v"))
+                continue
+            if re.match(r"^#\s*nThread\b", line):
+                params = _parse_params(line)
+                continue
+            hc = _header_columns(line)
+            if hc is not None:
+                cols = hc
+                continue
+            continue
+        toks = line.split()
+        if not _INT_RE.match(toks[0]):
+            hc = _header_columns(line) if toks[0].lower() in ("size", "bytes") else None
+            if hc is not None:  # a header whose '#' was lost in a copy
+                cols = hc
+            continue  # NCCL INFO lines, MPI chatter, prompts
+        if cols is None:
+            cols = list(DEFAULT_COLUMNS)
+            assumed_header = True
+        try:
+            vals = _row_values(cols, toks)
+        except ValueError as e:
+            warnings.append(f"{path}:{lineno}: skipped a row that does not fit the table ({e})")
+            continue
+        size = vals.get("size")
+        if size is None or size < 0 or size > _MAX_SIZE:
+            warnings.append(f"{path}:{lineno}: skipped a row with an absurd size {size}")
+            continue
+        sets = vals["sets"]
+        bad = [s for s in sets for k in ("time_us", "algbw_GBps", "busbw_GBps")
+               if s.get(k) is not None and (s[k] < 0 or s[k] > (_MAX_BW if k != "time_us" else 1e12))]
+        if bad or not sets or sets[0]["time_us"] is None:
+            warnings.append(f"{path}:{lineno}: skipped a row with missing or absurd time/bandwidth values")
+            continue
+        dtype = vals.get("type")
+        count = vals.get("count")
+        if count is None and "count" in cols:
+            tsize = TYPE_SIZES.get(str(dtype).lower())
+            if tsize:
+                count = size // tsize
+                warnings.append(f"{path}:{lineno}: row has no count cell; count {count} computed from "
+                                f"size {size} and type {dtype}")
+            else:
+                warnings.append(f"{path}:{lineno}: row has no count cell and type {dtype!r} is unknown")
+        rows.append({
+            "line": lineno, "size_bytes": size, "count": count, "type": dtype,
+            "redop": vals.get("redop"), "root": vals.get("root"),
+            "out_of_place": sets[0], "in_place": sets[1] if len(sets) > 1 else None,
+        })
+    if not rows:
+        return None
+    if assumed_header:
+        warnings.append(f"{path}: no column header found; assumed the nccl-tests >= 2.10 layout")
+
+    hosts: list[str] = []
+    for d in devices:
+        if d["host"] not in hosts:
+            hosts.append(d["host"])
+    n_ranks: Optional[int] = None
+    n_ranks_source: Optional[str] = None
+    if devices:
+        n_ranks = len({d["rank"] for d in devices})
+        n_ranks_source = "devices"
+
+    coll: Optional[str] = None
+    coll_source: Optional[str] = None
+    candidates: list[str] = []
+    if collective:
+        coll = COLLECTIVE_NAMES.get(collective.replace("-", "_").lower().removesuffix("_perf"))
+        if coll is None:
+            raise InputError(f"unknown collective {collective!r}", path,
+                             expected=", ".join(sorted(set(COLLECTIVE_NAMES.values()))))
+        coll_source = "given"
+    elif starting:
+        name = starting.lower().removesuffix("_perf")
+        coll = COLLECTIVE_NAMES.get(name)
+        coll_source = "header" if coll else None
+        if coll is None:
+            warnings.append(f"{path}: unknown test {starting!r}")
+    factor = _bus_factor(rows)
+    if coll is None:
+        candidates = _infer_collectives(rows, factor, n_ranks)
+        if len(candidates) == 1:
+            coll, coll_source = candidates[0], "inferred"
+    if n_ranks is None and coll is not None and factor is not None:
+        n = _ranks_from_factor(coll, factor)
+        if n is not None:
+            n_ranks, n_ranks_source = n, "inferred from busbw/algbw"
+    return {
+        "schema": SCHEMA,
+        "source": path,
+        "test_name": starting.lower().removesuffix("_perf") if starting else None,
+        "collective": coll,
+        "collective_source": coll_source,
+        "collective_candidates": candidates if coll is None else [coll],
+        "n_ranks": n_ranks,
+        "n_ranks_source": n_ranks_source,
+        "nodes": len(hosts) if hosts else None,
+        "hosts": hosts,
+        "devices": devices,
+        "params": params,
+        "version": version,
+        "nccl_library": library,
+        "rows": rows,
+        "out_of_bounds": oob,
+        "avg_busbw_GBps": avg,
+        "warnings": warnings,
+    }
+
+
+def _best_row(rows: list[dict]) -> Optional[tuple[float, float]]:
+    """(algbw, busbw) of the row with the largest algbw (2-decimal rounding matters least there)."""
+    best = None
+    for r in rows:
+        s = r["out_of_place"]
+        a, b = s.get("algbw_GBps"), s.get("busbw_GBps")
+        if a and b and a > 0 and (best is None or a > best[0]):
+            best = (a, b)
+    if best is None or best[0] < 0.5:
+        return None
+    return best
+
+
+def _bus_factor(rows: list[dict]) -> Optional[float]:
+    """busbw/algbw measured on the row with the largest algbw."""
+    best = _best_row(rows)
+    return None if best is None else best[1] / best[0]
+
+
+def _factor_tolerance(rows: list[dict]) -> float:
+    """How far the printed busbw/algbw can be from nccl-tests' exact factor: both are printed with
+    2 decimals (+-0.005), so |f - f_true| <= 0.005 * (1 + f) / (algbw - 0.005)."""
+    best = _best_row(rows)
+    if best is None:
+        return 1.0
+    a, b = best
+    return 0.005 * (1 + b / a) / max(a - 0.005, 1e-9) + 1e-9
+
+
+def _ranks_from_factor(coll: str, f: float) -> Optional[int]:
+    """Invert nccl-tests' busbw factor: 2(n-1)/n -> n = 2/(2-f); (n-1)/n -> n = 1/(1-f)."""
+    try:
+        if coll == "all_reduce":
+            n = 2.0 / (2.0 - f)
+        elif coll in ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"):
+            n = 1.0 / (1.0 - f)
+        else:
+            return None
+    except ZeroDivisionError:
+        return None
+    if not math.isfinite(n) or n < 1.5 or n > 1_000_000:
+        return None
+    r = round(n)
+    return r if abs(n - r) <= 0.15 * max(1.0, r / 8) else None
+
+
+def _infer_collectives(rows: list[dict], f: Optional[float], n_ranks: Optional[int]) -> list[str]:
+    """Collectives consistent with the busbw factor and the redop/root columns."""
+    if f is None:
+        return []
+    redops = {str(r.get("redop")).lower() for r in rows}
+    roots = {r.get("root") for r in rows}
+    reduces = bool(redops - {"none", "-", "n/a"})
+    rooted = any(isinstance(x, int) and x >= 0 for x in roots)
+    # gather_perf/scatter_perf share the (n-1)/n factor but print a root >= 0 (nccl-tests gather.cu)
+    n1_family = ["reduce_scatter"] if reduces else (["gather", "scatter"] if rooted else ["all_gather", "all_to_all"])
+    rounding = _factor_tolerance(rows)
+    out = []
+    if n_ranks and n_ranks > 1:
+        ar, ag = 2 * (n_ranks - 1) / n_ranks, (n_ranks - 1) / n_ranks
+        # (n-1)/n and 1 are 1/n apart: a fixed tolerance would call a 64-rank broadcast a gather.
+        # The ratio is exact up to the 2-decimal printing, so a tolerance well under 1/(2n) is safe;
+        # when the printing is too coarse for that, both match and the answer stays ambiguous.
+        tol = min(0.03, max(0.45 / n_ranks, rounding))
+        if abs(f - ar) < tol and reduces and not rooted:  # all_reduce prints root -1; n=2 gives f=1 like reduce
+            out.append("all_reduce")
+        if abs(f - ag) < tol:
+            out += n1_family
+        if abs(f - 1.0) < tol:
+            if rooted:
+                out.append("reduce" if reduces else "broadcast")
+            elif not reduces:
+                out.append("send_recv")
+        return out
+    # Rank count unknown: f == 1 (to printing precision) is a rooted op, send_recv, or a 2-rank
+    # all_reduce; f > 1 is all_reduce; f < 1 is (n-1)/n for some n (a 64-rank all_gather has 0.984).
+    if abs(f - 1.0) <= rounding:
+        if rooted:
+            return ["reduce" if reduces else "broadcast"]
+        return ["all_reduce"] if reduces else ["send_recv"]
+    if f > 1.0:
+        return ["all_reduce"] if reduces and not rooted else []
+    return n1_family
+
+
+def load_nccltests(path: str, collective: Optional[str] = None) -> dict:
+    """Read a file with :func:`gpucomm.probes.load.read_text_input` (size/encoding checks) and parse it."""
+    from gpucomm.probes.load import read_text_input
+
+    return parse_nccltests(read_text_input(path), path=path, collective=collective)
+
+
+def measured_series(parsed: dict, which: str = "out_of_place") -> list[dict]:
+    """[{size_bytes, time_us, algbw_GBps, busbw_GBps}] for rows that have the chosen column set."""
+    out = []
+    for r in parsed["rows"]:
+        s = r.get(which)
+        if s and s.get("time_us") is not None:
+            out.append({"size_bytes": r["size_bytes"], "time_us": s["time_us"],
+                        "algbw_GBps": s.get("algbw_GBps"), "busbw_GBps": s.get("busbw_GBps")})
+    return out
