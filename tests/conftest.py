@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import sys
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from conftest import FIXTURES, HOSTS, ROOT, run_cli
 
 from gpucomm.planners.measure import bench as M
+from gpucomm.probes import units
 from gpucomm.probes.errors import InputError
 from gpucomm.probes.load import load_topology
 
@@ -35,9 +36,11 @@ def _validate_topology(doc: dict) -> None:
 
 # --------------------------------------------------------------------------------------------
 # sizes and flags
-def test_parse_size_units_follow_nccl_tests():
+def test_parse_size_units_are_the_units_module():
+    # one rule in every command (gpucomm.probes.units): K/M/G as nccl-tests, KiB as IEC, KB decimal
     assert M.parse_size("8") == 8 and M.parse_size("8B") == 8
-    assert M.parse_size("1K") == M.parse_size("1KB") == M.parse_size("1KiB") == 1024
+    assert M.parse_size("1K") == M.parse_size("1KiB") == 1024
+    assert M.parse_size("1KB") == 1000 and M.parse_size("1MB") == 10 ** 6
     assert M.parse_size("64MiB") == 64 << 20 and M.parse_size("1G") == 1 << 30
     assert M.parse_size("1.5KiB") == 1536
 
@@ -64,7 +67,7 @@ def test_parse_size_sweep():
 @settings(max_examples=80, deadline=None)
 @given(st.integers(min_value=1, max_value=1 << 40))
 def test_format_size_round_trips(n):
-    assert M.parse_size(M.format_size(n)) == n
+    assert M.parse_size(units.format_size(n)) == n
 
 
 @settings(max_examples=80, deadline=None)
@@ -88,13 +91,13 @@ def test_parse_ops():
 # nccl-tests formulas (PLACEMENT_NOTES §3.1)
 def test_busbw_factors():
     n = 8
-    assert M.busbw_factor("all_reduce", n) == pytest.approx(2 * 7 / 8)
+    assert units.busbw_factor("all_reduce", n) == pytest.approx(2 * 7 / 8)
     for op in ("all_gather", "reduce_scatter", "all_to_all"):
-        assert M.busbw_factor(op, n) == pytest.approx(7 / 8)
-    assert M.busbw_factor("broadcast", n) == 1.0
-    assert M.busbw_factor("all_reduce", 1) == 0.0
+        assert units.busbw_factor(op, n) == pytest.approx(7 / 8)
+    assert units.busbw_factor("broadcast", n) == 1.0
+    assert units.busbw_factor("all_reduce", 1) == 0.0
     with pytest.raises(ValueError):
-        M.busbw_factor("gossip", 4)
+        units.busbw_factor("gossip", 4)
 
 
 def test_message_layout_rounds_like_nccl_tests():
@@ -106,7 +109,7 @@ def test_message_layout_rounds_like_nccl_tests():
 
 def test_nccl_tests_capture_row_agrees_with_formula():
     """Row of captures/nccltests/09 (8x H100 all_reduce): 1073741824 B in 4000.82 us -> 268.38/469.67."""
-    alg, bus = M.bandwidths("all_reduce", 1073741824, 4000.82e-6, 8)
+    alg, bus = units.bandwidths("all_reduce", 1073741824, 4000.82e-6, 8)
     assert round(alg, 2) == 268.38 and round(bus, 2) == 469.67
 
 
@@ -115,7 +118,7 @@ def test_nccl_tests_capture_row_agrees_with_formula():
 def test_make_row_busbw_is_algbw_times_factor(op, size, t, n):
     row = M.make_row(op, size, size // 4 or 1, "float", t, n, 0)
     assert row["algbw_GBps"] == pytest.approx(size / t / 1e9, rel=1e-6)
-    assert row["busbw_GBps"] == pytest.approx(row["algbw_GBps"] * M.busbw_factor(op, n), rel=1e-6, abs=1e-12)
+    assert row["busbw_GBps"] == pytest.approx(row["algbw_GBps"] * units.busbw_factor(op, n), rel=1e-6, abs=1e-12)
 
 
 def _fake_result(n=4):
@@ -283,7 +286,7 @@ def test_gloo_collective_busbw_follows_nccl_tests(gloo_collective):
     assert [r["op"] for r in res["results"]] == list(M.OPS)
     for r in res["results"]:
         assert r["note"] is None and len(r["rows"]) == 5 and r["wrong_total"] == 0
-        f = M.busbw_factor(r["op"], 2)
+        f = units.busbw_factor(r["op"], 2)
         for row in r["rows"]:
             assert row["time_us"] > 0 and row["wrong"] == 0
             assert row["algbw_GBps"] == pytest.approx(row["size_bytes"] / (row["time_us"] * 1e-6) / 1e9, rel=1e-3)

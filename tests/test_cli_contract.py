@@ -2,7 +2,6 @@
 exit codes, no tracebacks on bad input."""
 from __future__ import annotations
 
-import json
 
 import pytest
 

@@ -10,7 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpucomm.planners.collectives import cost
-from gpucomm.planners.collectives.cost import CommGraph, parse_size, parse_sizes, predict, tuning_table
+from gpucomm.planners.collectives.cost import CommGraph, predict, tuning_table
+from gpucomm.probes import units
+from gpucomm.probes.units import parse_size, parse_sizes
 from gpucomm.probes.errors import InputError, PlanInfeasible, TopologyError
 from gpucomm.probes.model import dumps_json, gpu_record, link_record, new_document, nic_record
 
@@ -162,15 +164,15 @@ def test_predict_algo_restrictions():
 def test_collective_names():
     for name, want in [("allreduce", "all_reduce"), ("all-gather", "all_gather"), ("alltoall", "all_to_all"),
                        ("sendrecv", "send_recv"), ("reduce_scatter_perf", "reduce_scatter"), ("bcast", "broadcast")]:
-        assert cost.normalize_collective(name) == want
+        assert units.normalize_collective(name) == want
 
 
 def test_busbw_factors():
-    assert cost.busbw_factor("all_reduce", 8) == pytest.approx(1.75)
+    assert units.busbw_factor("all_reduce", 8) == pytest.approx(1.75)
     for c in ("all_gather", "reduce_scatter", "all_to_all"):
-        assert cost.busbw_factor(c, 8) == pytest.approx(7 / 8)
+        assert units.busbw_factor(c, 8) == pytest.approx(7 / 8)
     for c in ("broadcast", "reduce", "send_recv"):
-        assert cost.busbw_factor(c, 8) == 1.0
+        assert units.busbw_factor(c, 8) == 1.0
 
 
 def test_all_to_all_and_send_recv():
@@ -214,7 +216,7 @@ graphs = st.builds(
     st.one_of(st.none(), st.floats(0.5, 1000)))
 
 
-@given(graphs, st.sampled_from(cost.COLLECTIVES))
+@given(graphs, st.sampled_from(units.COLLECTIVES))
 @settings(max_examples=80, deadline=None)
 def test_prediction_invariants(g, coll):
     sizes = [1 << k for k in range(0, 34, 3)]
@@ -228,7 +230,7 @@ def test_prediction_invariants(g, coll):
         assert r["algbw_GBps"] >= 0 and math.isfinite(r["busbw_GBps"])
         if r["algbw_GBps"] > 1:
             assert r["algbw_GBps"] * r["time_us"] * 1e3 == pytest.approx(r["size_bytes"], rel=2e-3)
-            assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * cost.busbw_factor(coll, g.n_ranks), rel=2e-3)
+            assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * units.busbw_factor(coll, g.n_ranks), rel=2e-3)
         if "nccl_time_us" in r:   # NCCL's own estimate is monotone in size (min of monotone functions)
             assert r["nccl_time_us"] >= prev_nccl - 1e-6
             prev_nccl = r["nccl_time_us"]

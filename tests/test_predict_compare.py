@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import HOSTS, ROOT, run_cli
+from gpucomm.probes import units
 
 import test_predict_calibration as calib
 from gpucomm.planners.collectives import compare
@@ -163,7 +164,7 @@ def _run_text(coll: str, n_ranks: int, rows: list[tuple[int, float]], hosts: int
     for size, t in rows:
         algbw = size / t / 1e3
         # nccl-tests' factors: gather/scatter (n-1)/n like all_gather (gather.cu), the rest from gpucomm.planners.collectives.cost
-        busbw = algbw * (cost.busbw_factor(name, n_ranks) if name in cost.COLLECTIVES else (n_ranks - 1) / n_ranks)
+        busbw = algbw * (units.busbw_factor(name, n_ranks) if name in units.COLLECTIVES else (n_ranks - 1) / n_ranks)
         count = size // esize // (n_ranks if per_rank else 1)
         cell = f"{t:8.2f} {algbw:7.2f} {busbw:7.2f}       0"
         lines.append(f"{size:12d}  {count:12d}  {dtype:>8}  {redop:>6}  {-1:6d}  {cell}  {cell}")

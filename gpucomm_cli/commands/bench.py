@@ -99,7 +99,7 @@ _NPROC_HELP = ("Processes to start on this node (torch.multiprocessing spawn). N
 def collective(
     backend: Optional[str] = typer.Option(None, "--backend", help=_BACKEND_HELP),
     sizes: Optional[str] = typer.Option(None, "--sizes", help="MIN:MAX[:FACTOR] sweep (nccl-tests -b/-e/-f; "
-                                        "K/M/G are powers of 1024) or a comma list. Default 1KiB:1GiB "
+                                        "K/M/G and KiB/MiB/GiB are powers of 1024, KB/MB/GB of 1000) or a comma list. Default 1KiB:1GiB "
                                         "(nccl), 1KiB:16MiB (gloo)."),
     iters: int = typer.Option(20, "--iters", "-n", help="Timed iterations per size (nccl-tests -n)."),
     warmup: int = typer.Option(5, "--warmup", "-w", help="Warm-up iterations before each size (nccl-tests -w)."),

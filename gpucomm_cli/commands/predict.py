@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from gpucomm.probes import units
 from gpucomm.settings import diag
 
 PREDICT_SCHEMA = "gpucomm.predict/v1"
@@ -20,8 +21,8 @@ def build_prediction(doc: dict, collective: str, size: str, nodes: int = 1, gpus
     from gpucomm.probes.formats.nccltests import TYPE_SIZES
     from gpucomm.probes.errors import InputError
 
-    coll = cost.normalize_collective(collective)
-    sizes = cost.parse_sizes(size, "--size")
+    coll = units.normalize_collective(collective)
+    sizes = units.parse_sizes(size, "--size")
     dt = (dtype or "float").lower()
     if dt not in TYPE_SIZES:
         raise InputError(f"--dtype {dtype}: unknown type", expected=", ".join(sorted(TYPE_SIZES)))
@@ -111,13 +112,7 @@ def build_comparison(doc: dict, text: str, path: str, collective: Optional[str] 
 
 
 def _human(n: Optional[int]) -> str:
-    """1073741824 -> 1GiB (exact binary multiples only), else bytes."""
-    if n is None:
-        return "n/a"
-    for unit, k in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= k and n % k == 0:
-            return f"{n // k}{unit}"
-    return f"{n}B"
+    return "n/a" if n is None else units.format_size(n)
 
 
 def _fmt_opt(v: Optional[float], fmt: str) -> str:
@@ -197,9 +192,10 @@ def predict(
     collective: Optional[str] = typer.Option(None, "--collective", "-c", help="all_reduce (default), all_gather, "
                                              "reduce_scatter, broadcast, reduce, all_to_all, send_recv. With "
                                              "--compare: only that collective's runs (default: every run)."),
-    size: Optional[str] = typer.Option(None, "--size", "-s", help="Bytes per operation with nccl-tests' meaning: "
-                                       "1GiB (default), a sweep 8B:8GiB (doubling), 1K:1G:x4 (factor 4), or a list "
-                                       "1M,2M. With --compare: the file's sizes."),
+    size: Optional[str] = typer.Option(None, "--size", "-s", help="Bytes per operation: 1GiB (default), a sweep "
+                                       "8B:8GiB (doubling), 1K:1G:x4 (factor 4), or a list 1M,2M.  K/M/G and "
+                                       "KiB/MiB/GiB are powers of 1024 (as nccl-tests' -b/-e), KB/MB/GB powers of "
+                                       "1000.  With --compare: the file's sizes."),
     nodes: Optional[int] = typer.Option(None, "--nodes", "-N", help="Number of identical nodes (default 1; with "
                                         "--compare: from the file's hosts and ranks)."),
     gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", "-g",

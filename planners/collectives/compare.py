@@ -20,6 +20,7 @@ from __future__ import annotations
 import statistics
 from typing import Optional, Sequence
 
+from gpucomm.probes import units
 from gpucomm.probes.errors import InputError
 
 SCHEMA = "gpucomm.predict-compare/v1"
@@ -163,13 +164,12 @@ def select_runs(text: str, path: str, collective: Optional[str] = None) -> tuple
     that are not are named in the warnings.  With it: the runs of that collective -- or, when the file
     does not say which collective its runs are (a pasted table without header), those runs read as
     that collective.  Raises InputError (one line) when the file does not parse or nothing is left."""
-    from gpucomm.planners.collectives import cost
     from gpucomm.probes.formats.nccltests import split_nccltests
 
     runs = split_nccltests(text, path)
     warnings: list[str] = []
     if collective:
-        want = cost.normalize_collective(collective)
+        want = units.normalize_collective(collective)
         keep = [r for r in runs if r["collective"] == want]
         if keep:
             return keep, warnings
@@ -186,9 +186,9 @@ def select_runs(text: str, path: str, collective: Optional[str] = None) -> tuple
             cands = " or ".join(r["collective_candidates"]) or "no known collective"
             warnings.append(f"{path}: skipped {_label(r)}: cannot tell its collective (busbw/algbw fits {cands}); "
                             "pass --collective")
-        elif r["collective"] not in cost.COLLECTIVES:
+        elif r["collective"] not in units.COLLECTIVES:
             warnings.append(f"{path}: skipped {_label(r)}: {r['collective']} is not modelled "
-                            f"(modelled: {', '.join(cost.COLLECTIVES)})")
+                            f"(modelled: {', '.join(units.COLLECTIVES)})")
         else:
             out.append(r)
     if not out:
@@ -222,7 +222,7 @@ def compare_run(doc: dict, run: dict, nodes: int, gpus_per_node: Optional[int] =
     dtype_bytes = TYPE_SIZES.get(str(dtype).lower(), 4)
     pred = cost.predict(g, run["collective"], [m["size_bytes"] for m in meas], algo=algo, dtype_bytes=dtype_bytes)
     rows = compare_series(meas, pred)
-    return {"collective": cost.normalize_collective(run["collective"]), "test_name": run.get("test_name"),
+    return {"collective": units.normalize_collective(run["collective"]), "test_name": run.get("test_name"),
             "line": run["rows"][0]["line"] if run["rows"] else None, "n_ranks": g.n_ranks, "nodes": g.n_nodes,
             "gpus_per_node": g.gpus_per_node, "algo": algo, "graph": g, "rows": rows, "summary": summarize_rows(rows)}
 

@@ -43,30 +43,13 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable, Optional, Sequence
 
 from gpucomm.probes.errors import InputError, NothingToDo, PlanInfeasible, TopologyError
+from gpucomm.probes.units import busbw_factor, normalize_collective
 
 # --------------------------------------------------------------------------------------------
 # Vocabulary
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "send_recv")
-COLLECTIVE_ALIASES = {
-    "allreduce": "all_reduce", "ar": "all_reduce", "allgather": "all_gather", "ag": "all_gather",
-    "reducescatter": "reduce_scatter", "rs": "reduce_scatter", "bcast": "broadcast",
-    "alltoall": "all_to_all", "a2a": "all_to_all", "sendrecv": "send_recv", "p2p": "send_recv",
-}
 ALGOS = ("tree", "ring", "nvls", "nvls_tree", "pat")   # NCCL order minus CollNet (NCCL_NOTES §3.1)
 PROTOS = ("LL", "LL128", "Simple")
 USER_ALGOS = ("auto", "ring", "tree", "nvls", "pat")
-
-# nccl-tests busbw factors (PLACEMENT_NOTES §3.1; nccl-tests src/*.cu *GetBw) as functions of n.
-def busbw_factor(collective: str, n: int) -> float:
-    """busbw = algbw * factor (nccl-tests doc/PERFORMANCE.md)."""
-    if n <= 1:
-        return 1.0 if collective in ("broadcast", "reduce", "send_recv") else 0.0
-    if collective == "all_reduce":
-        return 2.0 * (n - 1) / n
-    if collective in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (n - 1) / n
-    return 1.0
-
 
 # --------------------------------------------------------------------------------------------
 # NCCL constants.  All from NCCL v2.30.7 src/graph/tuning.cc as transcribed in NCCL_NOTES §3.1
@@ -414,19 +397,6 @@ def algo_time(g: CommGraph, collective: str, a: str, p: str, cell: Cell, nbytes:
 
 # --------------------------------------------------------------------------------------------
 # Prediction
-def normalize_collective(name: str) -> str:
-    """``all_reduce``/``allreduce``/``all-reduce``/``all_reduce_perf`` -> ``all_reduce``; InputError otherwise."""
-    if not isinstance(name, str) or not name.strip():
-        raise InputError("--collective is empty", expected=", ".join(COLLECTIVES))
-    key = name.strip().lower().replace("-", "_")
-    if key.endswith("_perf"):
-        key = key[: -len("_perf")]
-    key = COLLECTIVE_ALIASES.get(key.replace("_", ""), COLLECTIVE_ALIASES.get(key, key))
-    if key not in COLLECTIVES:
-        raise InputError(f"--collective {name}: unknown collective", expected=", ".join(COLLECTIVES))
-    return key
-
-
 def _choose(g: CommGraph, coll: str, nbytes: int, nccl: dict, allowed: Sequence[str]) -> Optional[tuple]:
     best = None
     for (a, p), cell in sorted(nccl.items(), key=lambda kv: (ALGOS.index(kv[0][0]), PROTOS.index(kv[0][1]))):
@@ -530,83 +500,6 @@ def _p2p_row(g: CommGraph, coll: str, size: int, dtype_bytes: int) -> dict:
             bw = min(bw, g.nic_bw or net_bw)
         t = lat + size / (1000.0 * bw)
     return _row(coll, n, size, t, "p2p", "Simple", dtype_bytes)
-
-
-# --------------------------------------------------------------------------------------------
-# Sizes
-_SIZE_RE = re.compile(r"^\s*(?P<num>\d+(?:\.\d+)?|\.\d+)\s*(?P<unit>[A-Za-z]*)\s*$")
-_UNITS = {
-    "": 1, "b": 1,
-    "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gib": 1 << 30,
-    "t": 1 << 40, "tib": 1 << 40,
-    "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12,
-}
-MAX_SIZE = 1 << 50          # 1 PiB: anything larger is a typo
-MAX_SWEEP_POINTS = 256
-
-
-def parse_size(text: str, flag: str = "--size") -> int:
-    """``8`` / ``8B`` / ``1K`` / ``1KiB`` (1024) / ``1KB`` (1000) / ``1.5GiB`` -> bytes.
-
-    K/M/G/T without ``B`` are binary, as in nccl-tests' ``-b 8 -e 128M``."""
-    if not isinstance(text, str):
-        raise InputError(f"{flag} {text!r}: not a size", expected="e.g. 8B, 1MiB, 1GiB")
-    m = _SIZE_RE.match(text)
-    if not m:
-        raise InputError(f"{flag} {text!r}: not a size", expected="a number with an optional unit B, K/KiB, "
-                         "M/MiB, G/GiB, T/TiB (binary) or KB, MB, GB, TB (decimal)")
-    unit = m.group("unit").lower()
-    if unit not in _UNITS:
-        raise InputError(f"{flag} {text!r}: unknown unit {m.group('unit')!r}",
-                         expected="B, K/KiB, M/MiB, G/GiB, T/TiB, KB, MB, GB, TB")
-    value = float(m.group("num")) * _UNITS[unit]
-    if value > MAX_SIZE:
-        raise InputError(f"{flag} {text!r}: larger than 1 PiB", expected="a size up to 1PiB")
-    if abs(value - round(value)) > 1e-6:
-        raise InputError(f"{flag} {text!r}: not a whole number of bytes")
-    return int(round(value))
-
-
-def parse_sizes(text: str, flag: str = "--size") -> list[int]:
-    """``1GiB`` -> [1073741824]; ``8B:8GiB`` -> powers-of-two sweep (doubling, both ends included);
-    ``1K:1M:x4`` or ``1K:1M:4`` -> factor 4; ``a,b,c`` -> a list."""
-    if not isinstance(text, str) or not text.strip():
-        raise InputError(f"{flag} is empty", expected="a size like 1GiB or a sweep like 8B:8GiB")
-    text = text.strip()
-    if "," in text:
-        out: list[int] = []
-        for part in text.split(","):
-            out.extend(parse_sizes(part, flag))
-        if len(out) > MAX_SWEEP_POINTS:
-            raise InputError(f"{flag} {text!r}: more than {MAX_SWEEP_POINTS} sizes")
-        return out
-    parts = text.split(":")
-    if len(parts) == 1:
-        return [parse_size(parts[0], flag)]
-    if len(parts) > 3:
-        raise InputError(f"{flag} {text!r}: too many ':'", expected="MIN:MAX or MIN:MAX:xFACTOR")
-    lo, hi = parse_size(parts[0], flag), parse_size(parts[1], flag)
-    factor = 2.0
-    if len(parts) == 3:
-        f = parts[2].strip().lower().lstrip("x*")
-        try:
-            factor = float(f)
-        except ValueError:
-            raise InputError(f"{flag} {text!r}: bad factor {parts[2]!r}", expected="xF with F > 1, e.g. x2") from None
-        if not math.isfinite(factor) or factor <= 1.0:
-            raise InputError(f"{flag} {text!r}: factor must be > 1", expected="xF with F > 1, e.g. x2")
-    if lo <= 0:
-        raise InputError(f"{flag} {text!r}: a sweep must start above 0 bytes")
-    if hi < lo:
-        raise InputError(f"{flag} {text!r}: MAX is smaller than MIN")
-    out = []
-    v = float(lo)
-    while v <= hi * (1 + 1e-12):
-        out.append(int(round(v)))
-        if len(out) > MAX_SWEEP_POINTS:
-            raise InputError(f"{flag} {text!r}: more than {MAX_SWEEP_POINTS} sizes", expected="a larger factor")
-        v *= factor
-    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -1068,7 +961,6 @@ def summary_dict(g: CommGraph) -> dict:
 
 
 __all__ = [
-    "CommGraph", "Cell", "COLLECTIVES", "PCIE_RING_EFFICIENCY", "SOCKET_TRANSPORT_GBPS", "NET_EFFICIENCY",
-    "busbw_factor", "tuning_table", "algo_time", "predict", "parse_size", "parse_sizes", "summarize",
-    "normalize_collective", "node_facts", "summary_dict", "replace",
+    "CommGraph", "Cell", "PCIE_RING_EFFICIENCY", "SOCKET_TRANSPORT_GBPS", "NET_EFFICIENCY",
+    "tuning_table", "algo_time", "predict", "summarize", "node_facts", "summary_dict", "replace",
 ]

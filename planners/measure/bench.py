@@ -33,10 +33,11 @@ reduce_scatter and all_to_all).  Message sizes are rounded down the way nccl-tes
 from __future__ import annotations
 
 import os
-import re
+
 import socket
 from typing import Callable, Optional
 
+from gpucomm.probes import units
 from gpucomm.probes.errors import GpucommError, InputError
 
 SCHEMA = "gpucomm.bench/v1"
@@ -67,71 +68,21 @@ NEEDS_TORCH = "gpucomm bench needs torch: pip install 'gpucomm[bench]'"
 
 
 # --------------------------------------------------------------------------------------------
-# Sizes
-_SIZE_RE = re.compile(r"^\s*(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>[A-Za-z]*)\s*$")
-# nccl-tests' parsesize() treats K/M/G as powers of 1024; so do we, whatever the spelling.
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
-          "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40,
-          "tib": 1 << 40}
-
-
+# Sizes: gpucomm.probes.units (K/M/G and KiB/MiB/GiB binary, KB/MB/GB decimal, in every command)
 def parse_size(text: str, what: str = "--sizes") -> int:
-    """``1KiB`` / ``1K`` / ``1KB`` -> 1024 (nccl-tests' binary units), ``8`` / ``8B`` -> 8.
-
-    Raises :class:`InputError` naming the flag for anything else (0, negative, > 1 TiB, junk)."""
-    m = _SIZE_RE.match(str(text))
-    unit = (m.group("unit").lower() if m else "")
-    if not m or unit not in _UNITS:
-        raise InputError(f"{what}: cannot read size {text!r}", expected="a size such as 8, 1KiB, 64MiB, 1GiB")
-    value = float(m.group("num")) * _UNITS[unit]
-    if value != int(value) or value < 1:
-        raise InputError(f"{what}: size {text!r} is not a positive whole number of bytes")
-    if value > MAX_SIZE:
-        raise InputError(f"{what}: size {text!r} is larger than 1TiB")
-    return int(value)
+    """One message size, 1 byte .. 1 TiB (see :mod:`gpucomm.probes.units`)."""
+    return units.parse_size(str(text), what, max_size=MAX_SIZE, minimum=1)
 
 
 def parse_size_sweep(spec: str, what: str = "--sizes") -> list[int]:
-    """``MIN:MAX[:FACTOR]`` (nccl-tests' -b/-e/-f; factor 2 by default), ``A,B,C`` or one size.
+    """``MIN:MAX[:FACTOR]`` (nccl-tests' -b/-e/-f; factor 2 by default), ``A,B,C`` or one size; the
+    sizes run in increasing order, each once (nccl-tests' order).
 
     >>> parse_size_sweep("1KiB:8KiB")
     [1024, 2048, 4096, 8192]
     """
-    spec = str(spec).strip()
-    if not spec:
-        raise InputError(f"{what}: empty", expected="MIN:MAX[:FACTOR] or a comma-separated list of sizes")
-    if "," in spec:
-        sizes = [parse_size(p, what) for p in spec.split(",") if p.strip()]
-        if not sizes:
-            raise InputError(f"{what}: empty list")
-        return sorted(set(sizes))
-    parts = spec.split(":")
-    if len(parts) == 1:
-        return [parse_size(parts[0], what)]
-    if len(parts) not in (2, 3):
-        raise InputError(f"{what}: cannot read sweep {spec!r}", expected="MIN:MAX[:FACTOR], e.g. 1KiB:1GiB:2")
-    lo, hi = parse_size(parts[0], what), parse_size(parts[1], what)
-    factor = 2
-    if len(parts) == 3:
-        if not re.fullmatch(r"[0-9]+", parts[2].strip()) or int(parts[2]) < 2:
-            raise InputError(f"{what}: sweep factor {parts[2]!r} must be an integer >= 2")
-        factor = int(parts[2])
-    if hi < lo:
-        raise InputError(f"{what}: {parts[1]} is smaller than {parts[0]}", expected="MIN:MAX with MIN <= MAX")
-    out = []
-    s = lo
-    while s <= hi:
-        out.append(s)
-        s *= factor
-    return out
+    return sorted(set(units.parse_sizes(str(spec), what, max_size=MAX_SIZE, minimum=1)))
 
-
-def format_size(n: int) -> str:
-    """Bytes -> the shortest exact binary spelling (``1048576`` -> ``1MiB``)."""
-    for unit, mult in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= mult and n % mult == 0:
-            return f"{n // mult}{unit}"
-    return f"{n}B"
 
 
 def dtype_size(dtype: str) -> int:
@@ -144,12 +95,9 @@ def parse_ops(spec: Optional[str]) -> list[str]:
     """``all_reduce,all_gather`` / ``all`` -> list in the canonical order; aliases as nccl-tests names them."""
     if spec is None or spec.strip() in ("", "all"):
         return list(OPS)
-    alias = {"alltoall": "all_to_all", "allreduce": "all_reduce", "allgather": "all_gather",
-             "reducescatter": "reduce_scatter", "bcast": "broadcast"}
     out = []
     for tok in spec.split(","):
-        t = tok.strip().lower().replace("-", "_")
-        t = alias.get(t.replace("_", ""), t)
+        t = units.normalize_collective(tok, "--ops")
         if t not in OPS:
             raise InputError(f"--ops: unknown collective {tok.strip()!r}", expected=", ".join(OPS))
         if t not in out:
@@ -159,20 +107,6 @@ def parse_ops(spec: Optional[str]) -> list[str]:
 
 # --------------------------------------------------------------------------------------------
 # nccl-tests formulas
-def busbw_factor(op: str, nranks: int) -> float:
-    """nccl-tests' busbw/algbw factor (PLACEMENT_NOTES §3.1)."""
-    n = int(nranks)
-    if n < 1:
-        raise ValueError("nranks must be >= 1")
-    if op == "all_reduce":
-        return 2.0 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (n - 1) / n
-    if op in ("broadcast", "reduce", "send_recv"):
-        return 1.0
-    raise ValueError(f"unknown collective {op!r}")
-
-
 def message_layout(op: str, size_bytes: int, nranks: int, typesize: int) -> tuple[int, int]:
     """(S bytes, count) for a requested size, rounded as nccl-tests does.
 
@@ -187,14 +121,6 @@ def message_layout(op: str, size_bytes: int, nranks: int, typesize: int) -> tupl
     return elems * typesize, elems
 
 
-def bandwidths(op: str, size_bytes: int, time_s: float, nranks: int) -> tuple[float, float]:
-    """(algbw, busbw) in GB/s for S bytes moved in ``time_s`` seconds (nccl-tests ``*GetBw``)."""
-    if time_s <= 0:
-        return 0.0, 0.0
-    alg = size_bytes / 1.0e9 / time_s
-    return alg, alg * busbw_factor(op, nranks)
-
-
 def _sig(x: float, digits: int = 7) -> float:
     """Round to significant digits: gloo on CPU gives MB/s-range numbers that 6 decimals would blur."""
     return float(f"{x:.{digits}g}")
@@ -202,7 +128,7 @@ def _sig(x: float, digits: int = 7) -> float:
 
 def make_row(op: str, size_bytes: int, count: int, dtype: str, time_s: float, nranks: int,
              wrong: Optional[int]) -> dict:
-    alg, bus = bandwidths(op, size_bytes, time_s, nranks)
+    alg, bus = units.bandwidths(op, size_bytes, time_s, nranks)
     return {
         "size_bytes": int(size_bytes), "count": int(count), "type": dtype, "redop": REDOP[op],
         "root": 0 if op in ROOTED else -1, "time_us": round(time_s * 1e6, 3),
@@ -601,7 +527,7 @@ def collective_body(rank: int, world: int, local_rank: int, cfg: dict, dist, tor
             rows, note = [], None
             for size in cfg["sizes"]:
                 if prog is not None:
-                    prog.update(prog.task_ids[0], description=f"{op} {format_size(size)}")
+                    prog.update(prog.task_ids[0], description=f"{op} {units.format_size(size)}")
                 S, count = message_layout(op, size, n, typesize)
                 if count == 0:
                     if prog is not None:
@@ -1049,7 +975,7 @@ def apply_measurements(doc: dict, result: dict) -> tuple[dict, list]:
 
 
 __all__ = [
-    "SCHEMA", "OPS", "parse_size", "parse_size_sweep", "parse_ops", "busbw_factor", "message_layout",
-    "bandwidths", "make_row", "render_collective_table", "render_p2p_table", "launcher_env",
+    "SCHEMA", "OPS", "parse_size", "parse_size_sweep", "parse_ops", "message_layout",
+    "make_row", "render_collective_table", "render_p2p_table", "launcher_env",
     "run_collective_bench", "run_p2p_bench", "apply_measurements", "import_torch", "NEEDS_TORCH",
 ]

@@ -649,7 +649,7 @@ def traffic_report(plan: dict, fabric: Optional[Fabric]) -> dict:
         for h in hosts:
             if h in fabric.node_leaf:
                 leaves_used.add(fabric.node_leaf[h])
-    from gpucomm.planners.placement.models import BUS_FACTOR
+    from gpucomm.probes import units
 
     for axis in ("tp", "cp", "ep", "dp", "pp"):
         groups = plan["groups"][axis]
@@ -659,7 +659,7 @@ def traffic_report(plan: dict, fabric: Optional[Fabric]) -> dict:
         per_edge = None
         if entry:
             n = entry["group_size"]
-            factor = 1.0 if axis == "pp" else BUS_FACTOR[entry["collective"]](n)
+            factor = 1.0 if axis == "pp" else units.busbw_factor(entry["collective"], n)
             per_edge = entry["message_bytes"] * factor * entry["count"]
         levels: Dict[str, dict] = {}
         max_leaves = 0

@@ -39,6 +39,7 @@ import math
 import re
 from typing import Dict, List, Optional, Tuple
 
+from gpucomm.probes import units
 from gpucomm.probes.errors import InputError, PlanInfeasible
 
 # --------------------------------------------------------------------------------------------
@@ -242,13 +243,6 @@ def peak_tflops(view) -> Optional[float]:
 
 # --------------------------------------------------------------------------------------------
 # Timing one collective on one group
-BUS_FACTOR = {  # nccl-tests busbw factors (doc/PERFORMANCE.md)
-    "all_reduce": lambda n: 2.0 * (n - 1) / n,
-    "all_gather": lambda n: (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "all_to_all": lambda n: (n - 1) / n,
-    "send_recv": lambda n: 1.0,
-}
 STEPS = {"all_reduce": lambda n: 2 * (n - 1), "all_gather": lambda n: n - 1, "reduce_scatter": lambda n: n - 1,
          "all_to_all": lambda n: n - 1, "send_recv": lambda n: 1}
 
@@ -306,7 +300,7 @@ def collective_time(kind: str, nbytes: float, tier: dict, view=None, dtype_bytes
         lat_intra = NCCL_HW_LAT_US["nvlink" if where == "nvlink" else "pcie"]
     steps = STEPS[kind](n)
     lat_us = NCCL_BASE_LAT_US + (steps - n_inter) * lat_intra + n_inter * NCCL_HW_LAT_US["network"]
-    return lat_us * 1e-6 + nbytes * BUS_FACTOR[kind](n) / (bw * 1e9)
+    return lat_us * 1e-6 + nbytes * units.busbw_factor(kind, n) / (bw * 1e9)
 
 
 def cost_model_name(view) -> str:
@@ -403,7 +397,7 @@ def _entry(kind: str, size: float, count: float, tier: dict, what: str, view=Non
     one = collective_time(kind, size, tier, view, g)
     n = tier["size"]
     return {"collective": kind, "message_bytes": int(size), "count": round(count, 3),
-            "bytes_per_gpu": int(size * BUS_FACTOR[kind](n) * count), "time_s": _r(one * count),
+            "bytes_per_gpu": int(size * units.busbw_factor(kind, n) * count), "time_s": _r(one * count),
             "group_size": n, "nodes_per_group": tier.get("nodes", 1), "where": tier.get("where"), "what": what}
 
 

@@ -41,6 +41,7 @@ import re
 from typing import Optional
 
 from gpucomm.probes.errors import InputError
+from gpucomm.probes.units import busbw_factor
 
 SCHEMA = "gpucomm.nccltests/v1"
 
@@ -444,7 +445,7 @@ def _infer_collectives(rows: list[dict], f: Optional[float], n_ranks: Optional[i
     rounding = _factor_tolerance(rows)
     out = []
     if n_ranks and n_ranks > 1:
-        ar, ag = 2 * (n_ranks - 1) / n_ranks, (n_ranks - 1) / n_ranks
+        ar, ag = busbw_factor("all_reduce", n_ranks), busbw_factor("all_gather", n_ranks)
         # (n-1)/n and 1 are 1/n apart: a fixed tolerance would call a 64-rank broadcast a gather.
         # The ratio is exact up to the 2-decimal printing, so a tolerance well under 1/(2n) is safe;
         # when the printing is too coarse for that, both match and the answer stays ambiguous.
