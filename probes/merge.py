@@ -28,7 +28,8 @@ from __future__ import annotations
 import copy
 from typing import Optional
 
-from gpucomm.probes.model import gpu_id, new_document, nic_id, nic_rate_gbps, warn
+from gpucomm.probes.facts import nic_rate_gbps
+from gpucomm.probes.model import gpu_id, new_document, nic_id, warn
 
 PRIORITY = {"file": 0, "nvml": 10, "smi": 20, "nvidia-smi": 20, "ib": 25, "net": 27, "sysfs": 30, "numa": 35,
             "default": 90}

@@ -162,72 +162,6 @@ def cpulist_to_mask(cpus: Iterable[int]) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# Bandwidth constants (GB/s, uni-directional) -- NCCL topo.h / topo.cc, see NCCL_NOTES §2.1, §3.
-PCI_GT_TO_GEN = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
-PCI_GEN_TO_GT = {v: k for k, v in PCI_GT_TO_GEN.items()}
-# NCCL per-lane speed in 100 Mbps units (topo.cc kvDictPciGen); bw = width * speed / 80.
-NCCL_PCI_LANE = {1: 15, 2: 30, 3: 60, 4: 120, 5: 240, 6: 480}
-
-
-def pcie_bw_GBps(gen: Optional[int], width: Optional[int]) -> float:
-    """NCCL's PCIe link bandwidth: Gen3 x16 = 12, Gen4 x16 = 24, Gen5 x16 = 48 GB/s.
-    Unknown gen -> 60 (NCCL's default lane speed, i.e. Gen3); width 0/unknown -> 16."""
-    lane = NCCL_PCI_LANE.get(gen or 0, 60)
-    w = width if width else 16
-    return w * lane / 80.0
-
-
-def nvlink_bw_per_link(sm: Optional[int]) -> float:
-    """ncclTopoNVLinkBw (topo.h): per-link NVLink GB/s by compute capability (sm = major*10+minor)."""
-    if sm is None:
-        return 20.0
-    if sm >= 100:
-        return 40.1
-    if sm >= 90:
-        return 20.6
-    if sm == 86:
-        return 12.0
-    if sm >= 80:
-        return 20.0
-    if sm >= 70:
-        return 20.0
-    if sm >= 60:
-        return 18.0
-    return 20.0
-
-
-# Architecture by GPU name (for captures that only give a name).  First match wins.
-_ARCH_BY_NAME = [
-    (r"GB200|GB300|B200|B100|B300|RTX 50\d\d|RTX PRO 6000 Blackwell", "blackwell", 100),
-    (r"H100|H200|H800|H20\b|GH200|H100 NVL", "hopper", 90),
-    (r"RTX 40\d\d|RTX \d+ Ada|L40|L4\b|L20|RTX 4000 Ada|RTX 6000 Ada", "ada", 89),
-    (r"A100|A800|A30\b|A10\b|A10G|A40|A16|A2\b|RTX 30\d\d|RTX A\d+|A6000|A5000|A4000", "ampere", 80),
-    (r"V100|TITAN V|Quadro GV100", "volta", 70),
-    (r"T4\b|RTX 20\d\d|Quadro RTX|TITAN RTX", "turing", 75),
-    (r"P100|P40|P4\b|GTX 10\d\d|TITAN X", "pascal", 60),
-    (r"K40|K80|K20", "kepler", 35),
-    (r"MI300|MI325|MI355", "cdna3", None),
-    (r"MI250|MI210|MI200", "cdna2", None),
-    (r"MI100", "cdna1", None),
-]
-# sm for a few ampere parts that are not 8.0
-_SM_EXCEPTIONS = [(r"A10G|A10\b|A40|A16|A2\b|RTX 30\d\d|RTX A\d+|A6000|A5000|A4000", 86), (r"T4\b|RTX 20|Quadro RTX|TITAN RTX", 75)]
-
-
-def arch_from_name(name: Optional[str]) -> tuple[Optional[str], Optional[int]]:
-    """(arch, sm) guessed from a marketing name; (None, None) when unknown."""
-    if not name:
-        return None, None
-    for pat, arch, sm in _ARCH_BY_NAME:
-        if re.search(pat, name, re.I):
-            for p2, sm2 in _SM_EXCEPTIONS:
-                if re.search(p2, name, re.I):
-                    return arch, sm2
-            return arch, sm
-    return None, None
-
-
-# --------------------------------------------------------------------------------------------
 # Builders
 def new_document(provenance: str = "live") -> dict:
     """An empty, schema-valid topology document."""
@@ -325,15 +259,6 @@ def nic_id(nic: dict) -> str:
 
 def cpu_id(numa: Optional[int]) -> str:
     return f"CPU{numa if numa is not None and numa >= 0 else 0}"
-
-
-def nic_rate_gbps(nic: dict) -> Optional[float]:
-    """Best rate among active ports (or any port when none says active)."""
-    ports = nic.get("ports") or []
-    act = [p.get("rate_gbps") for p in ports if str(p.get("state", "")).upper().endswith("ACTIVE") and p.get("rate_gbps")]
-    anyr = [p.get("rate_gbps") for p in ports if p.get("rate_gbps")]
-    vals = act or anyr
-    return max(vals) if vals else None
 
 
 def warn(doc: dict, message: str) -> None:

@@ -284,7 +284,7 @@ def test_parse_sizes_fuzz_only_input_error(text):
     except InputError as e:
         assert "--size" in str(e)
         return
-    assert out and all(isinstance(v, int) and 0 <= v <= cost.MAX_SIZE for v in out)
+    assert out and all(isinstance(v, int) and 0 <= v <= units.MAX_SIZE for v in out)
 
 
 # ---------------------------------------------------------------- topology -> summary

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpucomm.probes import model
+from gpucomm.probes import facts, model
 
 
 @given(st.sets(st.integers(min_value=0, max_value=4096), max_size=200))
@@ -71,12 +71,12 @@ def test_sentinel():
 @pytest.mark.parametrize("gen,width,bw", [(3, 16, 12.0), (4, 16, 24.0), (5, 16, 48.0), (6, 16, 96.0),
                                           (1, 1, 0.1875), (None, None, 12.0), (4, 0, 24.0)])
 def test_pcie_bw_matches_nccl(gen, width, bw):
-    assert model.pcie_bw_GBps(gen, width) == pytest.approx(bw)
+    assert facts.pcie_bw_GBps(gen, width) == pytest.approx(bw)
 
 
 @pytest.mark.parametrize("sm,bw", [(100, 40.1), (90, 20.6), (86, 12.0), (80, 20.0), (70, 20.0), (60, 18.0)])
 def test_nvlink_bw_matches_nccl(sm, bw):
-    assert model.nvlink_bw_per_link(sm) == bw
+    assert facts.nvlink_bw_per_link(sm) == bw
 
 
 @pytest.mark.parametrize("name,arch,sm", [
@@ -85,7 +85,7 @@ def test_nvlink_bw_matches_nccl(sm, bw):
     ("NVIDIA GeForce RTX 4090", "ada", 89), ("Mystery GPU", None, None),
 ])
 def test_arch_from_name(name, arch, sm):
-    assert model.arch_from_name(name) == (arch, sm)
+    assert facts.arch_from_name(name) == (arch, sm)
 
 
 def test_new_document_is_schema_valid_and_deterministic():

@@ -397,7 +397,7 @@ def synth(
     from gpucomm.planners.placement.layout import compute_nics, is_rdma
     from gpucomm.probes.errors import InputError
     from gpucomm.probes.load import load_topology
-    from gpucomm.probes.model import nic_rate_gbps
+    from gpucomm.probes.facts import nic_rate_gbps
 
     from gpucomm.render.output import chosen_format, write_text
 

@@ -16,15 +16,8 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from gpucomm.probes.model import (
-    cpu_id,
-    format_cpulist,
-    gpu_id,
-    matrix_order,
-    nic_id,
-    nic_rate_gbps,
-    pcie_bw_GBps,
-)
+from gpucomm.probes.facts import nic_rate_gbps, pcie_bw_GBps
+from gpucomm.probes.model import cpu_id, format_cpulist, gpu_id, matrix_order, nic_id
 from gpucomm.probes.model import natural_key as _natural
 
 _GPU_KEY = re.compile(r"^GPU(\d+)$")

@@ -510,7 +510,7 @@ def _cc_of(gpu: dict) -> Optional[int]:
         m = re.match(r"^\s*(\d+)\.(\d+)\s*$", cc)
         if m:
             return int(m.group(1)) * 10 + int(m.group(2))
-    from gpucomm.probes.model import arch_from_name
+    from gpucomm.probes.facts import arch_from_name
 
     return arch_from_name(gpu.get("name"))[1]
 
@@ -564,7 +564,8 @@ class NodeFacts:
 
 
 def node_facts(doc: dict, gpus: Optional[Sequence[int]] = None) -> NodeFacts:
-    from gpucomm.probes.model import gpu_id, nic_rate_gbps, nvlink_bw_per_link, pcie_bw_GBps
+    from gpucomm.probes.facts import nic_rate_gbps, nvlink_bw_per_link, pcie_bw_GBps
+    from gpucomm.probes.model import gpu_id
 
     all_gpus = sorted(doc.get("gpus") or [], key=lambda x: x["index"])
     if not all_gpus:
@@ -861,7 +862,7 @@ def _doc_for_reference(doc: dict, f: NodeFacts, fabric_gbps: Optional[float]) ->
     a Slingshot NIC under the TCP socket transport) even when the transport delivers less."""
     import copy
 
-    from gpucomm.probes.model import nvlink_bw_per_link
+    from gpucomm.probes.facts import nvlink_bw_per_link
 
     has_switch = any(s.get("kind") == "nvswitch" for s in doc.get("switches") or [])
     need_nvs = f.nvswitch and not has_switch and not any(
@@ -886,7 +887,7 @@ def _doc_for_reference(doc: dict, f: NodeFacts, fabric_gbps: Optional[float]) ->
         for x in out["gpus"]:
             x["compute_capability"] = x.get("compute_capability") or f"{f.cc // 10}.{f.cc % 10}"
     if fabric_gbps is not None:
-        from gpucomm.probes.model import nic_rate_gbps
+        from gpucomm.probes.facts import nic_rate_gbps
 
         for nic in out.get("nics") or []:
             if nic_rate_gbps(nic):

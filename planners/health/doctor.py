@@ -34,7 +34,8 @@ import re
 from collections import Counter
 from typing import Callable, Optional
 
-from gpucomm.probes.model import gpu_id, nic_id, parse_cpulist, pcie_bw_GBps, smi_rank
+from gpucomm.probes.facts import pcie_bw_GBps
+from gpucomm.probes.model import gpu_id, nic_id, parse_cpulist, smi_rank
 from gpucomm.probes.model import natural_key as _natural
 
 SCHEMA = "gpucomm.doctor/v1"

@@ -20,7 +20,8 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Optional, Tuple
 
-from gpucomm.probes.model import format_cpulist, gpu_id, nic_id, nic_rate_gbps, parse_cpulist
+from gpucomm.probes.facts import nic_rate_gbps
+from gpucomm.probes.model import format_cpulist, gpu_id, nic_id, parse_cpulist
 
 from gpucomm.planners.placement.layout import NodeView, SMI_TO_NCCL_LEVEL, _natural, is_rdma, nic_active_ports, nic_has_device_name
 
@@ -67,7 +68,8 @@ def topo_skeleton(view: NodeView) -> dict:
     PCIe bridge ``ffff:ff:0N.0`` (class 0x060400) below the GPU's CPU -- the shape of Azure's and
     AWS's static NCCL topology files -- for ``gpucomm.probes.formats.nccl_xml.export_nccl_xml``.  A NIC shared by
     several GPUs brings them under the same bridge."""
-    from gpucomm.probes.model import link_record, new_document, pcie_bw_GBps, switch_record
+    from gpucomm.probes.facts import pcie_bw_GBps
+    from gpucomm.probes.model import link_record, new_document, switch_record
 
     doc = view.doc
     out = new_document("json")

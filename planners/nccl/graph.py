@@ -5,7 +5,7 @@ search all reason over the same model.
 Modelled after NCCL's ``ncclTopoGetSystem`` (src/graph/topo.cc; NCCL_NOTES §2.1), with NCCL <= 2.29
 semantics (a GPU is one device):
 
-* **PCI** links, both directions, ``width * lane / 80`` GB/s (``gpucomm.probes.model.pcie_bw_GBps``), taken
+* **PCI** links, both directions, ``width * lane / 80`` GB/s (``gpucomm.probes.facts.pcie_bw_GBps``), taken
   from the document's ``pcie`` link records (child -> parent).  A PCIe switch is one node (its
   upstream port).  Host bridges (``switches[].kind == "host_bridge"``) are folded into their NUMA
   node's CPU, exactly as NCCL collapses every root complex of a NUMA node into one CPU node; a NIC
@@ -44,8 +44,8 @@ from typing import Any, Optional
 
 from gpucomm.probes.errors import InputError
 from gpucomm.probes.model import natural_key as _natural
-from gpucomm.probes.model import (arch_from_name, cpu_id, gpu_id, is_sentinel_bus_id, nic_id, nvlink_bw_per_link,
-                          pcie_bw_GBps)
+from gpucomm.probes.facts import arch_from_name, nvlink_bw_per_link, pcie_bw_GBps
+from gpucomm.probes.model import cpu_id, gpu_id, is_sentinel_bus_id, nic_id
 
 # NCCL constants (topo.h) -- GB/s, one direction.
 LOC_BW = 5000.0

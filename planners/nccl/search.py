@@ -820,8 +820,8 @@ def nvswitch_document(ngpus: int = 8, sm: int = 90, nvlinks: int = 18, name: Opt
     ``ngpus=72, sm=100``): ``ngpus`` GPUs each under its own PCIe switch (with ``nics`` NICs spread
     over the switches, one per switch first), half of the switches on each NUMA node, every GPU with
     ``nvlinks`` links to one NVSwitch.  Built with gpucomm.probes.model builders, so it is a real document."""
-    from gpucomm.probes.model import (finalize, gpu_record, link_record, new_document, nic_record, nvlink_bw_per_link,
-                              pcie_bw_GBps, switch_record)
+    from gpucomm.probes.facts import nvlink_bw_per_link, pcie_bw_GBps
+    from gpucomm.probes.model import finalize, gpu_record, link_record, new_document, nic_record, switch_record
 
     gen = pcie_gen or (5 if sm >= 90 else 4)
     doc = new_document("json")

@@ -40,16 +40,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from gpucomm.probes.errors import InputError, NothingToDo, PlanInfeasible
 from gpucomm.probes.model import natural_key as _natural
-from gpucomm.probes.model import (
-    arch_from_name,
-    canonical_cpulist,
-    format_cpulist,
-    gpu_id,
-    nic_rate_gbps,
-    nvlink_bw_per_link,
-    parse_cpulist,
-    pcie_bw_GBps,
-)
+from gpucomm.probes.facts import arch_from_name, nic_rate_gbps, nvlink_bw_per_link, pcie_bw_GBps
+from gpucomm.probes.model import canonical_cpulist, format_cpulist, gpu_id, parse_cpulist
 
 AXES = ("tp", "cp", "ep", "dp", "pp")
 DEFAULT_ORDER = "tp-cp-ep-dp-pp"

@@ -27,7 +27,7 @@ Import builds a topology document the way NCCL builds its graph from the XML
   NIC (``eth0``) whose parent is ``CPU<n>``.
 * ``<c2c bw count>`` -> ``c2c`` link GPU->CPU, bw = bw*count/1000 GB/s (topo.cc ncclTopoAddC2c).
 * ``pcie`` links child->parent for GPUs, NICs and switches with NCCL's bw (``width*lane/80``,
-  :func:`gpucomm.probes.model.pcie_bw_GBps`; untyped ``pci_devices`` keep gen/width but get no link, as they
+  :func:`gpucomm.probes.facts.pcie_bw_GBps`; untyped ``pci_devices`` keep gen/width but get no link, as they
   are not graph nodes),
   ``smp`` links between every pair of CPUs with ``ncclTopoGetInterCpuBw``; ``<pcilink>`` (Broadcom
   virtual switch links) -> a ``pcie`` link between the two switches with NCCL's LOC bandwidth 5000
@@ -56,25 +56,8 @@ import re
 from typing import Any, Optional
 
 from gpucomm.probes.errors import InputError, TopologyError
-from gpucomm.probes.model import (
-    PCI_GT_TO_GEN,
-    cpulist_to_mask,
-    cpumask_to_list,
-    finalize,
-    format_cpulist,
-    is_sentinel_bus_id,
-    link_record,
-    new_document,
-    nic_record,
-    normalize_bus_id,
-    nvlink_bw_per_link,
-    parse_cpulist,
-    pcie_bw_GBps,
-    source_record,
-    switch_record,
-    gpu_record,
-    warn,
-)
+from gpucomm.probes.facts import PCI_GT_TO_GEN, nvlink_bw_per_link, pcie_bw_GBps
+from gpucomm.probes.model import cpulist_to_mask, cpumask_to_list, finalize, format_cpulist, is_sentinel_bus_id, link_record, new_document, nic_record, normalize_bus_id, parse_cpulist, source_record, switch_record, gpu_record, warn
 
 # --------------------------------------------------------------------------------------------
 # NCCL constants (topo.h / topo.cc, NCCL_NOTES §2.1)

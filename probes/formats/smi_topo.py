@@ -46,18 +46,8 @@ import re
 from typing import Iterable, Optional
 
 from gpucomm.probes.errors import InputError
-from gpucomm.probes.model import (
-    arch_from_name,
-    canonical_cpulist,
-    gpu_record,
-    link_record,
-    new_document,
-    nic_record,
-    nvlink_bw_per_link,
-    parse_cpulist,
-    source_record,
-    warn,
-)
+from gpucomm.probes.facts import arch_from_name, nvlink_bw_per_link
+from gpucomm.probes.model import canonical_cpulist, gpu_record, link_record, new_document, nic_record, parse_cpulist, source_record, warn
 
 SOURCE_NAME = "nvidia-smi"
 EXPECTED = "`nvidia-smi topo -m` output: a header line starting with GPU0 followed by one row per device"

@@ -13,7 +13,8 @@ import re
 from typing import Optional
 
 from gpucomm.probes.sources.host import Host
-from gpucomm.probes.model import new_document, nic_rate_gbps, nic_record, source_record, warn
+from gpucomm.probes.facts import nic_rate_gbps
+from gpucomm.probes.model import new_document, nic_record, source_record, warn
 from gpucomm.probes.sources.sysfs import PciTree, merge_switch, nearest_bdf
 
 IB_CLASS = "/sys/class/infiniband"

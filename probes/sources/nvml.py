@@ -25,9 +25,8 @@ from typing import Any, Callable, Optional
 
 from gpucomm.probes.errors import InputError
 from gpucomm.probes.sources.host import Host
-from gpucomm.probes.model import (arch_from_name, canonical_cpulist, parse_cpulist, cpu_id, format_cpulist, gpu_id, gpu_record,
-                    is_sentinel_bus_id, link_record, new_document, normalize_bus_id, nvlink_bw_per_link,
-                    source_record, switch_record, warn)
+from gpucomm.probes.facts import arch_from_name, nvlink_bw_per_link
+from gpucomm.probes.model import canonical_cpulist, parse_cpulist, cpu_id, format_cpulist, gpu_id, gpu_record, is_sentinel_bus_id, link_record, new_document, normalize_bus_id, source_record, switch_record, warn
 
 NVML_SCHEMA = "gpucomm.nvml/v1"
 NVS_ID = "NVS"  # one NVSwitch node standing for switches we cannot see (VMs, containers)

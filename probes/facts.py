@@ -1,0 +1,437 @@
+"""One function per fact, and one documented default for each: every probe, reader and planner
+asks here, so that a fact cannot be computed two ways.
+
+Bandwidths are GB/s (1e9 bytes per second), one direction, as NCCL's graph and nccl-tests use them;
+NIC rates are Gb/s.  Sources cited are NCCL 2.30 (src/graph/topo.h, topo.cc, xml.cc), the Linux
+kernel's sysfs ABI and the IB verbs/rdma-core conventions.
+
+Where a value is unknown the function returns None; the caller that needs a number takes the one
+default defined here (``DEFAULT_*`` / ``default_*``) and states it with :func:`assumption` text, so
+that every command says the same thing the same way.  :class:`gpucomm.probes.topology.Topology`
+is the one place that applies them to a document.
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Optional
+
+# --------------------------------------------------------------------------------------------
+# Numbers from documents: documents come from users, so a field may hold anything.
+MAX_SANE = 1e7   # GB/s, Gb/s, counts: anything larger is a corrupt value, not a machine
+
+
+def number(v: Any) -> Optional[float]:
+    """A usable non-negative finite number, else None (strings, bools, NaN, negative or absurd
+    values are never trusted).
+
+    >>> number(12), number("12"), number(float("nan")), number(-1), number(True)
+    (12.0, None, None, None, None)
+    """
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    try:
+        f = float(v)
+    except OverflowError:   # an int too large for a float
+        return None
+    if not math.isfinite(f) or f < 0 or f > MAX_SANE:
+        return None
+    return f
+
+
+def integer(v: Any) -> Optional[int]:
+    """An int (not a bool), else None."""
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+# --------------------------------------------------------------------------------------------
+# GPU: compute capability and architecture
+def compute_capability(value: Any) -> Optional[int]:
+    """A compute capability in any spelling a document or tool uses -> NCCL's ``sm``
+    (major*10 + minor), else None.
+
+    ``"9.0"``, ``"9"``, ``[9, 0]``, ``(9, 0)``, ``9.0``, ``"sm_90"``, ``"sm90"``, ``"90"`` and ``90``
+    all give 90 (NCCL XML ``<gpu sm="90">``, NVML's (major, minor), nvidia-smi's ``9.0``).
+
+    >>> [compute_capability(v) for v in ("9.0", [9, 0], 8.6, "sm_100", 70, "x", None)]
+    [90, 90, 86, 100, 70, None, None]
+    """
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        if len(value) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in value):
+            major, minor = value
+            return major * 10 + minor if 0 < major < 100 and 0 <= minor < 10 else None
+        return None
+    if isinstance(value, int):
+        return value if 10 <= value < 1000 else value * 10 if 0 < value < 10 else None
+    if isinstance(value, float):
+        if not math.isfinite(value) or not 0 < value < 100:
+            return None
+        return int(round(value * 10))
+    if isinstance(value, str):
+        s = value.strip().lower()
+        m = re.fullmatch(r"(?:sm_?)?(\d{1,2})\.(\d)", s)
+        if m:
+            return int(m.group(1)) * 10 + int(m.group(2))
+        m = re.fullmatch(r"(?:sm_?)?(\d{1,3})", s)
+        if m:
+            v = int(m.group(1))
+            return v if v >= 10 else v * 10 if v > 0 else None
+    return None
+
+
+def format_compute_capability(sm: Optional[int]) -> Optional[str]:
+    """90 -> ``"9.0"`` (the document's spelling), None -> None."""
+    return None if sm is None else f"{sm // 10}.{sm % 10}"
+
+
+# Architecture by GPU name (for captures that only give a name).  First match wins.
+_ARCH_BY_NAME = [
+    (r"GB200|GB300|B200|B100|B300|RTX 50\d\d|RTX PRO 6000 Blackwell", "blackwell", 100),
+    (r"H100|H200|H800|H20\b|GH200|H100 NVL", "hopper", 90),
+    (r"RTX 40\d\d|RTX \d+ Ada|L40|L4\b|L20|RTX 4000 Ada|RTX 6000 Ada", "ada", 89),
+    (r"A100|A800|A30\b|A10\b|A10G|A40|A16|A2\b|RTX 30\d\d|RTX A\d+|A6000|A5000|A4000", "ampere", 80),
+    (r"V100|TITAN V|Quadro GV100", "volta", 70),
+    (r"T4\b|RTX 20\d\d|Quadro RTX|TITAN RTX", "turing", 75),
+    (r"P100|P40|P4\b|GTX 10\d\d|TITAN X", "pascal", 60),
+    (r"K40|K80|K20", "kepler", 35),
+    (r"MI300|MI325|MI355", "cdna3", None),
+    (r"MI250|MI210|MI200", "cdna2", None),
+    (r"MI100", "cdna1", None),
+]
+# sm of the parts of an architecture that are not its x.0
+_SM_EXCEPTIONS = [(r"A10G|A10\b|A40|A16|A2\b|RTX 30\d\d|RTX A\d+|A6000|A5000|A4000", 86),
+                  (r"T4\b|RTX 20|Quadro RTX|TITAN RTX", 75)]
+_ARCH_BY_SM = [(100, "blackwell"), (90, "hopper"), (89, "ada"), (80, "ampere"), (75, "turing"), (70, "volta"),
+               (60, "pascal"), (50, "maxwell"), (30, "kepler")]
+
+
+def arch_from_name(name: Optional[str]) -> tuple[Optional[str], Optional[int]]:
+    """(arch, sm) guessed from a marketing name; (None, None) when unknown.
+
+    >>> arch_from_name("NVIDIA H100 80GB HBM3"), arch_from_name("NVIDIA A10G")
+    (('hopper', 90), ('ampere', 86))
+    """
+    if not name or not isinstance(name, str):
+        return None, None
+    for pat, arch, sm in _ARCH_BY_NAME:
+        if re.search(pat, name, re.I):
+            for p2, sm2 in _SM_EXCEPTIONS:
+                if re.search(p2, name, re.I):
+                    return arch, sm2
+            return arch, sm
+    return None, None
+
+
+def arch_from_sm(sm: Optional[int]) -> Optional[str]:
+    """Architecture name of a compute capability: 90 -> ``hopper``."""
+    if sm is None:
+        return None
+    for lo, arch in _ARCH_BY_SM:
+        if sm >= lo:
+            return arch
+    return None
+
+
+def gpu_sm(gpu: dict) -> tuple[Optional[int], Optional[str]]:
+    """(sm, where it came from) of a GPU record: its ``compute_capability`` (``"record"``), an
+    ``sm`` field (NCCL XML extras, ``"record"``), else its name (``"name"``), else (None, None)."""
+    sm = compute_capability(gpu.get("compute_capability"))
+    if sm is None:
+        sm = compute_capability(gpu.get("sm"))
+    if sm is not None:
+        return sm, "record"
+    sm = arch_from_name(gpu.get("name"))[1]
+    return (sm, "name") if sm is not None else (None, None)
+
+
+def sm_from_nvlink_count(links: int) -> Optional[int]:
+    """The oldest generation that can have ``links`` NVLinks on one GPU (P100 4, V100 6, A100 12,
+    H100 18): what a bare ``nvidia-smi topo -m`` capture still tells about its GPUs."""
+    if links <= 0:
+        return None
+    return 60 if links <= 4 else 70 if links <= 6 else 80 if links <= 12 else 90
+
+
+# --------------------------------------------------------------------------------------------
+# NVLink
+NVML_NVLINK_MAX_LINKS = 18   # nvml.h: links per GPU NVML can report (also the default for an unknown GPU)
+
+
+def max_nvlinks(sm: Optional[int]) -> int:
+    """How many NVLinks a GPU of this compute capability can have (NCCL xml.cc
+    ``ncclTopoGetXmlFromGpu``: sm<60 0, <70 4, <80 6, <90 12, else 18); unknown sm ->
+    :data:`NVML_NVLINK_MAX_LINKS`."""
+    if sm is None:
+        return NVML_NVLINK_MAX_LINKS
+    return 0 if sm < 60 else 4 if sm < 70 else 6 if sm < 80 else 12 if sm < 90 else 18
+
+
+def nvlink_bw_per_link(sm: Optional[int]) -> float:
+    """NCCL's per-link NVLink bandwidth (topo.h ``ncclTopoNVLinkBw``): sm100+ 40.1, sm90 20.6,
+    sm86 12, sm80/sm70 20, sm60 18 GB/s; unknown -> 20 (NCCL's SM80 default)."""
+    if sm is None:
+        return 20.0
+    if sm >= 100:
+        return 40.1
+    if sm >= 90:
+        return 20.6
+    if sm == 86:
+        return 12.0
+    if sm >= 70:
+        return 20.0
+    if sm >= 60:
+        return 18.0
+    return 20.0
+
+
+# --------------------------------------------------------------------------------------------
+# PCIe
+PCI_GT_TO_GEN = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
+PCI_GEN_TO_GT = {v: k for k, v in PCI_GT_TO_GEN.items()}
+# NCCL per-lane speed in 100 Mbps units (topo.cc kvDictPciGen); bw = width * speed / 80.
+NCCL_PCI_LANE = {1: 15, 2: 30, 3: 60, 4: 120, 5: 240, 6: 480}
+LOC_BW = 5000.0   # NCCL topo.h LOC_BW: a device to itself, a NIC directly under a CPU
+
+
+def pcie_bw_GBps(gen: Optional[int], width: Optional[int]) -> float:
+    """NCCL's PCIe link bandwidth: Gen3 x16 = 12, Gen4 x16 = 24, Gen5 x16 = 48 GB/s.
+    Unknown gen -> 60 (NCCL's default lane speed, Gen3); width 0/unknown -> 16."""
+    lane = NCCL_PCI_LANE.get(gen or 0, 60)
+    w = width if width else 16
+    return w * lane / 80.0
+
+
+def default_pcie_gen(sm: Optional[int]) -> int:
+    """The PCIe generation a GPU of this architecture sits on when a capture does not say:
+    Hopper/Blackwell Gen5, Ampere/Ada (and unknown) Gen4, older Gen3."""
+    if sm is None:
+        return 4
+    return 5 if sm >= 90 else 4 if sm >= 80 else 3
+
+
+# --------------------------------------------------------------------------------------------
+# CPU: identity and the inter-socket bandwidth (ncclTopoGetInterCpuBw, topo.cc:60-83)
+P9_BW, ARM_BW, AMD_BW = 32.0, 6.0, 16.0
+ERP_QPI_BW, SRP_QPI_BW, SKL_QPI_BW, BDW_QPI_BW = 40.0, 22.0, 10.0, 6.0
+YONGFENG_ZPI_BW, ZPI_BW = 9.0, 6.0
+# NCCL always knows the CPU it runs on (CPUID); a document may not.  The one default: AMD_BW, the
+# middle of the modern x86 range (Ice Lake 10 .. Sapphire Rapids 22), stated as an assumption.
+DEFAULT_INTER_CPU_BW = AMD_BW
+
+_INTEL_NAME_MODEL = [
+    # Xeon Scalable generation by SKU number -> a CPUID model of that generation.
+    (r"\b(?:Platinum|Gold|Silver|Bronze)\s*[5-9]5\d\d", 0xCF),   # 5th gen Emerald Rapids
+    (r"\b(?:Platinum|Gold|Silver|Bronze|Max)\s*[3-9]4\d\d", 0x8F),  # 4th gen Sapphire Rapids
+    (r"\bXeon\s*6\d{3}", 0xAD),                                  # Xeon 6 (Granite Rapids): SRP class
+    (r"\b(?:Platinum|Gold|Silver|Bronze)\s*[3-9]3\d\d", 0x6A),   # 3rd gen Ice Lake
+    (r"\b(?:Platinum|Gold|Silver|Bronze)\s*[3-9]2\d\d", 0x55),   # Cascade Lake
+    (r"\b(?:Platinum|Gold|Silver|Bronze)\s*[3-9]1\d\d", 0x55),   # Skylake-SP
+    (r"\bE5-\d{4}|\bE7-\d{4}", 0x4F),                            # Broadwell/Haswell
+]
+
+
+def cpu_identity(numa_record: Optional[dict], host: Optional[dict]) -> dict:
+    """``{arch, vendor, family, model, name}`` of a NUMA node's CPU, from the ``numa_nodes[]`` record
+    (an NCCL XML ``<cpu>`` carries arch/vendor/familyid/modelid) then ``host``; None where unknown.
+
+    arch is ``x86_64``/``arm64``/``ppc64``; vendor ``intel``/``amd``/``zhaoxin`` or as given
+    (``GenuineIntel`` and ``AuthenticAMD`` as CPUID spells them are understood); an Intel Xeon
+    model *name* gives a CPUID model of its generation when the id is missing."""
+    info: dict = {"arch": None, "vendor": None, "family": None, "model": None, "name": None}
+    for src in (numa_record or {}, host or {}):
+        if not isinstance(src, dict):
+            continue
+        for key, names in (("arch", ("arch", "cpu_arch")), ("vendor", ("vendor", "cpu_vendor")),
+                           ("family", ("familyid", "family", "cpu_family")),
+                           ("model", ("modelid", "model_id", "cpu_model_id")),
+                           ("name", ("cpu_model", "model_name"))):
+            if info[key] is not None:
+                continue
+            for nm in names:
+                v = src.get(nm)
+                if v is not None and v != "" and not isinstance(v, (dict, list, bool)):
+                    info[key] = v
+                    break
+    for key in ("family", "model"):
+        v = info[key]
+        if isinstance(v, str):
+            try:
+                info[key] = int(v, 0)
+            except ValueError:
+                info[key] = None
+        elif not isinstance(v, int):
+            info[key] = None
+    vendor = str(info["vendor"] or "").lower()
+    name = str(info["name"] or "")
+    if not vendor and name:
+        low = name.lower()
+        vendor = "intel" if "intel" in low or "xeon" in low else "amd" if ("amd" in low or "epyc" in low) else ""
+        if "grace" in low or "neoverse" in low or "ampere" in low:
+            info["arch"] = info["arch"] or "arm64"
+    if "intel" in vendor:
+        info["vendor"] = "intel"
+    elif "amd" in vendor:
+        info["vendor"] = "amd"
+    elif "centaur" in vendor or "shanghai" in vendor or "zhaoxin" in vendor:
+        info["vendor"] = "zhaoxin"
+    else:
+        info["vendor"] = vendor or None
+    arch = str(info["arch"] or "").lower()
+    if arch in ("x86_64", "amd64", "x86"):
+        info["arch"] = "x86_64"
+    elif arch in ("arm64", "aarch64", "arm"):
+        info["arch"] = "arm64"
+    elif arch.startswith("ppc") or arch.startswith("power"):
+        info["arch"] = "ppc64"
+    elif info["vendor"] in ("intel", "amd", "zhaoxin"):
+        info["arch"] = "x86_64"
+    else:
+        info["arch"] = arch or None
+    if info["vendor"] == "intel" and info["model"] is None and name:
+        for pat, model in _INTEL_NAME_MODEL:
+            if re.search(pat, name, re.I):
+                info["model"], info["family"] = model, 6
+                break
+    return info
+
+
+def inter_cpu_bw(cpu: dict) -> Optional[float]:
+    """NCCL's SMP bandwidth out of a CPU (``ncclTopoGetInterCpuBw``) for a :func:`cpu_identity`:
+    POWER 32, ARM 6, Intel by CPUID model (Emerald Rapids 40, Sapphire Rapids 22, Skylake..Ice
+    Lake 10, older 6), AMD 16, Zhaoxin Yongfeng 9 / others 6.  None when the CPU is not identified
+    (NCCL would know it); the caller then takes :data:`DEFAULT_INTER_CPU_BW` and says so.
+
+    >>> inter_cpu_bw({"arch": "x86_64", "vendor": "intel", "family": 6, "model": 0x8F})
+    22.0
+    >>> inter_cpu_bw({"arch": None, "vendor": None, "family": None, "model": None}) is None
+    True
+    """
+    arch, vendor, model, family = cpu.get("arch"), cpu.get("vendor"), cpu.get("model"), cpu.get("family")
+    if arch == "ppc64":
+        return P9_BW
+    if arch == "arm64":
+        return ARM_BW
+    if vendor == "intel":
+        if model is None:
+            return None
+        if family == 6 or family is None:
+            return ERP_QPI_BW if model >= 0xCF else SRP_QPI_BW if model >= 0x8F else \
+                SKL_QPI_BW if model >= 0x55 else BDW_QPI_BW
+        return BDW_QPI_BW
+    if vendor == "amd":
+        return AMD_BW
+    if vendor == "zhaoxin":
+        return YONGFENG_ZPI_BW if (family == 7 and model == 0x5B) else ZPI_BW
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# NICs: rate, state, RDMA
+def port_active(state: Any) -> bool:
+    """An IB/RoCE port state (``4: ACTIVE``, ``ACTIVE``, ``PORT_ACTIVE``) that carries traffic."""
+    return str(state or "").strip().upper().endswith("ACTIVE")
+
+
+def _ports(nic: dict) -> list:
+    ports = nic.get("ports")
+    return [p for p in ports if isinstance(p, dict)] if isinstance(ports, list) else []
+
+
+def nic_rate_gbps(nic: dict) -> Optional[float]:
+    """A NIC's rate in Gb/s: the best ACTIVE port, else the best port of any state; None when no
+    port gives a usable rate.
+
+    >>> nic_rate_gbps({"ports": [{"state": "DOWN", "rate_gbps": 400}, {"state": "ACTIVE", "rate_gbps": 200}]})
+    200.0
+    """
+    ports = _ports(nic)
+    act = [number(p.get("rate_gbps")) for p in ports if port_active(p.get("state"))]
+    anyp = [number(p.get("rate_gbps")) for p in ports]
+    vals = [v for v in act if v] or [v for v in anyp if v]
+    return max(vals) if vals else None
+
+
+def default_nic_gbps(sm: Optional[int]) -> float:
+    """The one default rate of a NIC whose rate is unknown: the rail NIC of the GPU generation
+    (Hopper and later 400 Gb/s NDR, Ampere 200 Gb/s HDR, older or unknown 100 Gb/s EDR).  NCCL's own
+    fallback (10 Gb/s) only applies when a net plugin reports nothing, which a real NIC never does."""
+    if sm is None:
+        return 100.0
+    return 400.0 if sm >= 90 else 200.0 if sm >= 80 else 100.0
+
+
+def nic_is_up(nic: dict) -> bool:
+    """False when the NIC lists ports and none is ACTIVE (an unplugged or down HCA)."""
+    ports = _ports(nic)
+    return not ports or any(port_active(p.get("state")) for p in ports)
+
+
+def nic_active_ports(nic: dict) -> list[int]:
+    """Port numbers NCCL would use (the ACTIVE ones; else the first known port; else port 1)."""
+    ports = _ports(nic)
+    act = [p.get("port") for p in ports if port_active(p.get("state")) and integer(p.get("port")) is not None]
+    if act:
+        return sorted(act)
+    known = [p.get("port") for p in ports if integer(p.get("port")) is not None]
+    return sorted(known)[:1] or [1]
+
+
+# RDMA (verbs) device names: mlx4_/mlx5_ (NVIDIA/Mellanox, incl. mlx5_bond_0), bnxt_re (Broadcom),
+# irdma (Intel), efa (AWS), qedr, hfi1, rxe/siw (soft RoCE/iWARP), erdma, ionic, cxgb4, hns, and
+# rdma-core's persistent names (rocep49s0, ibp12s0...).  ``nvidia-smi topo -m`` lists NICs by these
+# names only, so a capture's NIC legend names RDMA devices.
+_RDMA_NAME_RE = re.compile(r"^(mlx\d+_|bnxt_re|irdma|efa|qedr|hfi\d|rxe|siw|erdma|ionic_|cxgb|hns_?\d|roce[ps]|ibp)",
+                           re.I)
+
+
+def nic_is_rdma(nic: dict) -> bool:
+    """An RDMA device (InfiniBand HCA, RoCE or EFA port: NCCL's IB/net plugin) rather than a plain
+    interface for NCCL's socket transport.  In order, the first that applies decides:
+
+    1. the probes' own ``rdma`` flag (sysfs knows);
+    2. a non-zero node ``guid``: only RDMA devices have one (``/sys/class/infiniband/*/node_guid``);
+       a record named after its own netdev (``eno1``) is the plain interface;
+    3. link layer InfiniBand, or IB-style ``ports`` (the ib probe lists ports of RDMA devices only);
+    4. PCI ids of an RDMA controller: class 0x0207 (InfiniBand), vendor 0x15b3 (Mellanox/NVIDIA
+       ConnectX, RoCE in Ethernet mode), AWS EFA (0x1d0f:0xefa*);
+    5. an RDMA device name (``mlx5_0``, ``efa0``, ``rocep49s0``, ...);
+    otherwise a plain interface (``eno1``, ``eth0``).
+
+    >>> nic_is_rdma({"name": "eth0", "guid": "0x1234"}), nic_is_rdma({"name": "eth0", "netdev": "eth0"})
+    (True, False)
+    """
+    flag = nic.get("rdma")
+    if isinstance(flag, bool):
+        return flag
+    guid = str(nic.get("guid") or "").lower().replace("0x", "").replace(":", "").strip()
+    if guid.strip("0"):
+        return True
+    if nic.get("netdev") and nic.get("name") == nic.get("netdev"):
+        return False   # a record named after its interface (``eno1``) is the interface itself
+    if str(nic.get("link_layer") or "").lower() == "infiniband" or _ports(nic):
+        return True
+    ids = nic.get("pci_ids") if isinstance(nic.get("pci_ids"), dict) else {}
+    cls, vendor = str(ids.get("class") or "").lower(), str(ids.get("vendor") or "").lower()
+    device = str(ids.get("device") or "").lower()
+    if cls.startswith("0x0207") or vendor == "0x15b3" or (vendor == "0x1d0f" and device.startswith("0xefa")):
+        return True
+    return bool(_RDMA_NAME_RE.match(str(nic.get("name") or "")))
+
+
+# --------------------------------------------------------------------------------------------
+# Named assumptions: the one wording of each default, used by every command's output.
+def assumption(kind: str, **kw: Any) -> str:
+    """The sentence a command prints when it had to use a default (one wording per fact)."""
+    if kind == "cpu":
+        return f"CPU model unknown: inter-socket (SYS) bandwidth assumed {DEFAULT_INTER_CPU_BW:g} GB/s"
+    if kind == "nic-rate":
+        return (f"NIC speed unknown ({', '.join(kw['names'])}): assumed {kw['gbps']:g} Gb/s, typical for the "
+                f"GPU generation")
+    if kind == "pcie":
+        return f"PCIe link bandwidth unknown: assumed Gen{kw['gen']} x16 ({pcie_bw_GBps(kw['gen'], 16):g} GB/s)"
+    if kind == "sm":
+        return (f"GPU compute capability unknown: sm{kw['sm']} assumed ({kw['why']}; per-link NVLink bandwidth "
+                f"and PCIe generation of that class)")
+    raise ValueError(kind)
