@@ -81,6 +81,11 @@ def compute_capability(value: Any) -> Optional[int]:
     return None
 
 
+# The one default compute capability: NCCL's for a GPU it cannot identify (and what ncclsim assumes),
+# whose NVLink and PCIe constants are also the defaults of nvlink_bw_per_link and default_pcie_gen.
+DEFAULT_SM = 80
+
+
 def format_compute_capability(sm: Optional[int]) -> Optional[str]:
     """90 -> ``"9.0"`` (the document's spelling), None -> None."""
     return None if sm is None else f"{sm // 10}.{sm % 10}"
@@ -144,14 +149,6 @@ def gpu_sm(gpu: dict) -> tuple[Optional[int], Optional[str]]:
         return sm, "record"
     sm = arch_from_name(gpu.get("name"))[1]
     return (sm, "name") if sm is not None else (None, None)
-
-
-def sm_from_nvlink_count(links: int) -> Optional[int]:
-    """The oldest generation that can have ``links`` NVLinks on one GPU (P100 4, V100 6, A100 12,
-    H100 18): what a bare ``nvidia-smi topo -m`` capture still tells about its GPUs."""
-    if links <= 0:
-        return None
-    return 60 if links <= 4 else 70 if links <= 6 else 80 if links <= 12 else 90
 
 
 # --------------------------------------------------------------------------------------------
@@ -432,6 +429,6 @@ def assumption(kind: str, **kw: Any) -> str:
     if kind == "pcie":
         return f"PCIe link bandwidth unknown: assumed Gen{kw['gen']} x16 ({pcie_bw_GBps(kw['gen'], 16):g} GB/s)"
     if kind == "sm":
-        return (f"GPU compute capability unknown: sm{kw['sm']} assumed ({kw['why']}; per-link NVLink bandwidth "
-                f"and PCIe generation of that class)")
+        return (f"GPU compute capability unknown: sm{kw['sm']} assumed ({kw['why']}; NCCL's per-link NVLink "
+                f"bandwidth, PCIe generation and tuning of that class)")
     raise ValueError(kind)

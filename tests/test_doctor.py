@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from conftest import CAPTURES, FIXTURES, HOSTS, ROOT, run_cli
 
-from gpucomm.planners.health.doctor import RULES, SCHEMA, clean_document, expected_pair_bw, nvlink_totals, run_doctor
+from gpucomm.planners.health.doctor import RULES, SCHEMA, expected_pair_bw, nvlink_totals, run_doctor
+from gpucomm.probes.topology import clean_document
 from gpucomm.probes.load import load_topology
 
 FAULTS = FIXTURES / "faults"
@@ -124,6 +125,8 @@ def test_degraded_host_findings_name_the_faults():
 # --------------------------------------------------------------------------------------------
 # real captures: what they really show, and nothing else
 CAPTURE_EXPECTED = {
+    # rocep49s0 (an rdma-core RoCE name: RDMA by facts.nic_is_rdma) is on the other socket
+    "topo/01_a100-sxm4-80gb-x4_rocep.txt": {("nic-numa-mismatch", "info", f"GPU{i}") for i in range(4)},
     # the only NIC(s) sit on socket 0: GPUs on the other socket reach them through SYS (info)
     "topo/06_v100-sxm2-x8_18nic-mlx5_drv450.txt": {("nic-numa-mismatch", "info", f"GPU{i}") for i in range(4, 8)},
     "topo/07_v100-sxm2-x8_nv1nv2_1nic.txt": {("nic-numa-mismatch", "info", f"GPU{i}") for i in range(8)},
@@ -206,15 +209,15 @@ def test_live_doctor_runs_here():
 # helpers
 def test_nvlink_totals_sources():
     deg = load_topology(str(FAULTS / "nvlink-down-nvml.json"))
-    t = nvlink_totals(clean_document(deg))
+    t = nvlink_totals(clean_document(deg)[0])
     assert t["GPU0"][:2] == (11, "nvml") and t["GPU1"][:2] == (12, "nvml")
     cap = load_topology(str(CAPTURES / "topo" / "47_h100-x8_nv17-nv18-mixed_node.txt"))
-    t = nvlink_totals(clean_document(cap))
+    t = nvlink_totals(clean_document(cap)[0])
     assert t["GPU2"][0] == 17 and t["GPU0"][0] == 18
 
 
 def test_expected_pair_bw():
-    doc = clean_document(load_topology(str(FAULTS / "pcie-4gpu-healthy.json")))
+    doc = clean_document(load_topology(str(FAULTS / "pcie-4gpu-healthy.json")))[0]
     g = {x["index"]: x for x in doc["gpus"]}
     assert expected_pair_bw(doc, g[0], g[1]) == pytest.approx(12 * 20.6)   # NV12 bridge, NCCL SM90 constant
     assert expected_pair_bw(doc, g[0], g[2]) is None                      # SYS: not judged

@@ -14,6 +14,7 @@ import pytest
 
 from conftest import run_cli
 from gpucomm.commands.plan import build_full_plan
+from gpucomm.probes import facts
 from gpucomm.planners.launch import env as penv
 from gpucomm.planners.launch import scripts as launch
 from gpucomm.planners.placement import layout as pl
@@ -423,9 +424,9 @@ def test_smi_capture_nics_are_rdma_devices():
     assert not any("without RDMA" in w for w in plan["warnings"])
     assert [lr["nics"] for lr in plan["local_ranks"]] == [[f"mlx5_{i}"] for i in range(8)]
     # a plain interface stays plain
-    assert not pl.is_rdma({"name": "eno1", "netdev": "eno1", "ports": []})
-    assert not pl.is_rdma({"name": "mlx5_0", "rdma": False})
-    assert pl.is_rdma({"name": "mlx5_bond_0", "ports": []}) and pl.is_rdma({"name": "rocep49s0f0"})
+    assert not facts.nic_is_rdma({"name": "eno1", "netdev": "eno1", "ports": []})
+    assert not facts.nic_is_rdma({"name": "mlx5_0", "rdma": False})
+    assert facts.nic_is_rdma({"name": "mlx5_bond_0", "ports": []}) and facts.nic_is_rdma({"name": "rocep49s0f0"})
 
 
 def test_rankfile_rank_without_cpus_gets_every_core_not_every_thread():

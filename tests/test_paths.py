@@ -17,7 +17,8 @@ from gpucomm.probes.load import load_topology
 from gpucomm.probes.matrix import compute_matrix
 from gpucomm.probes.model import finalize, gpu_record, link_record, new_document, nic_record, switch_record
 
-from gpucomm.planners.nccl.graph import build_graph, cpu_info, graph_from_matrix, inter_cpu_bw
+from gpucomm.planners.nccl.graph import build_graph, graph_from_matrix
+from gpucomm.probes.topology import Topology
 from gpucomm.planners.nccl.search import nvswitch_document
 from gpucomm.planners.nccl.paths import RANK, compute_path_set, compute_paths, path_table
 
@@ -104,7 +105,7 @@ def test_inter_cpu_bandwidth_by_cpu_model(host, numa, expected):
     doc["host"].update(host)
     if numa:
         doc["numa_nodes"] = [dict(id=0, cpus="0-3", **numa), dict(id=1, cpus="4-7", **numa)]
-    assert inter_cpu_bw(cpu_info(doc, 0)) == expected
+    assert Topology.of(doc).cpu_for(0).sys_bw == expected
 
 
 def test_sys_link_from_cpu_model_and_measured_override():

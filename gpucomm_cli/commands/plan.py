@@ -394,16 +394,16 @@ def synth(
     import yaml
 
     from gpucomm.planners.placement.cluster import synth_cluster
-    from gpucomm.planners.placement.layout import compute_nics, is_rdma
+    from gpucomm.planners.placement.layout import compute_nics
     from gpucomm.probes.errors import InputError
+    from gpucomm.probes.facts import nic_is_rdma, nic_rate_gbps
     from gpucomm.probes.load import load_topology
-    from gpucomm.probes.facts import nic_rate_gbps
 
     from gpucomm.render.output import chosen_format, write_text
 
     doc = load_topology(node)  # the node must load, and gives the uplink speed
     nics = {n["name"]: n for n in doc.get("nics") or [] if isinstance(n, dict) and n.get("name")}
-    rate = sum((nic_rate_gbps(n) or 0) for n in compute_nics(nics).values() if is_rdma(n))
+    rate = sum((nic_rate_gbps(n) or 0) for n in compute_nics(nics).values() if nic_is_rdma(n))
     src = node
     if out_dir is not None and not node.startswith("example:"):
         src = os.path.relpath(os.path.abspath(node), os.path.abspath(out_dir))

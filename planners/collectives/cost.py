@@ -38,11 +38,12 @@ send_recv are not tuned by NCCL (point-to-point); their model is an explicit bou
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Optional, Sequence, Union
 
+from gpucomm.probes import facts
 from gpucomm.probes.errors import InputError, NothingToDo, PlanInfeasible, TopologyError
+from gpucomm.probes.topology import Topology
 from gpucomm.probes.units import busbw_factor, normalize_collective
 
 # --------------------------------------------------------------------------------------------
@@ -503,168 +504,69 @@ def _p2p_row(g: CommGraph, coll: str, size: int, dtype_bytes: int) -> dict:
 
 
 # --------------------------------------------------------------------------------------------
-# Topology document -> CommGraph
-def _cc_of(gpu: dict) -> Optional[int]:
-    cc = gpu.get("compute_capability")
-    if isinstance(cc, str):
-        m = re.match(r"^\s*(\d+)\.(\d+)\s*$", cc)
-        if m:
-            return int(m.group(1)) * 10 + int(m.group(2))
-    from gpucomm.probes.facts import arch_from_name
-
-    return arch_from_name(gpu.get("name"))[1]
-
-
-def _cpu_vendor(doc: dict) -> Optional[str]:
-    v = str((doc.get("host") or {}).get("cpu_vendor") or (doc.get("host") or {}).get("cpu_model") or "").lower()
-    if "amd" in v or "epyc" in v:
-        return "amd"
-    if "intel" in v or "xeon" in v:
-        return "intel"
-    return v or None
-
-
-def _cpu_arch(doc: dict) -> str:
-    a = str((doc.get("host") or {}).get("cpu_arch") or "").lower()
-    if a.startswith(("ppc", "power")):
-        return "power"
-    if a.startswith(("aarch64", "arm")):
-        return "arm"
-    return "x86"
-
-
-# Max NVLinks per GPU by compute capability (a GPU-GPU total above it means an NVSwitch fabric).
-_MAX_NVLINKS = ((100, 18), (90, 18), (80, 12), (70, 6), (60, 4))
-
-
-def _max_links(cc: Optional[int]) -> int:
-    for lo, n in _MAX_NVLINKS:
-        if cc is not None and cc >= lo:
-            return n
-    return 18
-
-
+# Topology -> CommGraph
 @dataclass
 class NodeFacts:
-    """What :func:`summarize` reads from one node's topology (selected GPUs only)."""
+    """What :func:`summarize` reads from one node's topology (selected GPUs only), all taken from the
+    typed view (:class:`gpucomm.probes.topology.Topology`)."""
 
-    gpus: list
-    ids: list
-    cc: int
+    topo: Topology
+    gpus: list            # the selected GPUs (topology.GPU)
+    ids: list             # their graph ids
+    cc: int               # the oldest compute capability (NCCL tunes for the minimum)
     cc_max: int
     nvswitch: bool
     nvs_bw: dict          # gpu id -> GB/s to the NVSwitch fabric
     nvl_pair: dict        # (id, id) -> GB/s of direct NVLink
-    pcie_bw: dict         # gpu id -> GB/s (NCCL units)
+    pcie_bw: dict         # gpu id -> GB/s the GPU's PCIe link delivers (max speed, trained width)
     numa: dict            # gpu id -> numa node or None
-    nics: list            # [(name, rate GB/s or None, numa)]
+    nics: list            # [(name, GB/s, numa)]: rate from the topology, or the view's named default
     cpu_vendor: Optional[str]
     cpu_arch: str
     cc_known: bool = True
 
 
-def node_facts(doc: dict, gpus: Optional[Sequence[int]] = None) -> NodeFacts:
-    from gpucomm.probes.facts import nic_rate_gbps, nvlink_bw_per_link, pcie_bw_GBps
-    from gpucomm.probes.model import gpu_id
+# The CPU architecture names of NCCL's tuning tables (tuning.cc: x86 / power / arm)
+_TUNING_ARCH = {"x86_64": "x86", "ppc64": "power", "arm64": "arm"}
 
-    all_gpus = sorted(doc.get("gpus") or [], key=lambda x: x["index"])
-    if not all_gpus:
-        from gpucomm.probes.errors import NothingToDo
 
+def node_facts(doc: Union[Topology, dict], gpus: Optional[Sequence[int]] = None) -> NodeFacts:
+    topo = Topology.of(doc)
+    if not topo.gpus:
         raise NothingToDo("topology has no GPUs")
+    try:
+        sel = topo.select(gpus)
+    except KeyError as e:
+        raise InputError(f"--gpus: no GPU {e.args[0]} in the topology",
+                         expected="indices among " + ",".join(str(g.index) for g in topo.gpus)) from None
     if gpus is not None:
-        by_index = {x["index"]: x for x in all_gpus}
-        missing = [i for i in gpus if i not in by_index]
-        if missing:
-            raise InputError(f"--gpus: no GPU {missing[0]} in the topology",
-                             expected="indices among " + ",".join(str(i) for i in sorted(by_index)))
-        sel = [by_index[i] for i in gpus]
-    else:
-        sel = all_gpus
-    ids = [gpu_id(x) for x in sel]
-    ccs = [c for c in (_cc_of(x) for x in sel) if c]
-    cc_guess = None
-    if not ccs:
-        # No name/compute capability (a bare nvidia-smi capture): the NVLink count per pair bounds the
-        # generation from below -- more than 12 links means Hopper or later, more than 6 Ampere or later.
-        counts = [int(l.get("count") or 0) for l in doc.get("links") or [] if l.get("kind") == "nvlink"]
-        top = max(counts, default=0)
-        cc_guess = 90 if top > 12 else 80 if top > 6 else None
-    cc = min(ccs) if ccs else (cc_guess or 80)
+        order = {g.index: g for g in sel}
+        sel = [order[i] for i in gpus]
+    ids = [g.id for g in sel]
+    ccs = [g.sm for g in sel if g.sm]
+    cc_known = all(g.sm_source in ("record", "name") for g in sel)
+    cc = min(ccs) if ccs else facts.DEFAULT_SM
+    if not ccs:   # AMD GPUs (RCCL): NCCL's tables at NCCL's default stand in
+        topo.assume(facts.assumption("sm", sm=cc, why=f"{sel[0].vendor} GPUs have none"))
     cc_max = max(ccs) if ccs else cc
-    per_link = nvlink_bw_per_link(cc)
-    switch_ids = {s["id"] for s in doc.get("switches") or [] if s.get("kind") == "nvswitch"}
+    fab = topo.nvlink
     idset = set(ids)
-    all_ids = {gpu_id(x) for x in all_gpus}
-    nvs_bw: dict = {}
-    nvl_pair: dict = {}
-    nvl_count: dict = {}
-    for l in doc.get("links") or []:
-        if l.get("kind") != "nvlink":
-            continue
-        a, b = l.get("a"), l.get("b")
-        cnt = l.get("count") or 0
-        bw = l.get("measured_bw_GBps") or (cnt * per_link if cnt else l.get("bw_GBps") or 0.0)
-        if a in idset and (b in switch_ids or b == "NVS"):
-            nvs_bw[a] = nvs_bw.get(a, 0.0) + bw
-        elif b in idset and (a in switch_ids or a == "NVS"):
-            nvs_bw[b] = nvs_bw.get(b, 0.0) + bw
-        elif a in all_ids and b in all_ids:
-            key = (a, b) if a < b else (b, a)
-            # links may be listed once per direction or once per pair: keep the largest
-            nvl_pair[key] = max(nvl_pair.get(key, 0.0), bw)
-            nvl_count[key] = max(nvl_count.get(key, 0), cnt)
-    nvswitch = bool(nvs_bw)
-    if not nvswitch and len(sel) > 2:
-        # nvidia-smi captures show NV# to every peer on NVSwitch systems; more links in total than a
-        # GPU has means a switch fabric (HGX: NV18 x 7 peers on an 18-link H100).
-        totals = {i: sum(c for (x, y), c in nvl_count.items() if i in (x, y)) for i in ids}
-        full = all(((a, b) if a < b else (b, a)) in nvl_pair for a in ids for b in ids if a != b)
-        if full and totals and min(totals.values()) > _max_links(cc):
-            nvswitch = True
-            for i in ids:
-                nvs_bw[i] = max(c for (x, y), c in nvl_count.items() if i in (x, y)) * per_link
+    nvs_bw = {i: (m if m is not None else bw) for i, (_n, bw, m) in fab.nvs.items() if i in idset}
+    nvl_pair = {k: (m if m is not None else bw) for k, (_n, bw, m) in fab.pairs.items()}
     pcie_bw: dict = {}
-    for x, i in zip(sel, ids):
-        p = x.get("pcie") or {}
-        if p.get("gen") or p.get("width"):
-            pcie_bw[i] = pcie_bw_GBps(p.get("gen"), p.get("width"))
-    for l in doc.get("links") or []:
-        if l.get("kind") == "pcie" and l.get("a") in idset and l.get("a") not in pcie_bw:
-            pcie_bw[l["a"]] = float(l.get("measured_bw_GBps") or l.get("bw_GBps") or 0.0) or None
-    for i in ids:
-        if not pcie_bw.get(i):
-            # A capture without PCIe details: the generation the architecture ships with, x16.
-            pcie_bw[i] = pcie_bw_GBps(5 if cc >= 90 else 4 if cc >= 80 else 3, 16)
-    numa = {i: x.get("numa_node") for x, i in zip(sel, ids)}
-    nics = []
-    for nic in doc.get("nics") or []:
-        r = nic_rate_gbps(nic)
-        nics.append((nic["name"], (r / 8.0) if r else None, nic.get("numa_node")))
-    return NodeFacts(sel, ids, cc, cc_max, nvswitch, nvs_bw, nvl_pair, pcie_bw, numa, nics,
-                     _cpu_vendor(doc), _cpu_arch(doc), cc_known=bool(ccs))
-
-
-# PCIe bandwidth of last resort (NCCL's unknown-speed default: Gen3 x16 = 12); node_facts fills a
-# per-architecture default first (Hopper+ Gen5, Ampere/Ada Gen4, older Gen3, all x16).
-DEFAULT_PCI_BW = 12.0
-# Inter-socket bandwidth NCCL assumes when it cannot identify the CPU generation (NCCL_NOTES §2.1:
-# AMD 16, Intel from SKL on 10; the older BDW value 6 is not used as a default here).
-INTER_CPU_BW = {"amd": 16.0, "intel": 10.0}
-
-
-def _pair_bw(f: NodeFacts, a: str, b: str) -> tuple[float, str]:
-    """(bw GB/s, path type) between two GPUs of a node: NVLink (direct or switch) else PCIe/SMP."""
-    if f.nvswitch and a in f.nvs_bw and b in f.nvs_bw:
-        return min(f.nvs_bw[a], f.nvs_bw[b]), "NVL"
-    key = (a, b) if a < b else (b, a)
-    if key in f.nvl_pair and f.nvl_pair[key] > 0:
-        return f.nvl_pair[key], "NVL"
-    bw = min(f.pcie_bw.get(a) or DEFAULT_PCI_BW, f.pcie_bw.get(b) or DEFAULT_PCI_BW)
-    na, nb = f.numa.get(a), f.numa.get(b)
-    if na is not None and nb is not None and na != nb:
-        return min(bw, INTER_CPU_BW.get(f.cpu_vendor or "", 10.0)), "SYS"
-    return bw, "PHB"
+    pcie_links = {l.a: l for l in topo.links if l.kind == "pcie"}
+    for g in sel:
+        bw = g.pcie.usable_bw_GBps if g.pcie else None
+        if bw is None and g.id in pcie_links:
+            lk = pcie_links[g.id]
+            bw = lk.measured_bw_GBps or lk.bw_GBps
+        pcie_bw[g.id] = bw or topo.default_pcie_bw()
+    numa = {g.id: g.numa_node for g in sel}
+    nics = [(n.name, topo.nic_gbps(n) / 8.0, n.numa_node) for n in topo.nics]
+    # NCCL tunes for its first CPU node (ncclTopoCpuType: system->nodes[CPU].nodes[0])
+    cpu = topo.cpu_for(min((c.numa for c in topo.cpus.values() if c.numa is not None), default=None))
+    return NodeFacts(topo, sel, ids, cc, cc_max, fab.nvswitch and bool(nvs_bw), nvs_bw, nvl_pair, pcie_bw, numa, nics,
+                     cpu.vendor, _TUNING_ARCH.get(cpu.arch or "", "x86"), cc_known=cc_known)
 
 
 def _ladder_pick(bw: float, ladder: Sequence[float]) -> Optional[float]:
@@ -672,34 +574,6 @@ def _ladder_pick(bw: float, ladder: Sequence[float]) -> Optional[float]:
         if s <= bw + 1e-9:
             return float(s)
     return None
-
-
-def _estimate_ring(f: NodeFacts) -> dict:
-    """A coarse stand-in for NCCL's ring search when gpucomm.planners.nccl.search is unavailable: one ring in
-    GPU index order (NCCL's first try, FORCED_ORDER_PCI), as many channels as the narrowest hop holds
-    at the best ladder speed, then ncclTopoDupChannels (NCCL_NOTES §4.2 step 7)."""
-    ids = f.ids
-    if len(ids) == 1:
-        return {"channels": 1, "bw_intra": 5000.0, "bw_inter": 5000.0, "type_intra": "LOC",
-                "type_inter": "PIX", "pattern": "RING", "source": "estimate"}
-    hops = [_pair_bw(f, ids[i], ids[(i + 1) % len(ids)]) for i in range(len(ids))]
-    hop_bw = min(b for b, _ in hops)
-    typ = max((t for _, t in hops), key=_path_rank)
-    ladder = _ladder(SPEEDS_INTRA, f.cc)
-    best = None
-    for s in ladder:
-        nch = min(MAX_RING_CHANNELS, int(hop_bw // s))
-        if nch >= 1 and (best is None or nch * s > best[0] * best[1] + 1e-9):
-            best = (nch, float(s))
-    if best is None:
-        best = (1, max(0.1, hop_bw))
-    nch, s = best
-    if s >= 25 and not (f.cc > 80 and s < 50 and nch > 4):
-        dup = min(2 * nch, MAX_RING_CHANNELS)
-        s = s / math.ceil(dup / nch)
-        nch = dup
-    return {"channels": nch, "bw_intra": s, "bw_inter": s, "type_intra": typ, "type_inter": "PIX",
-            "pattern": "RING", "source": "estimate"}
 
 
 def _nvls_graph(f: NodeFacts) -> tuple[int, float]:
@@ -715,37 +589,37 @@ def _nvls_graph(f: NodeFacts) -> tuple[int, float]:
     return (nch, s) if s else (0, 0.0)
 
 
-def summarize(doc: dict, nodes: int = 1, gpus_per_node: Optional[int] = None,
+def summarize(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[int] = None,
               fabric_gbps: Optional[float] = None, gpus: Optional[Sequence[int]] = None) -> CommGraph:
     """Build the :class:`CommGraph` of ``nodes`` identical copies of ``doc``'s node.
 
-    Ring and tree graphs: ``gpucomm.planners.nccl.search.nccl_reference`` (NCCL's search reproduced; across nodes
-    when the topology has NICs), else :func:`_estimate_ring`.  NVLS graph: :func:`_nvls_graph`.
-    Multi-node: NICs from the topology (rate, count, GPU<->NIC path type).  ``fabric_gbps`` is what
-    one NIC delivers (Gb/s): it sets the achievable network bandwidth, and NCCL's graph rate only for
-    NICs without a rate (a NIC's link rate is what NCCL itself sees and chooses algorithms by); with no
-    NIC in the topology it stands for one NIC per node.
+    Ring and tree graphs: :func:`gpucomm.planners.nccl.search.nccl_reference` (NCCL's search
+    reproduced; across nodes when the topology has NICs).  NVLS graph: :func:`_nvls_graph`.
+    Multi-node: NICs from the topology (rate -- or the view's named default --, count, GPU<->NIC path
+    type).  ``fabric_gbps`` is what one NIC delivers (Gb/s): it sets the achievable network
+    bandwidth, and NCCL's graph rate only for NICs without a rate (a NIC's link rate is what NCCL
+    itself sees and chooses algorithms by); with no NIC in the topology it stands for one NIC per node.
     Raises TopologyError when several nodes are asked for and there is no network to use."""
     if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1 or nodes > 1_000_000:
         raise InputError(f"--nodes {nodes!r}: must be a positive integer")
     if fabric_gbps is not None and (isinstance(fabric_gbps, bool) or not isinstance(fabric_gbps, (int, float))
                                     or not math.isfinite(fabric_gbps) or fabric_gbps <= 0 or fabric_gbps > 1e6):
         raise InputError(f"--fabric-gbps {fabric_gbps!r}: must be a positive number of Gb/s")
-    n_doc = len(doc.get("gpus") or [])
+    topo = Topology.of(doc)
+    n_doc = len(topo.gpus)
     if gpus_per_node is not None:
         if not isinstance(gpus_per_node, int) or isinstance(gpus_per_node, bool) or gpus_per_node < 1:
             raise InputError(f"--gpus-per-node {gpus_per_node!r}: must be a positive integer")
         if gpus is None:
             if gpus_per_node > n_doc:
                 raise PlanInfeasible(f"--gpus-per-node {gpus_per_node}: the topology has {n_doc} GPUs")
-            gpus = [x["index"] for x in sorted(doc["gpus"], key=lambda x: x["index"])][:gpus_per_node]
+            gpus = [x.index for x in topo.gpus][:gpus_per_node]
         elif len(gpus) != gpus_per_node:
             raise InputError(f"--gpus lists {len(gpus)} GPUs but --gpus-per-node is {gpus_per_node}")
-    f = node_facts(doc, gpus)
+    ref_topo = _topology_for_reference(topo, fabric_gbps)
+    f = node_facts(ref_topo, gpus)
     g = len(f.ids)
     notes: list[str] = []
-    if not f.cc_known:
-        notes.append(f"GPU compute capability unknown; sm{f.cc} assumed (from NVLink counts or NCCL's default)")
 
     # ---- network (per node)
     node_net = nic_bw = None
@@ -759,23 +633,18 @@ def summarize(doc: dict, nodes: int = 1, gpus_per_node: Optional[int] = None,
             if not f.nics:
                 notes.append(f"no NICs in the topology: one {fabric_gbps:g} Gb/s NIC per node assumed (--fabric-gbps)")
         else:
-            unknown = [n for n, r, _ in f.nics if r is None]
-            if unknown:
-                raise TopologyError(f"NIC rate unknown for {', '.join(unknown[:4])}; pass --fabric-gbps")
             rates = [r for _, r, _ in f.nics]
             top = max(rates)
             per_nic, n_nics = top, len([r for r in rates if r >= top / 2])   # ignore management/storage ports
         nic_bw = per_nic * NET_EFFICIENCY
 
     # ---- NCCL's graphs
-    ref_doc = _doc_for_reference(doc, f, fabric_gbps)
-    idx = [x["index"] for x in f.gpus]
+    from gpucomm.planners.nccl.search import nccl_reference
+
+    idx = [x.index for x in f.gpus]
     multi_ref = nodes > 1 and bool(f.nics)
-    ref, why = _reference(ref_doc, idx, nodes if multi_ref else 1)
-    if ref is None:
-        ref = _estimate_ring(f)
-        notes.append(f"ring graph estimated ({why})")
-    elif ref.get("fallback"):
+    ref = nccl_reference(ref_topo, gpus=idx, nodes=nodes if multi_ref else 1)
+    if ref.get("fallback"):
         notes.append("NCCL's search finds no ring here and falls back to 1 channel at 0.1 GB/s")
     nch = max(1, int(ref.get("search_channels") or ref["channels"]))
     bw_intra = float(ref.get("bw_intra") or 0.1)
@@ -786,7 +655,7 @@ def summarize(doc: dict, nodes: int = 1, gpus_per_node: Optional[int] = None,
     tree_pattern = "TREE" if g == 1 else "BALANCED_TREE"
     if tree and str(tree.get("pattern", "")).lower() == "tree":
         tree_pattern = "TREE"
-    pcie_min = min((f.pcie_bw.get(i) or DEFAULT_PCI_BW) for i in f.ids)
+    pcie_min = min(f.pcie_bw[i] for i in f.ids)
     if nodes > 1 and not multi_ref:
         # No NIC in the topology (fabric_gbps only): NCCL's inter-node ring leaves/enters every node
         # through a NIC at a ladder speed <= min(NIC, GPU PCIe), one channel per NIC (NCCL_NOTES §4.3).
@@ -801,7 +670,7 @@ def summarize(doc: dict, nodes: int = 1, gpus_per_node: Optional[int] = None,
         intra_ach = None
     elif _path_rank(type_intra) <= _path_rank("NVB"):
         # NVLink: NCCL's own single-node ring bandwidth (the multi-node graph's speed is NIC-bound)
-        one = ref if nodes == 1 else (_reference(ref_doc, idx, 1)[0] or _estimate_ring(f))
+        one = ref if nodes == 1 else nccl_reference(ref_topo, gpus=idx, nodes=1)
         intra_ach = int(one.get("search_channels") or one["channels"]) * float(one.get("bw_intra") or 0.1)
     else:
         intra_ach = PCIE_RING_EFFICIENCY * pcie_min
@@ -825,8 +694,9 @@ def summarize(doc: dict, nodes: int = 1, gpus_per_node: Optional[int] = None,
         gpu_bw = min(nvl_tot) if full_mesh and min(nvl_tot) > 0 else PCIE_RING_EFFICIENCY * pcie_min
         hop = []
         for k in range(g):
-            bw, t = _pair_bw(f, f.ids[k], f.ids[(k + 1) % g])
-            hop.append(bw if t == "NVL" else PCIE_RING_EFFICIENCY * pcie_min)
+            a, b = f.ids[k], f.ids[(k + 1) % g]
+            nv = f.nvl_pair.get((a, b) if a < b else (b, a), 0.0)
+            hop.append(nv if nv > 0 else PCIE_RING_EFFICIENCY * pcie_min)
         p2p_bw = min(hop)
 
     nvls_ch, nvls_bw = _nvls_graph(f)
@@ -849,104 +719,30 @@ def summarize(doc: dict, nodes: int = 1, gpus_per_node: Optional[int] = None,
         nvls_channels=nvls_ch, nvls_bw_intra=nvls_bw, nvls_bw_inter=nvls_inter,
         ring_bus_bw=ring_ach, tree_bus_bw=tree_ach,
         nvls_bus_bw=(node_net * (2 if nodes <= 2 else 1)) if (nodes > 1 and node_net) else None,
-        gpu_bw=gpu_bw, p2p_bw=p2p_bw, node_net_bw=node_net, nic_bw=nic_bw, notes=tuple(notes),
+        gpu_bw=gpu_bw, p2p_bw=p2p_bw, node_net_bw=node_net, nic_bw=nic_bw,
+        notes=tuple(notes + [a for a in ref_topo.all_assumptions(nics=nodes > 1) if a not in notes]),
     )
 
 
-def _doc_for_reference(doc: dict, f: NodeFacts, fabric_gbps: Optional[float]) -> dict:
-    """The document handed to NCCL's search: a copy where (a) an NVSwitch fabric that only shows as
-    "NV# to every peer" (an nvidia-smi capture) becomes GPU->NVS links, as NCCL sees it (topo.cc folds
-    all NVSwitches into one NVS node); (b) a compute capability inferred from NVLink counts is written
-    into GPUs that lack one; (c) ``fabric_gbps`` gives NICs without a known rate one.  A NIC that has a
-    rate keeps it: NCCL's algorithm choice sees the link speed the net plugin reports (e.g. 200 Gb/s for
-    a Slingshot NIC under the TCP socket transport) even when the transport delivers less."""
+def _topology_for_reference(topo: Topology, fabric_gbps: Optional[float]) -> Topology:
+    """The topology NCCL's search sees: ``topo`` itself, or with ``fabric_gbps`` a view in which NICs
+    without a known rate have that one.  A NIC that has a rate keeps it: NCCL's algorithm choice
+    sees the link speed the net plugin reports (e.g. 200 Gb/s for a Slingshot NIC under the TCP
+    socket transport) even when the transport delivers less."""
+    if fabric_gbps is None or all(n.rate_gbps for n in topo.nics):
+        return topo
     import copy
 
-    from gpucomm.probes.facts import nvlink_bw_per_link
-
-    has_switch = any(s.get("kind") == "nvswitch" for s in doc.get("switches") or [])
-    need_nvs = f.nvswitch and not has_switch and not any(
-        l.get("kind") == "nvlink" and (l.get("b") == "NVS" or l.get("a") == "NVS") for l in doc.get("links") or [])
-    if not (need_nvs or not f.cc_known or fabric_gbps is not None):
-        return doc
-    out = copy.deepcopy(doc)
-    if need_nvs:
-        from gpucomm.probes.model import switch_record
-
-        ids = set(f.ids)
-        all_ids = {x.get("pci_bus_id") or f"GPU{x['index']}" for x in out["gpus"]}
-        out["links"] = [l for l in out["links"] if not (l.get("kind") == "nvlink" and l.get("a") in all_ids
-                                                       and l.get("b") in all_ids)]
-        out["switches"].append(switch_record("NVS", kind="nvswitch"))
-        per_link = nvlink_bw_per_link(f.cc)
-        for i in sorted(ids):
-            cnt = int(round(f.nvs_bw[i] / per_link))
-            out["links"].append({"a": i, "b": "NVS", "kind": "nvlink", "count": cnt,
-                                 "bw_GBps": round(cnt * per_link, 4), "gen": None, "width": None})
-    if not f.cc_known:
-        for x in out["gpus"]:
-            x["compute_capability"] = x.get("compute_capability") or f"{f.cc // 10}.{f.cc % 10}"
-    if fabric_gbps is not None:
-        from gpucomm.probes.facts import nic_rate_gbps
-
-        for nic in out.get("nics") or []:
-            if nic_rate_gbps(nic):
-                continue   # NCCL sees the link rate its net plugin reports, whatever the transport delivers
-            ports = nic.get("ports") or [{"port": 1, "state": "ACTIVE"}]
-            nic["ports"] = [dict(p, rate_gbps=float(fabric_gbps), state=p.get("state") or "ACTIVE") for p in ports]
-    return out
-
-
-def _gpu_nic_type(doc: dict, f: NodeFacts) -> str:
-    """NCCL's graph typeInter: for every NIC the best path type from one of the selected GPUs (rings
-    enter/leave a node at the GPU next to the NIC), worst over the NICs.  From the document's matrix
-    (nvidia-smi semantics, NODE -> PHB) when it has the pairs, else from parents and NUMA nodes."""
-    from gpucomm.probes.model import SMI_TO_PATH
-
-    matrix = doc.get("matrix") or {}
-    worst = "PIX"
-    for nic in doc.get("nics") or []:
-        best = None
-        for gpu, gid in zip(f.gpus, f.ids):
-            code = (matrix.get(f"GPU{gpu['index']}") or {}).get(nic["name"])
-            if code in SMI_TO_PATH:
-                t = SMI_TO_PATH[code]
-            elif code and code.startswith("NV"):
-                t = "PIX"
-            elif nic.get("parent") and nic["parent"] == gpu.get("parent") and not str(nic["parent"]).startswith("CPU"):
-                t = "PIX"
-            elif nic.get("numa_node") is not None and gpu.get("numa_node") is not None and \
-                    nic["numa_node"] != gpu["numa_node"]:
-                t = "SYS"
-            else:
-                t = "PHB"
-            if best is None or _path_rank(t) < _path_rank(best):
-                best = t
-        if best and _path_rank(best) > _path_rank(worst):
-            worst = best
-    return worst
-
-
-def _reference(doc: dict, gpus: list, nodes: int) -> tuple[Optional[dict], str]:
-    """(NCCL's ring graph from gpucomm.planners.nccl.search, "") or (None, why it is not available)."""
-    try:
-        from gpucomm.planners.nccl import search as nccl_ref
-    except ImportError:
-        return None, "gpucomm.planners.nccl.search unavailable"
-    fn = getattr(nccl_ref, "nccl_reference", None)
-    if fn is None:
-        return None, "gpucomm.planners.nccl.search has no nccl_reference"
-    try:
-        ref = fn(doc, gpus=gpus, nodes=nodes)
-    except (InputError, PlanInfeasible):
-        raise
-    except TopologyError:
-        raise
-    except Exception as e:  # noqa: BLE001 - a bug there must not hide the prediction; it is reported
-        return None, f"nccl_reference failed: {type(e).__name__}: {e}"
-    if not isinstance(ref, dict) or not ref.get("channels"):
-        return None, "nccl_reference returned no graph"
-    return dict(ref), ""
+    out = copy.deepcopy(topo.doc)
+    for nic in out["nics"]:
+        if facts.nic_rate_gbps(nic):
+            continue
+        ports = nic.get("ports") or [{"port": 1, "state": "ACTIVE"}]
+        nic["ports"] = [dict(p, rate_gbps=float(fabric_gbps), state=p.get("state") or "ACTIVE") for p in ports]
+    view = Topology(out, topo.source)
+    for a in topo.assumptions:
+        view.assume(a)
+    return view
 
 
 def summary_dict(g: CommGraph) -> dict:

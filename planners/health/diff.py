@@ -56,9 +56,10 @@ def _gib(v: Any) -> Optional[int]:
 
 def fingerprint(doc: dict) -> dict:
     """Flatten a topology into comparable attributes (see the module docstring)."""
-    from gpucomm.planners.health.doctor import clean_document, nvlink_totals
+    from gpucomm.planners.health.doctor import nvlink_totals
+    from gpucomm.probes.topology import Topology
 
-    doc = clean_document(doc)
+    doc = Topology.of(doc).doc
     fp: dict = {}
     host = doc.get("host") or {}
     for k in ("driver_version", "cuda_version", "cpu_vendor", "cpu_model", "cpu_arch", "sockets", "os", "kernel",

@@ -34,9 +34,10 @@ import re
 from collections import Counter
 from typing import Callable, Optional
 
-from gpucomm.probes.facts import pcie_bw_GBps
+from gpucomm.probes.facts import nic_is_rdma, pcie_bw_GBps, port_active
 from gpucomm.probes.model import gpu_id, nic_id, parse_cpulist, smi_rank
 from gpucomm.probes.model import natural_key as _natural
+from gpucomm.probes.topology import Topology
 
 SCHEMA = "gpucomm.doctor/v1"
 SEVERITIES = ("error", "warning", "info")
@@ -66,99 +67,6 @@ def finding(rule_name: str, severity: str, subject: str, message: str, fix: str)
 
 
 # --------------------------------------------------------------------------------------------
-# Type-cleaning: documents come from users' files (``--from saved.json``), where any field can
-# hold anything.  The rules below assume the types of the schema, so a copy is cleaned first:
-# wrong types become None (unknown) and malformed list items are dropped -- never a traceback.
-def _int(v) -> Optional[int]:
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-
-def _num(v) -> Optional[float]:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    return v if v == v and abs(v) != float("inf") else None
-
-
-def _str(v) -> Optional[str]:
-    return v if isinstance(v, str) else None
-
-
-def _bool(v) -> Optional[bool]:
-    return v if isinstance(v, bool) else None
-
-
-def _dicts(v) -> list:
-    return [x for x in v if isinstance(x, dict)] if isinstance(v, list) else []
-
-
-def _pcie(v) -> Optional[dict]:
-    if not isinstance(v, dict):
-        return None
-    return {k: _int(v.get(k)) for k in ("gen", "width", "max_gen", "max_width")}
-
-
-def clean_document(doc: dict) -> dict:
-    """A copy of ``doc`` holding only well-typed values for the fields the rules read."""
-    d = dict(doc) if isinstance(doc, dict) else {}
-    host = d.get("host") if isinstance(d.get("host"), dict) else {}
-    d["host"] = dict(host, iommu=_str(host.get("iommu")), hostname=_str(host.get("hostname")))
-    gpus = []
-    for g in _dicts(d.get("gpus")):
-        if _int(g.get("index")) is None:
-            continue
-        c = dict(g, name=_str(g.get("name")), pci_bus_id=_str(g.get("pci_bus_id")), numa_node=_int(g.get("numa_node")),
-                 numa_affinity=[x for x in g.get("numa_affinity") or [] if _int(x) is not None]
-                 if isinstance(g.get("numa_affinity"), list) else [],
-                 cpu_affinity=_str(g.get("cpu_affinity")), pcie=_pcie(g.get("pcie")), mig=_bool(g.get("mig")),
-                 parent=_str(g.get("parent")), gpu_numa_id=_int(g.get("gpu_numa_id")),
-                 p2p={k: str(v) for k, v in g["p2p"].items() if isinstance(k, str) and isinstance(v, str)}
-                 if isinstance(g.get("p2p"), dict) else {},
-                 nvlink=[dict(l, link=_int(l.get("link")), state=_str(l.get("state")), remote=_str(l.get("remote")))
-                         for l in _dicts(g.get("nvlink"))])
-        gpus.append(c)
-    d["gpus"] = gpus
-    nics = []
-    for n in _dicts(d.get("nics")):
-        if not _str(n.get("name")):
-            continue
-        nics.append(dict(n, pci_bus_id=_str(n.get("pci_bus_id")), numa_node=_int(n.get("numa_node")),
-                         link_layer=_str(n.get("link_layer")), guid=_str(n.get("guid")), rdma=_bool(n.get("rdma")),
-                         parent=_str(n.get("parent")), pcie=_pcie(n.get("pcie")),
-                         pci_ids=n["pci_ids"] if isinstance(n.get("pci_ids"), dict) else {},
-                         fw_ver=_str(n.get("fw_ver")),
-                         ports=[dict(p, port=_int(p.get("port")), state=_str(p.get("state")),
-                                     phys_state=_str(p.get("phys_state")), rate_gbps=_num(p.get("rate_gbps")))
-                                for p in _dicts(n.get("ports"))]))
-    d["nics"] = nics
-    switches = []
-    for s in _dicts(d.get("switches")):
-        if not _str(s.get("id")):
-            continue
-        acs = s.get("acs") if isinstance(s.get("acs"), dict) else None
-        switches.append(dict(s, kind=_str(s.get("kind")), parent=_str(s.get("parent")),
-                             numa_node=_int(s.get("numa_node")), vendor=_str(s.get("vendor")),
-                             device=_str(s.get("device")), pcie=_pcie(s.get("pcie")),
-                             acs={k: [f for f in v if isinstance(f, str)] for k, v in acs.items()
-                                  if isinstance(k, str) and isinstance(v, list)} if acs is not None else None))
-    d["switches"] = switches
-    d["links"] = [dict(l, count=_int(l.get("count")), bw_GBps=_num(l.get("bw_GBps")), gen=_int(l.get("gen")),
-                       width=_int(l.get("width")), measured_bw_GBps=_num(l.get("measured_bw_GBps")))
-                  for l in _dicts(d.get("links")) if all(_str(l.get(k)) for k in ("a", "b", "kind"))]
-    m = d.get("matrix") if isinstance(d.get("matrix"), dict) else {}
-    d["matrix"] = {k: {c: v for c, v in row.items() if isinstance(c, str) and isinstance(v, str)}
-                   for k, row in m.items() if isinstance(k, str) and isinstance(row, dict)}
-    d["numa_nodes"] = [dict(n, cpus=_str(n.get("cpus"))) for n in _dicts(d.get("numa_nodes"))
-                       if _int(n.get("id")) is not None]
-    d["pci_devices"] = [x for x in _dicts(d.get("pci_devices")) if isinstance(x.get("bdf"), str)]
-    meas = d.get("measured") if isinstance(d.get("measured"), dict) else {}
-    p2p = meas.get("p2p") if isinstance(meas.get("p2p"), dict) else {}
-    d["measured"] = dict(meas, p2p={a: {b: {"bw_GBps": _num(c.get("bw_GBps")), "lat_us": _num(c.get("lat_us"))}
-                                        for b, c in row.items() if isinstance(c, dict)}
-                                    for a, row in p2p.items() if isinstance(row, dict)})
-    return d
-
-
-# --------------------------------------------------------------------------------------------
 # helpers
 def _gkey(g: dict) -> str:
     return f"GPU{g['index']}"
@@ -175,26 +83,6 @@ def _model(g: dict) -> str:
 def _others(model: str) -> str:
     """'other NVIDIA H100 80GB HBM3 GPUs' or, when the model is unknown, 'other GPUs'."""
     return "other GPUs" if model == "GPU" else f"other {model} GPUs"
-
-
-_RDMA_NAME = re.compile(r"^(mlx\d+_|bnxt_re|irdma|efa|qedr|hfi\d|rxe|erdma|ionic_|cxgb|hns_)", re.I)
-
-
-def _is_rdma(n: dict) -> bool:
-    """An IB/RoCE/EFA device (NCCL's IB/net plugin), as opposed to a plain socket interface."""
-    if n.get("rdma") is not None:  # the ib/net probes say so
-        return bool(n["rdma"])
-    ids = n.get("pci_ids") if isinstance(n.get("pci_ids"), dict) else {}
-    if str(ids.get("class") or "").lower().startswith("0x0207"):  # InfiniBand controller
-        return True
-    if n.get("link_layer") == "InfiniBand" or _RDMA_NAME.match(n.get("name") or ""):
-        return True
-    guid = str(n.get("guid") or "").lower().replace("0x", "").replace(":", "")
-    return bool(guid.strip("0"))
-
-
-def _active(state) -> bool:
-    return str(state or "").upper().endswith("ACTIVE")
 
 
 def _matrix(doc: dict) -> dict:
@@ -465,18 +353,18 @@ def _rail_nics(doc: dict, rdma: list) -> list:
 @rule("ib-port-down")
 def check_ib_ports(doc: dict) -> list:
     out = []
-    rdma = [n for n in doc.get("nics", []) if _is_rdma(n)]
+    rdma = [n for n in doc.get("nics", []) if nic_is_rdma(n)]
     active_ports: dict = {}
     for n in rdma:
         for p in n.get("ports") or []:
-            if _active(p.get("state")):
+            if port_active(p.get("state")):
                 active_ports.setdefault((n.get("link_layer"), p.get("port")), set()).add(n["name"])
     for n in rdma:
         ports = n.get("ports") or []
-        any_up = any(_active(p.get("state")) for p in ports)
+        any_up = any(port_active(p.get("state")) for p in ports)
         for p in ports:
             st = p.get("state")
-            if st is None or _active(st):
+            if st is None or port_active(st):
                 continue
             peers = active_ports.get((n.get("link_layer"), p.get("port")), set()) - {n["name"]}
             if not peers and any_up:
@@ -497,12 +385,12 @@ def check_ib_ports(doc: dict) -> list:
 @rule("ib-rate-low")
 def check_ib_rate(doc: dict) -> list:
     out = []
-    rdma = [n for n in doc.get("nics", []) if _is_rdma(n)]
+    rdma = [n for n in doc.get("nics", []) if nic_is_rdma(n)]
     by_layer: dict = {}
     for n in _rail_nics(doc, rdma):
         by_layer.setdefault(n.get("link_layer"), []).append(n)
     for layer, members in sorted(by_layer.items(), key=lambda kv: str(kv[0])):
-        rates = [(n, p) for n in members for p in n.get("ports") or [] if _active(p.get("state")) and p.get("rate_gbps")]
+        rates = [(n, p) for n in members for p in n.get("ports") or [] if port_active(p.get("state")) and p.get("rate_gbps")]
         if len(rates) < 2:
             continue
         best = max(p["rate_gbps"] for _, p in rates)
@@ -521,7 +409,7 @@ def check_ib_rate(doc: dict) -> list:
 @rule("nic-numa-mismatch")
 def check_nic_numa(doc: dict) -> list:
     out = []
-    rdma = [n for n in doc.get("nics", []) if _is_rdma(n)]
+    rdma = [n for n in doc.get("nics", []) if nic_is_rdma(n)]
     if not rdma:
         return out
     nvl = nvlink_totals(doc)
@@ -610,7 +498,7 @@ def check_p2p(doc: dict) -> list:
             "or boot with IOMMU off/passthrough; NCCL's troubleshooting guide describes both."))
     # IOMMU
     iommu = (doc.get("host") or {}).get("iommu")
-    rdma = [n for n in doc.get("nics", []) if _is_rdma(n)]
+    rdma = [n for n in doc.get("nics", []) if nic_is_rdma(n)]
     if isinstance(iommu, str) and gpus and (len(gpus) >= 2 or rdma):
         if "DMA" in iommu.upper():
             out.append(finding(
@@ -817,7 +705,7 @@ def run_doctor(doc: dict, rules: Optional[list] = None) -> dict:
     """Run the rules (all by default) over a document; returns the ``gpucomm.doctor/v1`` report
     with findings sorted by severity, rule and subject."""
     names = list(RULES) if not rules else list(rules)
-    doc = clean_document(doc)
+    doc = Topology.of(doc).doc   # the cleaned document: every field has the schema's type
     findings = []
     for name in names:
         findings.extend(RULES[name](doc))

@@ -23,7 +23,8 @@ from typing import Dict, List, Optional, Tuple
 from gpucomm.probes.facts import nic_rate_gbps
 from gpucomm.probes.model import format_cpulist, gpu_id, nic_id, parse_cpulist
 
-from gpucomm.planners.placement.layout import NodeView, SMI_TO_NCCL_LEVEL, _natural, is_rdma, nic_active_ports, nic_has_device_name
+from gpucomm.planners.placement.layout import NodeView, SMI_TO_NCCL_LEVEL, _natural, nic_has_device_name
+from gpucomm.probes.facts import nic_active_ports, nic_is_rdma
 
 DEFAULT_TOPO_FILE = "/etc/gpucomm/nccl-topo.xml"
 _CONSUMER_RE = re.compile(r"GeForce|\bRTX\s*[2-5]0[5-9]0|\bGTX\b|TITAN", re.I)
@@ -53,7 +54,7 @@ def flat_pcie(view: NodeView) -> bool:
         return False
     if any(s.get("kind") == "pcie" for s in doc.get("switches") or [] if isinstance(s, dict)):
         return False
-    rdma = [n for n in view.nics.values() if is_rdma(n)] or list(view.nics.values())
+    rdma = [n for n in view.nics.values() if nic_is_rdma(n)] or list(view.nics.values())
     for g in view.gpus:
         for n in rdma:
             code = ((doc.get("matrix") or {}).get(f"GPU{g['index']}") or {}).get(n["name"])
@@ -157,7 +158,7 @@ def build_env(plan: dict, view: NodeView, *, topo_file_path: str = DEFAULT_TOPO_
         for n in lr["nics"]:
             if n not in used:
                 used.append(n)
-    rdma_used = [n for n in used if n in view.nics and is_rdma(view.nics[n])]
+    rdma_used = [n for n in used if n in view.nics and nic_is_rdma(view.nics[n])]
     if nodes > 1 and rdma_used:
         names = sorted((n for n in rdma_used if nic_has_device_name(n)), key=_natural)
         unnamed = sorted(n for n in rdma_used if not nic_has_device_name(n))
@@ -290,7 +291,7 @@ def _front_end_netdev(view: NodeView, used: set) -> Optional[str]:
     for n in view.doc.get("nics") or []:
         if not isinstance(n, dict) or n.get("name") in used:
             continue
-        rdma = is_rdma(n)
+        rdma = nic_is_rdma(n)
         nd = n.get("netdev") or (n.get("name") if not rdma else None)
         ll = str(n.get("link_layer") or "").lower()
         # an RDMA device qualifies only through an Ethernet netdev (RoCE); IPoIB is not the host network
@@ -328,4 +329,4 @@ def env_shell(plan: dict) -> str:
 
 
 __all__ = ["build_env", "env_shell", "flat_pcie", "topo_skeleton", "topo_file_text", "cuda_indices",
-           "is_rdma", "format_cpulist"]
+           "format_cpulist"]

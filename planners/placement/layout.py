@@ -34,14 +34,14 @@ shape that :func:`mesh_translations` reports, since ``init_device_mesh`` users r
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
+from gpucomm.probes import facts
 from gpucomm.probes.errors import InputError, NothingToDo, PlanInfeasible
-from gpucomm.probes.model import natural_key as _natural
-from gpucomm.probes.facts import arch_from_name, nic_rate_gbps, nvlink_bw_per_link, pcie_bw_GBps
 from gpucomm.probes.model import canonical_cpulist, format_cpulist, gpu_id, parse_cpulist
+from gpucomm.probes.model import natural_key as _natural
+from gpucomm.probes.topology import Topology
 
 AXES = ("tp", "cp", "ep", "dp", "pp")
 DEFAULT_ORDER = "tp-cp-ep-dp-pp"
@@ -194,72 +194,10 @@ NIC_LEVEL_RANK = {"X": 0, "PIX": 1, "PXB": 2, "PHB": 3, "NODE": 4, "SYS": 5}
 SMI_TO_NCCL_LEVEL = {"PIX": "PIX", "PXB": "PXB", "PHB": "PHB", "NODE": "PHB", "SYS": "SYS"}
 
 
-def gpu_sm(g: dict) -> Optional[int]:
-    """Compute capability as an int (``"9.0"`` -> 90), else guessed from the name."""
-    cc = g.get("compute_capability")
-    if isinstance(cc, str) and cc:
-        try:
-            major, _, minor = cc.partition(".")
-            return int(major) * 10 + int(minor or 0)
-        except ValueError:
-            pass
-    return arch_from_name(g.get("name"))[1]
-
-
 def _nv_count(code: str) -> int:
     if isinstance(code, str) and code.startswith("NV") and code[2:].isdigit():
         return int(code[2:])
     return 0
-
-
-def nic_is_up(nic: dict) -> bool:
-    """False when the NIC lists ports and none is ACTIVE (an unplugged or down HCA)."""
-    ports = nic.get("ports") or []
-    if not ports:
-        return True
-    return any(str(p.get("state", "")).upper().endswith("ACTIVE") for p in ports)
-
-
-def nic_active_ports(nic: dict) -> List[int]:
-    ports = nic.get("ports") or []
-    act = [p.get("port") for p in ports if str(p.get("state", "")).upper().endswith("ACTIVE")
-           and isinstance(p.get("port"), int)]
-    if act:
-        return sorted(act)
-    known = [p.get("port") for p in ports if isinstance(p.get("port"), int)]
-    return sorted(known)[:1] or [1]
-
-
-# RDMA (verbs) device names: mlx4_/mlx5_ (NVIDIA/Mellanox, incl. mlx5_bond_0), bnxt_re (Broadcom),
-# irdma (Intel), efa (AWS), qedr, hfi1, rxe/siw (soft RoCE/iWARP), erdma, ionic, cxgb4, hns, and
-# rdma-core's persistent names (rocep49s0, ibp12s0...).  `nvidia-smi topo -m` lists NICs by these
-# names only, so a capture's NIC legend names RDMA devices.
-_RDMA_NAME_RE = re.compile(r"^(mlx\d+_|bnxt_re|irdma|efa|qedr|hfi\d|rxe|siw|erdma|ionic_|cxgb|hns_?\d|roce[ps]|ibp)",
-                           re.I)
-
-
-def is_rdma(nic: dict) -> bool:
-    """An RDMA device (IB HCA or RoCE port) as opposed to a plain network interface.  The probes'
-    own ``rdma`` flag wins; a record named after its netdev (``eno1``) is plain; otherwise an IB link
-    layer, IB-style ports, or an RDMA device name (``mlx5_0`` from an ``nvidia-smi topo -m`` NIC
-    legend, which has no ports) say RDMA."""
-    if nic.get("rdma") is not None:
-        return bool(nic["rdma"])
-    if nic.get("netdev") and nic.get("name") == nic.get("netdev"):
-        return False
-    if str(nic.get("link_layer") or "").lower() == "infiniband":
-        return True
-    if nic.get("ports"):
-        return True
-    ids = nic.get("pci_ids") if isinstance(nic.get("pci_ids"), dict) else {}
-    cls, vendor = str(ids.get("class") or "").lower(), str(ids.get("vendor") or "").lower()
-    device = str(ids.get("device") or "").lower()
-    # PCI ids of an NCCL XML skeleton's bare <pci class="0x02..."> NICs: an InfiniBand controller
-    # (class 0x0207), a Mellanox/NVIDIA ConnectX (0x15b3, RoCE in Ethernet mode), an AWS EFA
-    # (0x1d0f:0xefa*, RDMA through the aws-ofi-nccl plugin).
-    if cls.startswith("0x0207") or vendor == "0x15b3" or (vendor == "0x1d0f" and device.startswith("0xefa")):
-        return True
-    return bool(_RDMA_NAME_RE.match(str(nic.get("name") or "")))
 
 
 def nic_has_device_name(name: Optional[str]) -> bool:
@@ -275,24 +213,25 @@ def compute_nics(nics: Dict[str, dict]) -> Dict[str, dict]:
     """The NICs collectives should use: RDMA NICs at >= 3/4 of the fastest RDMA rate (drops the
     management port and slower storage/front-end NICs; a NIC of unknown rate is kept).  Without any
     RDMA NIC, every NIC (TCP sockets)."""
-    rdma = {k: v for k, v in nics.items() if is_rdma(v)}
+    rdma = {k: v for k, v in nics.items() if facts.nic_is_rdma(v)}
     if not rdma:
         return dict(nics)
-    rates = [nic_rate_gbps(v) for v in rdma.values()]
+    rates = [facts.nic_rate_gbps(v) for v in rdma.values()]
     top = max((r for r in rates if r), default=None)
     if top is None:
         return rdma
-    return {k: v for k, v in rdma.items() if (nic_rate_gbps(v) or top) >= 0.75 * top}
+    return {k: v for k, v in rdma.items() if (facts.nic_rate_gbps(v) or top) >= 0.75 * top}
 
 
 
 
 @dataclass
 class NodeView:
-    """Placement's view of one node's topology document (see module docstring)."""
+    """Placement's view of one node: GPU pair bandwidths and levels, NVLink domains, each GPU's
+    NICs, the CPUs of each NUMA node -- all derived from the typed Topology (``topo``)."""
 
-    doc: dict
-    gpus: List[dict]                       # usable GPU records, by index
+    topo: Topology
+    gpus: List[dict]                       # usable GPU records (cleaned), by index
     index: List[int]                       # their NVML indices
     bw: Dict[Tuple[int, int], float]       # (gpu index a, gpu index b) -> relative GB/s
     level: Dict[Tuple[int, int], str]      # matrix code between two GPUs (NV#, PIX, ..., SYS)
@@ -309,6 +248,11 @@ class NodeView:
     cache: Dict[tuple, object] = field(default_factory=dict, repr=False)  # per-view memo (cost model graphs)
 
     @property
+    def doc(self) -> dict:
+        """The cleaned topology document (see :class:`Topology`)."""
+        return self.topo.doc
+
+    @property
     def gpu_count(self) -> int:
         return len(self.gpus)
 
@@ -321,24 +265,20 @@ class NodeView:
         return self.bw[(a, b)]
 
     def nvlink_bw_per_gpu(self, index: int) -> float:
-        """Total NVLink bandwidth of a GPU (GB/s, one direction), 0 without NVLink."""
-        g = self.gpu(index)
-        links = [l for l in g.get("nvlink") or [] if str(l.get("state") or "up").lower() in ("up", "active", "1", "true")]
-        if links:
-            per = nvlink_bw_per_link(gpu_sm(g))
-            total = sum(float(l.get("bw_GBps") or per) for l in links)
-            if total:
-                return total
-        # From the matrix: on NVSwitch all peers show the same NV#, which is the GPU's link count.
-        counts = [_nv_count(self.level.get((index, o), "")) for o in self.index if o != index]
-        if not counts or not max(counts):
-            return 0.0
-        per = nvlink_bw_per_link(gpu_sm(g))
-        return (max(counts) if self.nvswitch else sum(counts)) * per
+        """Total NVLink bandwidth of a GPU (GB/s, one direction), 0 without NVLink: its NVSwitch
+        uplink, or the sum of its direct bonds (Topology.nvlink)."""
+        gid = self.topo.gpu(index).id
+        fab = self.topo.nvlink
+        if gid in fab.nvs:
+            return fab.nvs[gid][1]
+        return sum(v[1] for k, v in fab.pairs.items() if gid in k) + \
+            sum(v[1] for k, v in fab.cpu.items() if k[0] == gid)
 
     def pcie_bw(self, index: int) -> float:
-        p = self.gpu(index).get("pcie") or {}
-        return pcie_bw_GBps(p.get("gen"), p.get("width"))
+        """GB/s of the GPU's PCIe link (max speed, trained width; the view's default when unknown)."""
+        p = self.topo.gpu(index).pcie
+        bw = p.usable_bw_GBps if p else None
+        return bw if bw is not None else self.topo.default_pcie_bw()
 
     def memory_bytes(self) -> Optional[int]:
         mems = [g.get("memory_bytes") for g in self.gpus]
@@ -347,9 +287,9 @@ class NodeView:
         return min(mems)
 
     def nic_GBps(self, name: str) -> Optional[float]:
-        nic = self.nics.get(name)
-        rate = nic_rate_gbps(nic) if nic else None
-        return rate / 8.0 if rate else None
+        """A NIC's rate in GB/s (the view's named default when unknown); None for an unknown NIC."""
+        nic = self.topo.nic(name)
+        return self.topo.nic_gbps(nic) / 8.0 if nic else None
 
 
 def _matrix_code(doc: dict, a: str, b: str) -> Optional[str]:
@@ -402,31 +342,18 @@ def pcie_level(doc: dict, a: dict, b: dict) -> Optional[str]:
     return _pci_level_from_tree(doc, a, b)
 
 
-def _numa_table(doc: dict) -> Dict[int, List[int]]:
-    out: Dict[int, List[int]] = {}
-    for n in doc.get("numa_nodes") or []:
-        try:
-            cpus = parse_cpulist(n.get("cpus") or "")
-        except (ValueError, TypeError):
-            continue
-        if isinstance(n.get("id"), int) and cpus:
-            out[n["id"]] = cpus
-    return out
-
-
-def node_view(doc: dict, gpu_subset: Optional[Iterable[int]] = None) -> NodeView:
-    """Build the placement view of one topology document.  ``gpu_subset`` restricts it to some
-    GPU indices (``--gpus``/``select``).  Raises NothingToDo when there are no GPUs."""
-    gpus = sorted((g for g in doc.get("gpus") or [] if isinstance(g, dict) and isinstance(g.get("index"), int)),
-                  key=lambda g: g["index"])
-    if gpu_subset is not None:
-        want = sorted(set(int(i) for i in gpu_subset))
-        have = {g["index"] for g in gpus}
-        missing = [i for i in want if i not in have]
-        if missing:
-            raise PlanInfeasible(f"GPU index {missing[0]} does not exist (the topology has GPUs "
-                                 f"{format_cpulist(sorted(have)) or 'none'})")
-        gpus = [g for g in gpus if g["index"] in want]
+def node_view(doc, gpu_subset: Optional[Iterable[int]] = None) -> NodeView:
+    """Build the placement view of one topology (a :class:`Topology` or a document).  ``gpu_subset``
+    restricts it to some GPU indices (``--gpus``/``select``).  Raises NothingToDo when there are no
+    GPUs."""
+    topo = Topology.of(doc)
+    doc = topo.doc
+    try:
+        sel = topo.select(gpu_subset)
+    except KeyError as e:
+        raise PlanInfeasible(f"GPU index {e.args[0]} does not exist (the topology has GPUs "
+                             f"{format_cpulist([g.index for g in topo.gpus]) or 'none'})") from None
+    gpus = [g.rec for g in sel]
     if not gpus:
         raise NothingToDo("the topology has no GPUs to place ranks on")
     index = [g["index"] for g in gpus]
@@ -435,11 +362,10 @@ def node_view(doc: dict, gpu_subset: Optional[Iterable[int]] = None) -> NodeView
     level: Dict[Tuple[int, int], str] = {}
     p2p_disabled: List[Tuple[int, int]] = []
     mig = [g["index"] for g in gpus if g.get("mig")]
-    nvswitch = any((s.get("kind") == "nvswitch") for s in doc.get("switches") or [] if isinstance(s, dict))
+    fab = topo.nvlink
     by_id = {gpu_id(g): g for g in gpus}
     for g in gpus:
-        p2p = g.get("p2p") or {}
-        for other_id, status in p2p.items() if isinstance(p2p, dict) else []:
+        for other_id, status in g["p2p"].items():
             o = by_id.get(other_id)
             if o is None or str(status).upper() in ("OK", "SUPPORTED", "ENABLED"):
                 continue
@@ -458,59 +384,46 @@ def node_view(doc: dict, gpu_subset: Optional[Iterable[int]] = None) -> NodeView
             ia, ib = a["index"], b["index"]
             code = _matrix_code(doc, f"GPU{ia}", f"GPU{ib}") or pcie_level(doc, a, b) or "N/A"
             level[(ia, ib)] = code
+            nvbw = fab.pair_bw(gpu_id(a), gpu_id(b))
             n = _nv_count(code)
-            if n:
-                per = min(nvlink_bw_per_link(gpu_sm(a)), nvlink_bw_per_link(gpu_sm(b)))
-                val = n * per
+            if nvbw > 0:
+                val = nvbw
+            elif n:   # a matrix NV# the NVLink records do not explain: count x NCCL's per-link bw
+                sa, sb = topo.gpu(ia).sm, topo.gpu(ib).sm
+                val = n * min(facts.nvlink_bw_per_link(sa), facts.nvlink_bw_per_link(sb))
             else:
-                pa = a.get("pcie") or {}
-                pb = b.get("pcie") or {}
-                pcie = min(pcie_bw_GBps(pa.get("gen"), pa.get("width")), pcie_bw_GBps(pb.get("gen"), pb.get("width")))
+                pcie = min(_pcie_bw(topo, ia), _pcie_bw(topo, ib))
                 val = pcie * LEVEL_BW_FACTOR.get(code, 0.3)
             if tuple(sorted((ia, ib))) in p2p_disabled or ia in mig or ib in mig:
                 # No P2P: NCCL falls back to SHM through host memory (PHB-like at best).
-                pa = a.get("pcie") or {}
-                val = min(val, pcie_bw_GBps(pa.get("gen"), pa.get("width")) * LEVEL_BW_FACTOR["NODE"])
+                val = min(val, _pcie_bw(topo, ia) * LEVEL_BW_FACTOR["NODE"])
             bw[(ia, ib)] = round(val, 4)
-    # NVLink domains (connected components over NV# pairs).
-    parent = {i: i for i in index}
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for (a, b), code in level.items():
-        if _nv_count(code) and a not in mig and b not in mig:
-            parent[find(a)] = find(b)
-    comps: Dict[int, List[int]] = {}
-    for i in index:
-        comps.setdefault(find(i), []).append(i)
-    domains = sorted((sorted(c) for c in comps.values() if len(c) > 1), key=lambda c: c[0])
-    if not nvswitch and len(index) > 2:
-        # A topo -m capture has no switch records: all-pairs NV# with the same count on >2 GPUs
-        # and no direct link records is how NVSwitch boxes print (NV12 DGX A100, NV18 HGX H100).
-        codes = {level[(a, b)] for a in index for b in index if a != b}
-        has_direct = any(l.get("kind") == "nvlink" for l in doc.get("links") or [] if isinstance(l, dict))
-        if len(codes) == 1 and _nv_count(next(iter(codes))) >= 12 and not has_direct:
-            nvswitch = True
-    numa_cpus = _numa_table(doc)
+    # NVLink domains (connected components over NVLink, MIG GPUs left out).
+    ids = [gpu_id(g) for g in gpus if g["index"] not in mig]
+    idx_of = {gpu_id(g): g["index"] for g in gpus}
+    domains = sorted((sorted(idx_of[x] for x in d) for d in fab.domains(ids)), key=lambda c: c[0])
+    nvswitch = fab.nvswitch
+    numa_cpus = topo.numa_cpus()
     all_cpus = sorted({c for cs in numa_cpus.values() for c in cs})
-    nics = {n["name"]: n for n in doc.get("nics") or [] if isinstance(n, dict) and n.get("name") and nic_is_up(n)}
-    down = sorted((n["name"] for n in doc.get("nics") or [] if isinstance(n, dict) and n.get("name")
-                   and not nic_is_up(n)), key=_natural)
+    nics = {n.name: n.rec for n in topo.nics if n.up}
+    down = sorted((n.name for n in topo.nics if not n.up), key=_natural)
     if down:
         notes.append("NIC(s) with no ACTIVE port left out: " + ", ".join(down))
     gpu_nics, gpu_nic_level = _nearest_nics(doc, gpus, compute_nics(nics))
-    return NodeView(doc=doc, gpus=gpus, index=index, bw=bw, level=level, nvlink_domains=domains,
+    return NodeView(topo=topo, gpus=gpus, index=index, bw=bw, level=level, nvlink_domains=domains,
                     nvswitch=nvswitch, gpu_nics=gpu_nics, gpu_nic_level=gpu_nic_level, nics=nics,
                     numa_cpus=numa_cpus, all_cpus=all_cpus, p2p_disabled=sorted(p2p_disabled), mig=mig,
                     notes=notes)
 
 
+def _pcie_bw(topo: Topology, index: int) -> float:
+    p = topo.gpu(index).pcie
+    bw = p.usable_bw_GBps if p else None
+    return bw if bw is not None else topo.default_pcie_bw()
+
+
 def _nic_signature(nic: dict) -> tuple:
-    return (str(nic.get("link_layer") or "").lower() or None, nic_rate_gbps(nic))
+    return (str(nic.get("link_layer") or "").lower() or None, facts.nic_rate_gbps(nic))
 
 
 def _nearest_nics(doc: dict, gpus: List[dict], nics: Dict[str, dict]) -> Tuple[Dict[int, List[str]], Dict[int, str]]:
@@ -1091,7 +1004,7 @@ def plan_document(layout: Layout, hosts: Optional[List[str]] = None, node_docs: 
     groups = {a: gen.get_ranks(a) for a in AXES}
     # Megatron also builds combined groups (model parallel = tp-pp, tp-cp...); give the common one.
     groups["tp-pp"] = gen.get_ranks("tp-pp")
-    warnings = list(dict.fromkeys(view.notes + layout.warnings))
+    warnings = list(dict.fromkeys(view.notes + layout.warnings + view.topo.all_assumptions()))
     return {
         "schema": "gpucomm.plan/v1",
         "world_size": gen.world_size,

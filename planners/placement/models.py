@@ -219,11 +219,10 @@ def memory_per_gpu(model: dict, axes: Dict[str, int], micro_batches: Optional[in
 
 
 def peak_tflops(view) -> Optional[float]:
-    from gpucomm.planners.placement.layout import gpu_sm
-
     vals = []
     for g in view.gpus:
-        sm = gpu_sm(g)
+        t = view.topo.gpu(g["index"])
+        sm = t.sm if t.sm_source in ("record", "name") else None   # an assumed sm says nothing of the peak
         if sm is None:
             return None
         name = str(g.get("name") or "")

@@ -240,7 +240,7 @@ def select_gpus(doc: dict, k: int, free: Optional[Sequence[int]] = None, compare
         raise NothingToDo("no free GPUs to select from")
     if k > len(free):
         raise PlanInfeasible(f"--count {k} but only {len(free)} GPU(s) are free")
-    warnings: List[str] = list(view.notes)
+    warnings: List[str] = list(view.notes) + view.topo.all_assumptions()
     if view.mig and k > 1:
         warnings.append("MIG-enabled GPUs in the set: no P2P between MIG slices (nccl#1716)")
     if math.comb(len(free), k) <= EXHAUSTIVE_SETS:
