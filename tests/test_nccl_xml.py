@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import CAPTURES, run_cli
+from gpucomm.probes import facts
 from gpucomm.probes.errors import GpucommError, InputError, TopologyError
 from gpucomm.probes.model import gpu_id, nic_id, schema_path
 from gpucomm.probes.formats.nccl_xml import (
@@ -19,7 +20,6 @@ from gpucomm.probes.formats.nccl_xml import (
     bcm_gen,
     export_nccl_xml,
     flatten_bcm,
-    inter_cpu_bw,
     parse_link_speed,
     parse_nccl_graph,
     parse_nccl_xml,
@@ -782,12 +782,16 @@ def test_class_types_and_link_speeds_follow_nccl_tables():
 
 
 def test_inter_cpu_bandwidth_table():
+    # an XML <cpu>'s attributes through the one rule (gpucomm.probes.facts)
+    def inter_cpu_bw(attrs):
+        return facts.inter_cpu_bw(facts.cpu_identity(attrs, None))
+
     intel = lambda m: {"arch": "x86_64", "vendor": "GenuineIntel", "familyid": 6, "modelid": m}
     assert [inter_cpu_bw(intel(m)) for m in (0xCF, 0x8F, 0x55, 0x4F)] == [40.0, 22.0, 10.0, 6.0]
     assert inter_cpu_bw({"arch": "x86_64", "vendor": "AuthenticAMD"}) == 16.0
     assert inter_cpu_bw({"arch": "arm64"}) == 6.0 and inter_cpu_bw({"arch": "ppc64"}) == 32.0
     assert inter_cpu_bw({"arch": "x86_64", "vendor": "CentaurHauls", "familyid": 7, "modelid": 0x5B}) == 9.0
-    assert inter_cpu_bw({}) == 5000.0
+    assert inter_cpu_bw({}) is None   # not identified: no SMP link is written; the view's default applies
 
 
 def test_guid_conversion():

@@ -13,7 +13,8 @@ from gpucomm.planners.placement import layout as pl
 from gpucomm.probes.errors import InputError, NothingToDo, PlanInfeasible
 from gpucomm.probes.matrix import compute_matrix
 from gpucomm.probes.facts import pcie_bw_GBps
-from gpucomm.probes.model import finalize, gpu_record, link_record, new_document, nic_record, parse_cpulist, switch_record
+from gpucomm.probes.model import (finalize, gpu_record, link_record, new_document, nic_record, parse_cpulist,
+                                  switch_record)
 
 GPU_BUS = ["18", "2a", "3a", "5d", "9a", "ab", "ba", "db"]
 NIC_BUS = ["19", "2b", "3b", "5e", "9b", "ac", "bb", "dc"]

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from gpucomm.render.topology import dot, matrix_rich, matrix_text, summary_table, tree
 from gpucomm.probes.matrix import compute_matrix
 from gpucomm.probes.facts import pcie_bw_GBps
-from gpucomm.probes.model import finalize, gpu_record, link_record, new_document, nic_record, source_record, switch_record
+from gpucomm.probes.model import (finalize, gpu_record, link_record, new_document, nic_record, source_record,
+                                  switch_record)
 from gpucomm.probes.formats.smi_topo import parse_topo_text
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from gpucomm.probes.sources import ib
 from gpucomm.probes.sources import net
 from gpucomm.probes.sources import numa
+from gpucomm.probes import facts
 from gpucomm.probes.sources import sysfs
 from gpucomm.probes.sources.host import Host
 from gpucomm.probes.sources.probe import probe_host
@@ -301,7 +302,8 @@ def test_no_numa_dir_falls_back_to_cpu_online(tmp_path):
     ("AuthenticAMD", 25, 1, "x86_64", 16.0), (None, None, None, "aarch64", 6.0), ("IBM", None, None, "ppc64le", 32.0),
     ("CentaurHauls", 7, 0x5B, "x86_64", 9.0)])
 def test_inter_cpu_bw_matches_nccl(vendor, family, model, arch, bw):
-    assert numa.inter_cpu_bw(vendor, family, model, arch) == bw
+    info = facts.cpu_identity({"vendor": vendor, "familyid": family, "modelid": model, "arch": arch}, None)
+    assert facts.inter_cpu_bw(info) == bw
 
 
 def test_parse_cpuinfo_arm():

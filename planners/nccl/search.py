@@ -820,10 +820,10 @@ def nvswitch_document(ngpus: int = 8, sm: int = 90, nvlinks: int = 18, name: Opt
     ``ngpus=72, sm=100``): ``ngpus`` GPUs each under its own PCIe switch (with ``nics`` NICs spread
     over the switches, one per switch first), half of the switches on each NUMA node, every GPU with
     ``nvlinks`` links to one NVSwitch.  Built with gpucomm.probes.model builders, so it is a real document."""
-    from gpucomm.probes.facts import nvlink_bw_per_link, pcie_bw_GBps
+    from gpucomm.probes.facts import default_pcie_gen, nvlink_bw_per_link, pcie_bw_GBps
     from gpucomm.probes.model import finalize, gpu_record, link_record, new_document, nic_record, switch_record
 
-    gen = pcie_gen or (5 if sm >= 90 else 4)
+    gen = pcie_gen or default_pcie_gen(sm)
     doc = new_document("json")
     doc["host"]["cpu_vendor"] = cpu_vendor
     doc["host"]["cpu_model"] = cpu_model
@@ -855,10 +855,7 @@ def nvswitch_document(ngpus: int = 8, sm: int = 90, nvlinks: int = 18, name: Opt
                                       ports=[{"port": 1, "state": "ACTIVE", "rate_gbps": nic_gbps}],
                                       guid=f"0x{k + 1:016x}"))
         doc["links"].append(link_record(bus, sw, "pcie", pbw, gen=gen, width=16))
-    if nps > 1:
-        for a in range(nps):
-            for b in range(a + 1, nps):
-                doc["links"].append(link_record(f"CPU{a}", f"CPU{b}", "smp", 22.0 if "8480" in cpu_model else 16.0))
+    # no smp links: the graph takes NCCL's inter-socket bandwidth for the host's CPU (facts.inter_cpu_bw)
     return finalize(doc)
 
 

@@ -55,16 +55,16 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
+from gpucomm.probes import facts
 from gpucomm.probes.errors import InputError, TopologyError
 from gpucomm.probes.facts import PCI_GT_TO_GEN, nvlink_bw_per_link, pcie_bw_GBps
-from gpucomm.probes.model import cpulist_to_mask, cpumask_to_list, finalize, format_cpulist, is_sentinel_bus_id, link_record, new_document, nic_record, normalize_bus_id, parse_cpulist, source_record, switch_record, gpu_record, warn
+from gpucomm.probes.model import (cpulist_to_mask, cpumask_to_list, finalize, format_cpulist, gpu_record,
+                                  is_sentinel_bus_id, link_record, new_document, nic_record, normalize_bus_id,
+                                  parse_cpulist, source_record, switch_record, warn)
 
 # --------------------------------------------------------------------------------------------
 # NCCL constants (topo.h / topo.cc, NCCL_NOTES §2.1)
-LOC_BW = 5000.0          # LINK_LOC: pcilink, NIC directly under a CPU
-P9_BW, ARM_BW, AMD_BW = 32.0, 6.0, 16.0
-ERP_QPI_BW, SRP_QPI_BW, SKL_QPI_BW, BDW_QPI_BW = 40.0, 22.0, 10.0, 6.0
-YONGFENG_ZPI_BW, ZPI_BW = 9.0, 6.0
+LOC_BW = facts.LOC_BW    # LINK_LOC: pcilink, NIC directly under a CPU
 
 # kvDictPciClass (topo.cc): prefix match, first hit wins, anything else is a PCI node.
 _PCI_CLASS_TYPES = (("0x060400", "PCI"), ("0x068000", "NVS"), ("0x068001", "CPU"), ("0x03", "GPU"), ("0x02", "NIC"))
@@ -284,48 +284,6 @@ def parse_link_speed(value: Optional[str]) -> tuple[Optional[int], bool]:
     if m:
         return PCI_GT_TO_GEN.get(float(m.group(1))), False
     return None, False
-
-
-def _sm_from_cc(cc: Any) -> Optional[int]:
-    if cc is None:
-        return None
-    m = re.fullmatch(r"\s*(\d+)\.(\d+)\s*", str(cc))
-    return int(m.group(1)) * 10 + int(m.group(2)) if m else None
-
-
-def arch_from_sm(sm: Optional[int]) -> Optional[str]:
-    """GPU architecture name for a compute capability (sm = major*10 + minor)."""
-    if sm is None:
-        return None
-    for lo, name in ((100, "blackwell"), (90, "hopper"), (89, "ada"), (80, "ampere"), (75, "turing"),
-                     (70, "volta"), (60, "pascal"), (50, "maxwell"), (30, "kepler")):
-        if sm >= lo:
-            return name
-    return None
-
-
-def inter_cpu_bw(cpu: dict) -> float:
-    """``ncclTopoGetInterCpuBw`` (topo.cc): SMP interconnect bandwidth (GB/s) out of a CPU node."""
-    arch = (cpu.get("arch") or "").lower()
-    vendor = cpu.get("vendor") or ""
-    family, model = cpu.get("familyid"), cpu.get("modelid")
-    if arch == "ppc64":
-        return P9_BW
-    if arch == "arm64":
-        return ARM_BW
-    if arch == "x86_64" and vendor == "GenuineIntel":
-        if family == 6 and model is not None and model >= 0xCF:
-            return ERP_QPI_BW
-        if family == 6 and model is not None and model >= 0x8F:
-            return SRP_QPI_BW
-        if family == 6 and model is not None and model >= 0x55:
-            return SKL_QPI_BW
-        return BDW_QPI_BW
-    if arch == "x86_64" and vendor == "AuthenticAMD":
-        return AMD_BW
-    if arch == "x86_64" and vendor in ("CentaurHauls", "  Shanghai  "):
-        return YONGFENG_ZPI_BW if (family == 7 and model == 0x5B) else ZPI_BW
-    return LOC_BW
 
 
 _ID_KEYS = ("class", "vendor", "device", "subsystem_vendor", "subsystem_device")
@@ -705,7 +663,7 @@ def _assign_indices(ctx: _Ctx) -> None:
             p["index"], pci_bus_id=p["bus"], vendor=vendor, parent=p["parent"], numa_node=numa,
             numa_affinity=[numa] if numa is not None else [], cpu_affinity=cpu.get("cpulist"),
             compute_capability=f"{sm // 10}.{sm % 10}" if sm is not None else None,
-            arch=arch_from_sm(sm) if vendor == "nvidia" else None,
+            arch=facts.arch_from_sm(sm) if vendor == "nvidia" else None,
             pcie={"gen": p["gen"], "width": p["width"], "max_gen": None, "max_width": None},
             pci_ids=p["ids"],
         )
@@ -944,11 +902,15 @@ def _add_pcilinks(ctx: _Ctx) -> None:
 
 
 def _add_smp_links(ctx: _Ctx) -> None:
+    """SMP links between every pair of CPUs with NCCL's bandwidth for the XML's ``<cpu>`` (topo.cc
+    ncclTopoConnectCpus); none when the CPU is not identified (the typed view then applies its one
+    default and says so)."""
     ids = sorted(ctx.cpus)
+    bws = {i: facts.inter_cpu_bw(facts.cpu_identity(ctx.cpus[i], None)) for i in ids}
     for i, a in enumerate(ids):
         for b in ids[i + 1:]:
-            bw = min(inter_cpu_bw(ctx.cpus[a]), inter_cpu_bw(ctx.cpus[b]))
-            ctx.doc["links"].append(link_record(f"CPU{a}", f"CPU{b}", "smp", bw))
+            if bws[a] is not None and bws[b] is not None:
+                ctx.doc["links"].append(link_record(f"CPU{a}", f"CPU{b}", "smp", min(bws[a], bws[b])))
 
 
 # --------------------------------------------------------------------------------------------
@@ -1441,7 +1403,7 @@ def export_nccl_xml(doc: dict) -> str:
                     ids = {"device": g.get("pci_device_id")} if isinstance(g.get("pci_device_id"), str) else {}
                     vendor = "0x1002" if g.get("vendor") == "amd" else "0x10de"
                 attrs = pci_attrs(gid, ids, gen, width, "0x030200", vendor)
-                sm = g.get("sm") if isinstance(g.get("sm"), int) else _sm_from_cc(g.get("compute_capability"))
+                sm = facts.gpu_sm(g)[0] if g.get("sm") is not None or g.get("compute_capability") is not None else None
                 links = sorted(nvl.get(gid, []))
                 has_sub = bool(links) or gid in c2c
                 if g.get("index_inferred") and not has_sub and sm is None:
@@ -1554,4 +1516,4 @@ def write_nccl_xml(doc: dict, path: str) -> str:
 
 __all__ = ["parse_nccl_xml", "parse_nccl_graph", "flatten_bcm", "export_nccl_xml", "write_nccl_xml", "switch_ids",
            "guid_from_nccl", "guid_to_nccl",
-           "bcm_gen", "bcm_device_id", "parse_link_speed", "pci_class_type", "inter_cpu_bw", "arch_from_sm"]
+           "bcm_gen", "bcm_device_id", "parse_link_speed", "pci_class_type"]

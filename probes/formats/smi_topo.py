@@ -45,9 +45,11 @@ import os
 import re
 from typing import Iterable, Optional
 
+from gpucomm.probes import facts
 from gpucomm.probes.errors import InputError
 from gpucomm.probes.facts import arch_from_name, nvlink_bw_per_link
-from gpucomm.probes.model import canonical_cpulist, gpu_record, link_record, new_document, nic_record, parse_cpulist, source_record, warn
+from gpucomm.probes.model import (canonical_cpulist, gpu_record, link_record, new_document, nic_record,
+                                  parse_cpulist, source_record, warn)
 
 SOURCE_NAME = "nvidia-smi"
 EXPECTED = "`nvidia-smi topo -m` output: a header line starting with GPU0 followed by one row per device"
@@ -688,22 +690,12 @@ def _nvlinks(doc: dict) -> None:
             count = int(mx.group(1))
             if count == 0:
                 continue
-            sm = _sm(by_idx[a]) if _sm(by_idx[a]) == _sm(by_idx[b]) else None
+            sm_a = facts.compute_capability(by_idx[a].get("compute_capability"))
+            sm = sm_a if sm_a == facts.compute_capability(by_idx[b].get("compute_capability")) else None
             doc["links"].append(link_record(ka, kb, "nvlink", nvlink_bw_per_link(sm) * count, count=count))
     if one_sided:
         warn(doc, f"NVLink known from one side only ({', '.join(one_sided[:8])}); no link recorded for "
                   f"{'it' if len(one_sided) == 1 else 'them'}")
-
-
-def _sm(g: dict) -> Optional[int]:
-    cc = g.get("compute_capability")
-    if not cc:
-        return None
-    try:
-        major, minor = cc.split(".")
-        return int(major) * 10 + int(minor)
-    except ValueError:
-        return None
 
 
 def _numa(doc: dict) -> None:

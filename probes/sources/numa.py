@@ -15,6 +15,7 @@ import os
 import re
 from typing import Optional
 
+from gpucomm.probes import facts
 from gpucomm.probes.sources.host import Host
 from gpucomm.probes.model import canonical_cpulist, cpu_id, link_record, new_document, source_record, warn
 
@@ -23,10 +24,6 @@ NODE_DIR = "/sys/devices/system/node"
 META_KEYS = ("hostname", "os", "kernel", "cpu_vendor", "cpu_model", "cpu_arch", "sockets", "collected_at",
              "cpus_logical", "cpus_physical", "memory_bytes")
 META_INT_KEYS = ("sockets", "cpus_logical", "cpus_physical", "memory_bytes")
-
-# NCCL topo.h inter-socket bandwidths (GB/s)
-INTEL_ERP_BW, INTEL_SRP_BW, INTEL_SKL_BW, INTEL_BDW_BW = 40.0, 22.0, 10.0, 6.0
-AMD_BW, ARM_BW, P9_BW, YONGFENG_ZPI_BW, ZPI_BW, LOC_BW = 16.0, 6.0, 32.0, 9.0, 6.0, 5000.0
 
 # /proc/cpuinfo "CPU implementer" on arm64 (lscpu's table, the few that matter here)
 _ARM_IMPLEMENTERS = {0x41: "ARM", 0x42: "Broadcom", 0x43: "Cavium", 0x48: "HiSilicon", 0x4E: "NVIDIA",
@@ -100,30 +97,6 @@ def _num(v: str) -> Optional[int]:
         return int(v, 0)
     except ValueError:
         return None
-
-
-def inter_cpu_bw(vendor: Optional[str], family: Optional[int], model: Optional[int], arch: Optional[str]) -> float:
-    """``ncclTopoGetInterCpuBw`` (topo.cc:60-83): bandwidth of one socket-to-socket hop."""
-    a = (arch or "").lower()
-    if a.startswith("ppc"):
-        return P9_BW
-    if a in ("aarch64", "arm64") or a.startswith("arm"):
-        return ARM_BW
-    v = vendor or ""
-    if v == "GenuineIntel":
-        if family == 6 and model is not None:
-            if model >= 0xCF:
-                return INTEL_ERP_BW
-            if model >= 0x8F:
-                return INTEL_SRP_BW
-            if model >= 0x55:
-                return INTEL_SKL_BW
-        return INTEL_BDW_BW
-    if v == "AuthenticAMD":
-        return AMD_BW
-    if v in ("CentaurHauls", "  Shanghai  ", "Shanghai"):
-        return YONGFENG_ZPI_BW if family == 7 and model == 0x5B else ZPI_BW
-    return LOC_BW
 
 
 def is_live_root(host: Host) -> bool:
@@ -222,12 +195,15 @@ def collect(host: Host) -> dict:
     if h.get("sockets") is None:
         h["sockets"] = _sockets_from_topology(host)
 
-    # SMP links between every pair of NUMA nodes (NCCL connects every pair of CPU nodes).
-    bw = inter_cpu_bw(h.get("cpu_vendor"), info["family"], info["model"], h.get("cpu_arch"))
+    # SMP links between every pair of NUMA nodes (NCCL connects every pair of CPU nodes), with NCCL's
+    # bandwidth for this CPU; none when it cannot be identified (the typed view's default applies).
+    bw = facts.inter_cpu_bw(facts.cpu_identity({"vendor": h.get("cpu_vendor"), "familyid": info["family"],
+                                                "modelid": info["model"], "arch": h.get("cpu_arch")}, None))
     links = []
     for i, a in enumerate(ids):
         for b in ids[i + 1:]:
-            links.append(link_record(cpu_id(a), cpu_id(b), "smp", bw))
+            if bw is not None:
+                links.append(link_record(cpu_id(a), cpu_id(b), "smp", bw))
     doc["links"] = links
     if nodes:
         doc["sources"] = [source_record("numa", "ok", f"{len(nodes)} NUMA node(s)" +

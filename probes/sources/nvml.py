@@ -24,9 +24,12 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from gpucomm.probes.errors import InputError
+from gpucomm.probes import facts
 from gpucomm.probes.sources.host import Host
 from gpucomm.probes.facts import arch_from_name, nvlink_bw_per_link
-from gpucomm.probes.model import canonical_cpulist, parse_cpulist, cpu_id, format_cpulist, gpu_id, gpu_record, is_sentinel_bus_id, link_record, new_document, normalize_bus_id, source_record, switch_record, warn
+from gpucomm.probes.model import (canonical_cpulist, parse_cpulist, cpu_id, format_cpulist, gpu_id, gpu_record,
+                                  is_sentinel_bus_id, link_record, new_document, normalize_bus_id,
+                                  source_record, switch_record, warn)
 
 NVML_SCHEMA = "gpucomm.nvml/v1"
 NVS_ID = "NVS"  # one NVSwitch node standing for switches we cannot see (VMs, containers)
@@ -60,28 +63,6 @@ _INIT_REASONS = {
     "NVML_ERROR_LIB_RM_VERSION_MISMATCH": "NVML/driver version mismatch (reload the nvidia module or reboot)",
     "NVML_ERROR_GPU_IS_LOST": "a GPU fell off the bus (NVML_ERROR_GPU_IS_LOST)",
 }
-
-# Architecture by SM when the name does not tell (arch_from_name handles names).
-_ARCH_BY_SM = [(100, "blackwell"), (90, "hopper"), (89, "ada"), (80, "ampere"), (75, "turing"), (70, "volta"),
-               (60, "pascal"), (50, "maxwell"), (30, "kepler")]
-
-
-def arch_from_sm(sm: Optional[int]) -> Optional[str]:
-    if sm is None:
-        return None
-    for lo, arch in _ARCH_BY_SM:
-        if sm >= lo:
-            return arch
-    return None
-
-
-def max_nvlinks(sm: Optional[int], cap: int = 18) -> int:
-    """NCCL xml.cc:934: how many NVLink indices to probe for a compute capability."""
-    if sm is None:
-        return cap
-    n = 0 if sm < 60 else 4 if sm < 70 else 6 if sm < 80 else 12 if sm < 90 else 18
-    return min(n, cap)
-
 
 # ------------------------------------------------------------------------------------------
 # Recording
@@ -224,7 +205,7 @@ def _record_device(q_global: Query, nv: Any, i: int, h: Any) -> dict:
         maj, mnr = _int_or_none(cc[0]), _int_or_none(cc[1])
         if maj is not None and mnr is not None:
             d["compute_capability"] = [maj, mnr]
-            sm = maj * 10 + mnr
+            sm = facts.compute_capability([maj, mnr])
     numa = _int_or_none(q("nvmlDeviceGetNumaNodeId", h))
     d["numa_node"] = numa if numa is not None and numa >= 0 else None
     nwords = max(1, ((os.cpu_count() or 64) + 63) // 64)
@@ -244,7 +225,7 @@ def _record_device(q_global: Query, nv: Any, i: int, h: Any) -> dict:
     if isinstance(mig, (tuple, list)) and mig:
         d["mig_mode"] = bool(_int_or_none(mig[0]))
     cap = min(18, _int_or_none(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18)) or 18)
-    for link in range(max_nvlinks(sm, cap)):
+    for link in range(min(facts.max_nvlinks(sm), cap)):
         st = q("nvmlDeviceGetNvLinkState", h, link, default=_FAIL)
         if st is _FAIL:
             continue
@@ -455,15 +436,12 @@ def nvml_to_partial(rec: dict, host: Optional[Host] = None, provenance: str = "l
             if not (str(err) in BENIGN_ERRORS and call in OPTIONAL_CALLS):
                 warn(doc, f"nvml: {label}: {call} failed: {err}")
         name = _s(d.get("name"))
-        cc = d.get("compute_capability")
-        sm = None
-        cc_s = None
-        if isinstance(cc, list) and len(cc) == 2 and all(_i(c, 0, 99) is not None for c in cc):
-            sm, cc_s = cc[0] * 10 + cc[1], f"{cc[0]}.{cc[1]}"
+        sm = facts.compute_capability(d.get("compute_capability"))   # NVML's (major, minor)
+        cc_s = facts.format_compute_capability(sm)
         arch, sm_name = arch_from_name(name)
         if sm is None:
             sm = sm_name
-        arch = arch or arch_from_sm(sm)
+        arch = arch or facts.arch_from_sm(sm)
         bus = normalize_bus_id(d.get("pci_bus_id"))
         if d.get("pci_bus_id") is not None and bus is None:
             warn(doc, f"nvml: {label}: pci_bus_id {str(d.get('pci_bus_id'))[:40]!r} is not a PCI bus id")

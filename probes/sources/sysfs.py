@@ -29,7 +29,9 @@ from typing import Optional
 
 from gpucomm.probes.sources.host import Host
 from gpucomm.probes.facts import PCI_GT_TO_GEN, pcie_bw_GBps
-from gpucomm.probes.model import canonical_cpulist, cpu_id, cpumask_to_list, format_cpulist, gpu_record, link_record, new_document, normalize_bus_id, source_record, switch_record, warn
+from gpucomm.probes.model import (canonical_cpulist, cpu_id, cpumask_to_list, format_cpulist, gpu_record,
+                                  link_record, new_document, normalize_bus_id, source_record, switch_record,
+                                  warn)
 
 PCI_DEVICES = "/sys/bus/pci/devices"
 VENDOR_NVIDIA = 0x10DE
