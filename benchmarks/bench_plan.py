@@ -41,7 +41,8 @@ def _topology() -> str:
 
 
 def main() -> None:
-    from gpucomm.commands.plan import build_full_plan, load_cluster_file
+    from gpucomm.planners.placement.cluster import load_cluster
+    from gpucomm.planners.plan import build_full_plan
     from gpucomm.planners.placement.cluster import synth_cluster
     from gpucomm.probes.load import load_topology
 
@@ -66,7 +67,7 @@ def main() -> None:
         import yaml
 
         Path(tmp, "cluster.yaml").write_text(yaml.safe_dump(cdoc))
-        cl = load_cluster_file(os.path.join(tmp, "cluster.yaml"))
+        cl = load_cluster(os.path.join(tmp, "cluster.yaml"))
         rows.append(("  1024-node fat-tree cluster (hosts+traffic), in-proc",
                      time_call(lambda: build_full_plan(None, cluster=cl, tp=8, pp=4), runs=3)))
         rows.append(("rank llama-70b factorizations, 64 GPUs (CLI)",

@@ -57,7 +57,7 @@ def main() -> None:
     base = _time(lambda: _run([py, "-c", "pass"]), args.repeat)
     print(f"python -c pass: {base * 1000:.1f} ms (= 1.0x)")
 
-    from gpucomm.commands.predict import build_prediction
+    from gpucomm.planners.collectives.predict import build_prediction
     from gpucomm.probes.load import load_topology
 
     doc = load_topology(str(TOPO))

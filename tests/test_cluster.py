@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import run_cli
-from gpucomm.commands.plan import build_full_plan, load_cluster_file
+from gpucomm.planners.placement.cluster import load_cluster
+from gpucomm.planners.plan import build_full_plan
 from gpucomm.planners.placement import cluster as cl
 from gpucomm.probes.errors import InputError
 from test_placement import hgx_doc
@@ -171,7 +172,7 @@ def _leaves_per_group(plan, fab, axis):
     ("llama-8b,gbs=4096", "pp"),     # 1024 micro-batches of activations: PP dominates
 ])
 def test_cluster_plan_keeps_the_heavy_axis_under_a_leaf(tmp_path, model, local_axis):
-    c = load_cluster_file(str(_write_cluster(tmp_path, INTERLEAVED)))
+    c = load_cluster(str(_write_cluster(tmp_path, INTERLEAVED)))
     plan = build_full_plan(None, cluster=c, tp=8, dp=4, pp=2, model=model)
     assert plan["nodes"] == 8 and sorted(plan["hosts"]) == sorted(c.nodes)
     fab = c.fabric
@@ -269,7 +270,7 @@ def test_synth_fat_tree_and_plan_at_scale(tmp_path):
     assert len(fab.leaves()) == 16 and fab.roots() == ["core"] and len(fab.node_leaf) == 256
     assert fab.level_between("node001", "node016") == 1 and fab.level_between("node001", "node017") == 2
     assert fab.level_between("node001", "node065") == 3
-    c = load_cluster_file(str(out / "cluster.yaml"))
+    c = load_cluster(str(out / "cluster.yaml"))
     assert len(c.nodes) == 256 and len(c.docs) == 1
     plan = build_full_plan(None, cluster=c, tp=8, pp=4, model="llama-70b")
     assert plan["world_size"] == 2048 and plan["ranks"][0]["gpu_uuid"] is None  # shared document: no UUIDs

@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 from conftest import run_cli
-from gpucomm.commands.plan import build_full_plan
+from gpucomm.planners.plan import build_full_plan
 from gpucomm.probes import facts
 from gpucomm.planners.launch import env as penv
 from gpucomm.planners.launch import scripts as launch

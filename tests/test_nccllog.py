@@ -16,8 +16,8 @@ from gpucomm.probes.errors import InputError
 from gpucomm.probes.load import load_topology
 from gpucomm.probes.model import dumps_json
 
-from gpucomm.probes.formats.nccllog import (PATH_TYPES, compare_rings, compare_trees, nccl_bus_id, parse_nccl_log, pick_graph,
-                              header_bus_id)
+from gpucomm.planners.collectives.logcompare import compare_rings, compare_trees, pick_graph
+from gpucomm.probes.formats.nccllog import PATH_TYPES, header_bus_id, nccl_bus_id, parse_nccl_log
 from gpucomm.planners.collectives.trees import connect_trees
 
 LOGS = CAPTURES / "nccllogs"

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from gpucomm import planners
 from conftest import run_cli
-from gpucomm.commands.plan import build_full_plan
+from gpucomm.planners.plan import build_full_plan
 from gpucomm.planners.placement import models as ms
 from gpucomm.planners.placement import layout as pl
 from gpucomm.probes.errors import InputError, PlanInfeasible

@@ -364,7 +364,7 @@ _LOG_LINES = st.sampled_from([
 @settings(max_examples=60, deadline=None)
 @given(st.lists(_LOG_LINES, max_size=12), st.one_of(st.none(), st.sampled_from(["all_reduce", "broadcast"])))
 def test_fuzz_logs_give_a_report_or_one_input_error(lines, coll):
-    from gpucomm.commands.predict import build_comparison
+    from gpucomm.planners.collectives.predict import build_comparison
 
     try:
         rep = build_comparison(_h100_doc(), "\n".join(lines), "fuzz.log", collective=coll)

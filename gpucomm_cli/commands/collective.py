@@ -54,41 +54,6 @@ COMPARE_HELP = ("NCCL debug log of a run on this machine (NCCL_DEBUG=INFO, best 
                 "NCCL_DEBUG_SUBSYS=INIT,GRAPH): show what NCCL did next to this plan and our model of NCCL.")
 
 
-def read_nccl_log(path: str) -> dict:
-    """Read and parse ``--compare LOG`` (InputError naming the file on any problem)."""
-    from pathlib import Path
-
-    from gpucomm.probes.formats.nccllog import parse_nccl_log
-    from gpucomm.probes.errors import InputError
-    from gpucomm.probes.load import read_text_input
-
-    expected = "an NCCL_DEBUG=INFO log file"
-    if Path(path).is_dir():
-        raise InputError("is a directory", path, expected=expected)
-    try:
-        text = read_text_input(path)
-    except InputError as e:
-        if "file is empty" in str(e):
-            raise InputError("file is empty", path, expected=expected) from None
-        raise
-    return parse_nccl_log(text, path)
-
-
-def build_rings(doc: dict, gpus: Optional[list] = None, channels: str = "auto", nodes: int = 1,
-                log: Optional[dict] = None) -> dict:
-    """The ``gpucomm.rings/v1`` document (no I/O); with ``log`` (a parsed NCCL log) it gains an
-    ``nccl_log`` section (gpucomm.probes.formats.nccllog.compare_rings)."""
-    from gpucomm.planners.collectives.rings import search_rings
-
-    plan = search_rings(doc, gpus=gpus, channels=channels, nodes=nodes)
-    out = plan.to_dict()
-    if log is not None:
-        from gpucomm.probes.formats.nccllog import compare_rings
-
-        out["nccl_log"] = compare_rings(log, out, plan.nccl_reference, doc, nodes)
-    return out
-
-
 def _fmt(x) -> str:
     if x is None:
         return "-"
@@ -201,14 +166,15 @@ def rings(
 
     Each channel is a cycle over the GPUs (or, across nodes, a NIC-to-NIC chain); link capacity is
     shared between channels.  Formats: table (default), json (schema gpucomm.rings/v1), yaml."""
+    from gpucomm.planners.collectives.rings import rings_report
+    from gpucomm.probes.formats.nccllog import load_nccl_log
     from gpucomm.probes.load import load_topology
-
     from gpucomm.render.output import emit
 
     gpu_list = parse_gpu_list(gpus)
-    log = read_nccl_log(compare) if compare else None
+    log = load_nccl_log(compare) if compare else None
     doc = load_topology(topo)
-    out = build_rings(doc, gpus=gpu_list, channels=channels, nodes=nodes, log=log)
+    out = rings_report(doc, gpus=gpu_list, channels=channels, nodes=nodes, log=log)
 
     def table(console) -> None:
         from rich.table import Table
@@ -249,21 +215,6 @@ def rings(
         _log_diagnostics(out["nccl_log"])
     for w in doc.get("warnings") or []:
         diag(f"gpucomm: warning: {w}", verbose_only=True)
-
-
-def build_tree_doc(doc: dict, nodes: int = 1, gpus_per_node: Optional[int] = None,
-                   gpus: Optional[list] = None, log: Optional[dict] = None) -> dict:
-    """The ``gpucomm.trees/v1`` document (no I/O); with ``log`` (a parsed NCCL log) it gains an
-    ``nccl_log`` section (gpucomm.probes.formats.nccllog.compare_trees)."""
-    from gpucomm.planners.collectives.trees import build_trees
-
-    plan = build_trees(doc, nodes=nodes, gpus_per_node=gpus_per_node, gpus=gpus)
-    out = plan.to_dict()
-    if log is not None:
-        from gpucomm.probes.formats.nccllog import compare_trees
-
-        out["nccl_log"] = compare_trees(log, out, plan.nccl_reference, doc, nodes)
-    return out
 
 
 def render_trees_log(console, sec: dict, out: dict) -> None:
@@ -314,17 +265,18 @@ def trees(
     """NCCL's double binary trees across nodes (chains inside a node), two tree channels per ring.
 
     Formats: table (default), json (schema gpucomm.trees/v1), yaml."""
+    from gpucomm.planners.collectives.trees import trees_report
     from gpucomm.probes.errors import InputError
+    from gpucomm.probes.formats.nccllog import load_nccl_log
     from gpucomm.probes.load import load_topology
-
     from gpucomm.render.output import emit
 
     gpu_list = parse_gpu_list(gpus)
     if gpu_list is not None and gpus_per_node is not None and gpus_per_node != len(gpu_list):
         raise InputError(f"--gpus lists {len(gpu_list)} GPUs but --gpus-per-node is {gpus_per_node}")
-    log = read_nccl_log(compare) if compare else None
+    log = load_nccl_log(compare) if compare else None
     doc = load_topology(topo)
-    out = build_tree_doc(doc, nodes=nodes, gpus_per_node=gpus_per_node, gpus=gpu_list, log=log)
+    out = trees_report(doc, nodes=nodes, gpus_per_node=gpus_per_node, gpus=gpu_list, log=log)
 
     def table(console) -> None:
         from rich.table import Table

@@ -1,150 +1,17 @@
-"""``gpucomm plan``, ``gpucomm select``, ``gpucomm synth``: rank placement, env and launch configs,
-GPU selection for schedulers, and synthetic clusters (SPEC §2, §5, §6).  The logic lives in
-gpucomm.planners.placement.layout / model_specs / env / launch / select / cluster; this module parses flags, does the
-I/O and renders."""
+"""``gpucomm plan``, ``gpucomm select``, ``gpucomm synth``: parse the flags, call
+:func:`gpucomm.planners.plan.build_full_plan`, :func:`gpucomm.planners.placement.select.select_gpus` or
+:func:`gpucomm.planners.placement.cluster.synth_cluster`, render the result."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 import typer
 
 from gpucomm.settings import diag
 
 EMITS = ("torchrun", "slurm", "rankfile", "env", "wrapper", "json", "nccl-xml")
-
-
-# ============================================================================================
-# Loading
-def load_cluster_file(path: str, default_topology: Optional[str] = None):
-    """Read and validate a cluster file (YAML or JSON) and everything it names."""
-    import yaml
-
-    from gpucomm.planners.placement.cluster import parse_cluster
-    from gpucomm.probes.errors import InputError
-    from gpucomm.probes.load import load_topology, read_text_input
-
-    text = read_text_input(path)
-    try:
-        obj = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise InputError(f"invalid YAML/JSON: {getattr(e, 'problem', None) or 'syntax error'}", path,
-                         line=(mark.line + 1) if mark is not None else None,
-                         expected="a gpucomm cluster file (nodes:, fabric:)") from None
-    base = os.path.dirname(os.path.abspath(path))
-    return parse_cluster(obj, path, base, load_topology, read_text_input, default_topology)
-
-
-# ============================================================================================
-def build_full_plan(doc: Optional[dict], *, nodes: Optional[int] = None, tp=None, pp=None, dp=None, cp=None,
-                    ep=None, order: str = "tp-cp-ep-dp-pp", model: Optional[str] = None, top: int = 5,
-                    gpus_per_node: Optional[int] = None, gpus: Optional[List[int]] = None, cluster=None,
-                    command: str = "train.py", topo_file_path: Optional[str] = None, port: int = 29500,
-                    hosts: Optional[List[str]] = None) -> dict:
-    """Everything ``plan`` computes, as the ``gpucomm.plan/v1`` document (no I/O; benchmarks and
-    tests call it directly)."""
-    from gpucomm.planners.launch import env as penv
-    from gpucomm.planners.launch import scripts as launch
-    from gpucomm.planners.placement import models as model_specs
-    from gpucomm.planners.placement import layout as placement
-    from gpucomm.planners.placement.cluster import choose_host_order, traffic_report
-    from gpucomm.planners.placement.select import select_gpus
-    from gpucomm.probes.errors import InputError, PlanInfeasible
-
-    order = placement.parse_order(order)
-    mspec = model_specs.parse_model_spec(model)
-    hosts_pool = None
-    if cluster is not None:
-        ref_host = cluster.nodes[0]
-        doc = cluster.doc(ref_host)
-        counts = {h: len(cluster.doc(h).get("gpus") or []) for h in cluster.nodes}
-        want = gpus_per_node or (len(gpus) if gpus else counts[ref_host])
-        hosts_pool = [h for h in cluster.nodes if counts[h] >= want]
-        if not hosts_pool:
-            raise PlanInfeasible(f"no node of the cluster has {want} GPUs")
-    if doc is None:
-        raise InputError("plan needs a topology (TOPO) or --cluster FILE")
-    view = placement.node_view(doc)
-    if gpus is None and gpus_per_node is not None and gpus_per_node < view.gpu_count:
-        if gpus_per_node < 1:
-            raise InputError(f"--gpus-per-node {gpus_per_node}", expected="an integer >= 1")
-        gpus = select_gpus(doc, gpus_per_node, compare=False)["gpus"]
-    if gpus is not None:
-        view = placement.node_view(doc, gpus)
-    gpn = len(gpus) if gpus is not None else (gpus_per_node or view.gpu_count)
-    if gpn > view.gpu_count:
-        raise PlanInfeasible(f"{gpn} GPUs per node requested but the topology has {view.gpu_count}")
-    if nodes is None:
-        if hosts_pool is not None:
-            if tp and pp and dp:
-                total_req = tp * pp * dp * (cp or 1) * (ep or 1)
-                if total_req % gpn:
-                    raise PlanInfeasible(f"tp*cp*ep*dp*pp = {total_req} is not a whole number of {gpn}-GPU nodes")
-                nodes = total_req // gpn
-            else:
-                nodes = len(hosts_pool)
-        else:
-            nodes = 1
-    if not isinstance(nodes, int) or nodes < 1:
-        raise InputError(f"--nodes {nodes}", expected="an integer >= 1")
-    if hosts_pool is not None and nodes > len(hosts_pool):
-        raise PlanInfeasible(f"the plan needs {nodes} nodes but the cluster has {len(hosts_pool)} with {gpn} GPUs")
-    total = nodes * gpn
-    candidates = None
-    warnings: List[str] = []
-    if mspec is not None and tp is None and pp is None and dp is None:
-        fixed = {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep}
-        rows = model_specs.rank_factorizations(view, nodes, gpn, mspec, order, fixed, top=top, gpus=gpus)
-        candidates = [{"rank": r["rank"], "parallelism": r["parallelism"],
-                       "step_time_s": r["estimate"]["step_time_s"], "comm_s": r["estimate"]["comm_s"],
-                       "bubble_s": r["estimate"]["bubble_s"], "micro_batches": r["estimate"]["micro_batches"],
-                       "memory_per_gpu_bytes": r["estimate"]["memory"]["per_gpu_bytes"],
-                       "fits": r["estimate"]["memory"]["fits"]} for r in rows]
-        best = rows[0]["parallelism"]
-        axes = {k: best[k] for k in placement.AXES}
-    else:
-        if mspec is None and tp is None and pp is None and dp is None and cp is None and ep is None:
-            warnings.append("no --tp/--pp/--dp/--model given: plain data parallelism over all GPUs")
-        axes = placement.resolve_axes(total, tp, pp, dp, cp, ep, gpn)
-    weights = model_specs.axis_weights(mspec, axes) if mspec else None
-    layout = placement.make_layout(view, nodes, gpn, axes, order, weights, gpus)
-    node_docs = None
-    if hosts is not None:
-        if cluster is not None:
-            raise InputError("--hosts and --cluster together", expected="one of them (a cluster file names its hosts)")
-        if len(hosts) != nodes or len(set(hosts)) != len(hosts):
-            raise InputError(f"--hosts names {len(hosts)} distinct host(s) for {nodes} node(s)",
-                             expected=f"{nodes} distinct host names, node rank order")
-    estimate = model_specs.step_estimate(mspec, layout) if mspec is not None else None
-    host_order = None
-    if hosts_pool is not None:
-        skeleton = {"groups": {a: layout.gen.get_ranks(a) for a in placement.AXES}, "nodes": nodes,
-                    "gpus_per_node": gpn, "estimate": estimate}
-        hosts, host_order = choose_host_order(cluster, hosts_pool, nodes, layout.gen, gpn, skeleton)
-        node_docs = [cluster.doc(h) for h in hosts]
-    plan = placement.plan_document(layout, hosts=hosts, node_docs=node_docs)
-    plan["host_order"] = host_order
-    plan["warnings"] = list(dict.fromkeys(warnings + plan["warnings"] + (cluster.warnings if cluster else [])))
-    if mspec is not None:
-        plan["estimate"] = estimate
-        mem = plan["estimate"]["memory"]
-        if mem["fits"] is False:
-            plan["warnings"].append(f"{mspec['name']} needs about {mem['per_gpu_bytes'] / 2**30:.1f} GiB per GPU; "
-                                    f"the GPUs have {mem['capacity_bytes'] / 2**30:.1f} GiB")
-        elif mem["fits"] is None:
-            plan["warnings"].append("GPU memory unknown: memory fit not checked")
-    plan["candidates"] = candidates
-    penv.build_env(plan, view, topo_file_path=topo_file_path or penv.DEFAULT_TOPO_FILE)
-    traffic = None
-    if nodes > 1 or cluster is not None:
-        traffic = traffic_report(plan, cluster.fabric if cluster is not None else None)
-    plan["traffic"] = traffic
-    switches = traffic["leaf_switches"] if traffic and traffic.get("leaf_switches") else None
-    launch.build_launch(plan, command=command, all_cpus=view.all_cpus, node_gpus=len(doc.get("gpus") or []),
-                        switches=switches, port=port, n_cores=len(set(placement.core_map(view).values())) or None)
-    return plan
 
 
 # ============================================================================================
@@ -267,11 +134,13 @@ def plan(
 
     Without --emit: a table (or --format json|yaml: the gpucomm.plan/v1 document).  With --model and
     no --tp/--pp/--dp: candidate factorizations ranked by estimated step time (--cp/--ep stay fixed)."""
+    from gpucomm.planners.placement.cluster import load_cluster
     from gpucomm.planners.placement.select import parse_index_list
+    from gpucomm.planners.plan import build_full_plan
     from gpucomm.probes.errors import InputError, NothingToDo
     from gpucomm.probes.load import load_topology
-
-    from gpucomm.render.output import chosen_format, emit as emit_doc, write_text
+    from gpucomm.render.output import emit as emit_doc
+    from gpucomm.render.output import write_text
 
     if emit is not None and emit not in EMITS:
         raise InputError(f"--emit {emit}", expected=", ".join(EMITS))
@@ -292,7 +161,7 @@ def plan(
             raise InputError(f"--hosts {hosts!r}: {e}", expected="a Slurm hostlist like node[01-04]") from None
         if nodes is None:
             nodes = len(host_list)
-    cl = load_cluster_file(cluster, default_topology=topo) if cluster else None
+    cl = load_cluster(cluster, default_topology=topo) if cluster else None
     doc = load_topology(topo) if (topo and cl is None) else None
     result = build_full_plan(doc, nodes=nodes, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, order=order, model=model,
                              top=top, gpus_per_node=gpus_per_node, gpus=gpu_list, cluster=cl, command=command,
@@ -316,7 +185,6 @@ def plan(
         write_text(text if text.endswith("\n") else text + "\n")
     else:
         emit_doc(result, table=lambda console: draw_plan(result, console), allowed=["table", "json", "yaml"])
-        _ = chosen_format
     for w in result.get("warnings", []):
         diag(f"gpucomm: warning: {w}")
 

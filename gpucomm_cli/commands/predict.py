@@ -1,6 +1,5 @@
-"""``gpucomm predict``: predicted time, algbw and busbw of a collective (NCCL's tuning model over the
-topology, calibrated against real nccl-tests runs; see planners/collectives/cost.py).  With ``--compare FILE`` the
-prediction is checked against a measured nccl-tests/rccl-tests run (planners/collectives/compare.py)."""
+"""``gpucomm predict``: parse the flags, call :mod:`gpucomm.planners.collectives.predict`, render the
+nccl-tests-style table (or JSON/YAML)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -9,43 +8,6 @@ import typer
 
 from gpucomm.probes import units
 from gpucomm.settings import diag
-
-PREDICT_SCHEMA = "gpucomm.predict/v1"
-
-
-def build_prediction(doc: dict, collective: str, size: str, nodes: int = 1, gpus_per_node: Optional[int] = None,
-                     fabric_gbps: Optional[float] = None, algo: str = "auto", gpus: Optional[list] = None,
-                     dtype: str = "float") -> dict:
-    """The ``gpucomm.predict/v1`` document (no I/O; used by the command and by benchmarks)."""
-    from gpucomm.planners.collectives import cost
-    from gpucomm.probes.formats.nccltests import TYPE_SIZES
-    from gpucomm.probes.errors import InputError
-
-    coll = units.normalize_collective(collective)
-    sizes = units.parse_sizes(size, "--size")
-    dt = (dtype or "float").lower()
-    if dt not in TYPE_SIZES:
-        raise InputError(f"--dtype {dtype}: unknown type", expected=", ".join(sorted(TYPE_SIZES)))
-    algo_l = (algo or "auto").lower()
-    if algo_l not in cost.USER_ALGOS:
-        raise InputError(f"--algo {algo}: unknown algorithm", expected=", ".join(cost.USER_ALGOS))
-    graph = cost.summarize(doc, nodes=nodes, gpus_per_node=gpus_per_node, fabric_gbps=fabric_gbps, gpus=gpus)
-    rows = cost.predict(graph, coll, sizes, algo=algo_l, dtype_bytes=TYPE_SIZES[dt])
-    for r in rows:
-        r["type"] = dt
-    return {
-        "schema": PREDICT_SCHEMA,
-        "collective": coll,
-        "nodes": graph.n_nodes,
-        "gpus_per_node": graph.gpus_per_node,
-        "n_ranks": graph.n_ranks,
-        "algo": algo_l,
-        "fabric_gbps": fabric_gbps,
-        "graph": cost.summary_dict(graph),
-        "rows": rows,
-        "warnings": list(doc.get("warnings") or []),
-    }
-
 
 def table_text(pred: dict) -> str:
     """nccl-tests-style text table."""
@@ -62,53 +24,6 @@ def table_text(pred: dict) -> str:
         lines.append(f"  {r['size_bytes']:>12} {r['count']:>13} {r['type']:>8} {_fmt_time(r['time_us']):>12} "
                      f"{r['algbw_GBps']:>9.2f} {r['busbw_GBps']:>9.2f}  {algo}")
     return "\n".join(lines) + "\n"
-
-
-def build_comparison(doc: dict, text: str, path: str, collective: Optional[str] = None,
-                     nodes: Optional[int] = None, gpus_per_node: Optional[int] = None,
-                     fabric_gbps: Optional[float] = None, algo: str = "auto",
-                     gpus: Optional[list] = None) -> dict:
-    """The ``gpucomm.predict-compare/v1`` document: every selected run of the nccl-tests output
-    ``text`` (read from ``path``) against the prediction for the same collective, ranks and sizes.
-    No I/O.  Raises InputError (one line) for a file that does not parse or a run that does not fit
-    the topology."""
-    from gpucomm.planners.collectives import compare
-    from gpucomm.planners.collectives import cost
-    from gpucomm.probes.errors import InputError
-
-    algo_l = (algo or "auto").lower()
-    if algo_l not in cost.USER_ALGOS:
-        raise InputError(f"--algo {algo}: unknown algorithm", expected=", ".join(cost.USER_ALGOS))
-    runs, warnings = compare.select_runs(text, path, collective)
-    fixed_gpn = len(gpus) if gpus else gpus_per_node
-    if gpus and gpus_per_node and gpus_per_node != len(gpus):
-        raise InputError(f"--gpus lists {len(gpus)} GPUs but --gpus-per-node is {gpus_per_node}")
-    topo_gpus = len(doc.get("gpus") or [])
-    graphs: dict = {}
-    out = []
-    for run in runs:
-        where = f"{path}:{run['rows'][0]['line']}"
-        n, gpn, notes = compare.resolve_layout(run["n_ranks"], run["nodes"], topo_gpus, nodes=nodes,
-                                               gpus_per_node=fixed_gpn, where=where)
-        key = (n, gpn)
-        if key not in graphs:   # one NCCL graph search per layout, shared by the runs of a log
-            graphs[key] = cost.summarize(doc, nodes=n, gpus_per_node=gpn, fabric_gbps=fabric_gbps, gpus=gpus)
-        c = compare.compare_run(doc, run, nodes=n, gpus_per_node=gpn, fabric_gbps=fabric_gbps, algo=algo_l,
-                                gpus=gpus, graph=graphs[key])
-        c["graph"] = cost.summary_dict(c["graph"])
-        c["fabric_gbps"] = fabric_gbps
-        c["notes"] = notes + [w for w in run.get("warnings") or []]
-        for r in c["rows"]:
-            if r["error_pct"] is not None:
-                r["error_pct"] = round(r["error_pct"], 4)
-        m = c["summary"]["median_abs_error_pct_ge_1MiB"]
-        if m is not None:
-            c["summary"]["median_abs_error_pct_ge_1MiB"] = round(m, 4)
-        if c["summary"]["largest"] and c["summary"]["largest"]["error_pct"] is not None:
-            c["summary"]["largest"]["error_pct"] = round(c["summary"]["largest"]["error_pct"], 4)
-        out.append(c)
-    return {"schema": compare.SCHEMA, "source": path, "comparisons": out,
-            "warnings": warnings + list(doc.get("warnings") or [])}
 
 
 def _human(n: Optional[int]) -> str:
@@ -221,12 +136,11 @@ def predict(
 
     Formats: table (nccl-tests layout, default), json (schema gpucomm.predict/v1, or
     gpucomm.predict-compare/v1 with --compare), yaml."""
+    from gpucomm.commands.collective import parse_gpu_list
+    from gpucomm.planners.collectives.predict import build_comparison, build_prediction
     from gpucomm.probes.errors import InputError
     from gpucomm.probes.load import load_topology, read_text_input
-
     from gpucomm.render.output import emit
-
-    from gpucomm.commands.collective import parse_gpu_list
 
     gpu_list = parse_gpu_list(gpus)
     if compare_file is not None:

@@ -626,3 +626,19 @@ def check_plan(plan: RingPlan) -> None:
             for e, f in cap.loads(s, d) or []:
                 usage[e] = usage.get(e, 0.0) + f * ch.bw
     validate_capacity(usage, {(u, v): float(a["bw"]) for u, v, a in plan.G.edges(data=True)}, "ring plan")
+
+
+def rings_report(doc, gpus: Optional[list] = None, channels: str = "auto", nodes: int = 1,
+                 log: Optional[dict] = None) -> dict:
+    """The ``gpucomm.rings/v1`` document of ``gpucomm rings``; with ``log`` (a parsed NCCL debug log)
+    it gains an ``nccl_log`` section (:func:`gpucomm.planners.collectives.logcompare.compare_rings`)."""
+    from gpucomm.planners.collectives.logcompare import compare_rings
+    from gpucomm.probes.topology import Topology
+
+    topo = Topology.of(doc)
+    plan = search_rings(topo, gpus=gpus, channels=channels, nodes=nodes)
+    out = plan.to_dict()
+    if log is not None:
+        out["nccl_log"] = compare_rings(log, out, plan.nccl_reference, topo.doc, nodes)
+    return out
+

@@ -276,3 +276,19 @@ def build_trees(doc: Any, nodes: int = 1, gpus_per_node: Optional[int] = None, *
     validate_trees(chans, nodes * gpn)
     return TreePlan(nodes, gpn, idx, [list(c) for c in chains], pattern, chans, ref, warnings,
                     list(G.graph.get("assumptions") or []))
+
+
+def trees_report(doc, nodes: int = 1, gpus_per_node: Optional[int] = None, gpus: Optional[list] = None,
+                 log: Optional[dict] = None) -> dict:
+    """The ``gpucomm.trees/v1`` document of ``gpucomm trees``; with ``log`` (a parsed NCCL debug log)
+    it gains an ``nccl_log`` section (:func:`gpucomm.planners.collectives.logcompare.compare_trees`)."""
+    from gpucomm.planners.collectives.logcompare import compare_trees
+    from gpucomm.probes.topology import Topology
+
+    topo = Topology.of(doc)
+    plan = build_trees(topo, nodes=nodes, gpus_per_node=gpus_per_node, gpus=gpus)
+    out = plan.to_dict()
+    if log is not None:
+        out["nccl_log"] = compare_trees(log, out, plan.nccl_reference, topo.doc, nodes)
+    return out
+

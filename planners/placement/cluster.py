@@ -749,3 +749,24 @@ def synth_cluster(nodes: int, topology: str, levels: int = 3, nodes_per_leaf: in
     doc = {"schema": CLUSTER_SCHEMA, "name": f"synth-{nodes}x-{topology.split(':')[-1]}",
            "nodes": [{"names": compress_hostlist(names), "topology": topology}], "fabric": fabric}
     return doc, conf
+
+
+def load_cluster(path: str, default_topology: Optional[str] = None):
+    """Read and validate a cluster file (YAML or JSON) and every topology it names (the I/O of
+    :func:`parse_cluster`, through :mod:`gpucomm.probes.load`)."""
+    import os
+
+    import yaml
+
+    from gpucomm.probes.load import load_topology, read_text_input
+
+    text = read_text_input(path)
+    try:
+        obj = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise InputError(f"invalid YAML/JSON: {getattr(e, 'problem', None) or 'syntax error'}", path,
+                         line=(mark.line + 1) if mark is not None else None,
+                         expected="a gpucomm cluster file (nodes:, fabric:)") from None
+    base = os.path.dirname(os.path.abspath(path))
+    return parse_cluster(obj, path, base, load_topology, read_text_input, default_topology)

@@ -226,6 +226,7 @@ def select_gpus(doc: dict, k: int, free: Optional[Sequence[int]] = None, compare
     """Our choice of ``k`` GPUs among ``free`` (default: all), with the reasons, and
     go-gpuallocator's choice on the same input for comparison (``compare``)."""
     view = node_view(doc)
+    doc = view.doc   # the cleaned document (go-gpuallocator's own reading of it is emulated below)
     all_idx = view.index
     if free is None:
         free = list(all_idx)

@@ -1,0 +1,118 @@
+"""``gpucomm plan`` end to end: placement (:mod:`gpucomm.planners.placement`), NCCL/CUDA settings and
+launch artefacts (:mod:`gpucomm.planners.launch`) for one node type or a cluster, as one
+``gpucomm.plan/v1`` document.  Pure: the topology and cluster come in already read."""
+from __future__ import annotations
+
+from typing import List, Optional, Union
+
+from gpucomm.planners.launch import env as penv
+from gpucomm.planners.launch import scripts as launch
+from gpucomm.planners.placement import layout as placement
+from gpucomm.planners.placement import models as model_specs
+from gpucomm.planners.placement.cluster import choose_host_order, traffic_report
+from gpucomm.planners.placement.select import select_gpus
+from gpucomm.probes.errors import InputError, PlanInfeasible
+from gpucomm.probes.topology import Topology
+
+
+def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = None, tp=None, pp=None, dp=None, cp=None,
+                    ep=None, order: str = "tp-cp-ep-dp-pp", model: Optional[str] = None, top: int = 5,
+                    gpus_per_node: Optional[int] = None, gpus: Optional[List[int]] = None, cluster=None,
+                    command: str = "train.py", topo_file_path: Optional[str] = None, port: int = 29500,
+                    hosts: Optional[List[str]] = None) -> dict:
+    """Everything ``gpucomm plan`` computes, as the ``gpucomm.plan/v1`` document (no I/O): the
+    factorization (given, or ranked for ``model``), the rank layout, env settings with reasons, launch
+    artefacts, and with ``cluster`` the host order and cross-switch traffic."""
+    order = placement.parse_order(order)
+    mspec = model_specs.parse_model_spec(model)
+    hosts_pool = None
+    if cluster is not None:
+        ref_host = cluster.nodes[0]
+        doc = cluster.doc(ref_host)
+        counts = {h: len(cluster.doc(h).get("gpus") or []) for h in cluster.nodes}
+        want = gpus_per_node or (len(gpus) if gpus else counts[ref_host])
+        hosts_pool = [h for h in cluster.nodes if counts[h] >= want]
+        if not hosts_pool:
+            raise PlanInfeasible(f"no node of the cluster has {want} GPUs")
+    if doc is None:
+        raise InputError("plan needs a topology (TOPO) or --cluster FILE")
+    topo = Topology.of(doc)
+    view = placement.node_view(topo)
+    if gpus is None and gpus_per_node is not None and gpus_per_node < view.gpu_count:
+        if gpus_per_node < 1:
+            raise InputError(f"--gpus-per-node {gpus_per_node}", expected="an integer >= 1")
+        gpus = select_gpus(topo, gpus_per_node, compare=False)["gpus"]
+    if gpus is not None:
+        view = placement.node_view(topo, gpus)
+    gpn = len(gpus) if gpus is not None else (gpus_per_node or view.gpu_count)
+    if gpn > view.gpu_count:
+        raise PlanInfeasible(f"{gpn} GPUs per node requested but the topology has {view.gpu_count}")
+    if nodes is None:
+        if hosts_pool is not None:
+            if tp and pp and dp:
+                total_req = tp * pp * dp * (cp or 1) * (ep or 1)
+                if total_req % gpn:
+                    raise PlanInfeasible(f"tp*cp*ep*dp*pp = {total_req} is not a whole number of {gpn}-GPU nodes")
+                nodes = total_req // gpn
+            else:
+                nodes = len(hosts_pool)
+        else:
+            nodes = 1
+    if not isinstance(nodes, int) or nodes < 1:
+        raise InputError(f"--nodes {nodes}", expected="an integer >= 1")
+    if hosts_pool is not None and nodes > len(hosts_pool):
+        raise PlanInfeasible(f"the plan needs {nodes} nodes but the cluster has {len(hosts_pool)} with {gpn} GPUs")
+    total = nodes * gpn
+    candidates = None
+    warnings: List[str] = []
+    if mspec is not None and tp is None and pp is None and dp is None:
+        fixed = {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep}
+        rows = model_specs.rank_factorizations(view, nodes, gpn, mspec, order, fixed, top=top, gpus=gpus)
+        candidates = [{"rank": r["rank"], "parallelism": r["parallelism"],
+                       "step_time_s": r["estimate"]["step_time_s"], "comm_s": r["estimate"]["comm_s"],
+                       "bubble_s": r["estimate"]["bubble_s"], "micro_batches": r["estimate"]["micro_batches"],
+                       "memory_per_gpu_bytes": r["estimate"]["memory"]["per_gpu_bytes"],
+                       "fits": r["estimate"]["memory"]["fits"]} for r in rows]
+        best = rows[0]["parallelism"]
+        axes = {k: best[k] for k in placement.AXES}
+    else:
+        if mspec is None and tp is None and pp is None and dp is None and cp is None and ep is None:
+            warnings.append("no --tp/--pp/--dp/--model given: plain data parallelism over all GPUs")
+        axes = placement.resolve_axes(total, tp, pp, dp, cp, ep, gpn)
+    weights = model_specs.axis_weights(mspec, axes) if mspec else None
+    layout = placement.make_layout(view, nodes, gpn, axes, order, weights, gpus)
+    node_docs = None
+    if hosts is not None:
+        if cluster is not None:
+            raise InputError("--hosts and --cluster together", expected="one of them (a cluster file names its hosts)")
+        if len(hosts) != nodes or len(set(hosts)) != len(hosts):
+            raise InputError(f"--hosts names {len(hosts)} distinct host(s) for {nodes} node(s)",
+                             expected=f"{nodes} distinct host names, node rank order")
+    estimate = model_specs.step_estimate(mspec, layout) if mspec is not None else None
+    host_order = None
+    if hosts_pool is not None:
+        skeleton = {"groups": {a: layout.gen.get_ranks(a) for a in placement.AXES}, "nodes": nodes,
+                    "gpus_per_node": gpn, "estimate": estimate}
+        hosts, host_order = choose_host_order(cluster, hosts_pool, nodes, layout.gen, gpn, skeleton)
+        node_docs = [cluster.doc(h) for h in hosts]
+    plan = placement.plan_document(layout, hosts=hosts, node_docs=node_docs)
+    plan["host_order"] = host_order
+    plan["warnings"] = list(dict.fromkeys(warnings + plan["warnings"] + (cluster.warnings if cluster else [])))
+    if mspec is not None:
+        plan["estimate"] = estimate
+        mem = plan["estimate"]["memory"]
+        if mem["fits"] is False:
+            plan["warnings"].append(f"{mspec['name']} needs about {mem['per_gpu_bytes'] / 2**30:.1f} GiB per GPU; "
+                                    f"the GPUs have {mem['capacity_bytes'] / 2**30:.1f} GiB")
+        elif mem["fits"] is None:
+            plan["warnings"].append("GPU memory unknown: memory fit not checked")
+    plan["candidates"] = candidates
+    penv.build_env(plan, view, topo_file_path=topo_file_path or penv.DEFAULT_TOPO_FILE)
+    traffic = None
+    if nodes > 1 or cluster is not None:
+        traffic = traffic_report(plan, cluster.fabric if cluster is not None else None)
+    plan["traffic"] = traffic
+    switches = traffic["leaf_switches"] if traffic and traffic.get("leaf_switches") else None
+    launch.build_launch(plan, command=command, all_cpus=view.all_cpus, node_gpus=len(topo.gpus),
+                        switches=switches, port=port, n_cores=len(set(placement.core_map(view).values())) or None)
+    return plan
