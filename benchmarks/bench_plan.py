@@ -1,4 +1,4 @@
-"""Planning speed (SPEC §7: "planning for 8192 GPUs in about a second").
+"""Planning speed (goal: planning for 8192 GPUs in about a second).
 
 Measures, as ratios to a bare ``python -c pass`` start-up on the same machine:
   * ``gpucomm plan example:hgx-h100 --nodes 1024 --tp 8 --pp 4`` (8192 GPUs, full JSON plan: every

@@ -2,7 +2,7 @@
 and as ``gpucomm predict`` subprocesses, printed as ratios to a bare ``python -c pass`` start-up.
 
 Usage: ``.venv/bin/python benchmarks/bench_predict.py [--repeat N]``.  Nothing is asserted; the
-numbers go into the README (SPEC §7: speed is measured, not tested)."""
+numbers go into the README (speed is measured, not tested)."""
 from __future__ import annotations
 
 import argparse

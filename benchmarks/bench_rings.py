@@ -1,4 +1,4 @@
-"""Ring search timing (SPEC §7: ring search for 72 GPUs "well under a second").
+"""Ring search timing (goal: ring search for 72 GPUs well under a second).
 
 Times, as a ratio to a bare ``python -c pass`` start-up on the same machine:
   * in-process ``search_rings`` (paths + search, NCCL reference off and on) for 8 GPUs (HGX H100),

@@ -1,4 +1,4 @@
-"""Exit codes (SPEC §2) in one enum."""
+"""Exit codes (the CLI contract, docs/ARCHITECTURE.md) in one enum."""
 from enum import IntEnum
 
 

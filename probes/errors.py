@@ -1,4 +1,4 @@
-"""Exceptions shared by probes and planners.  The CLI maps each to an exit code (SPEC §2);
+"""Exceptions shared by probes and planners.  The CLI maps each to an exit code (the CLI contract, docs/ARCHITECTURE.md);
 nothing below the CLI prints or exits."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Bundled recorded hosts, named ``example:<name>`` (SPEC §2).
+"""Bundled recorded hosts, named ``example:<name>`` (the CLI contract, docs/ARCHITECTURE.md).
 
 In a source checkout they are the directories of ``fixtures/hosts/``; the installed package ships the
 same hosts as snapshot archives in ``probes/examples/<name>.tar.gz`` (written by

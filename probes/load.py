@@ -1,5 +1,5 @@
 """``--from SRC`` / ``TOPO``: read any supported input into a topology document, detecting the
-format by content, never by file name (SPEC §2).
+format by content, never by file name (the CLI contract, docs/ARCHITECTURE.md).
 
 Supported: a saved topology (JSON/YAML), a snapshot (directory or .tar.gz), a
 ``nvidia-smi topo -m`` capture, an NCCL topology XML, a ``rocm-smi --showtopo`` capture, and

@@ -1,7 +1,7 @@
 """The ``nvidia-smi topo -m`` matrix computed from a topology document's PCI tree and links.
 
 One function for every source that has a tree (sysfs, snapshot, NCCL XML, generated fixtures),
-so the matrix means the same whatever the input (SPEC §3).  Sources that *are* a matrix
+so the matrix means the same whatever the input.  Sources that *are* a matrix
 (a topo -m capture) copy it instead.
 
 Rules (NVML's ``nvmlDeviceGetTopologyCommonAncestor`` levels, as nvidia-smi prints them):

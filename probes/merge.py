@@ -1,6 +1,6 @@
 """Combine the partial documents of several sources into one topology document.
 
-Precedence (SPEC §4), attribute by attribute, filling only what is still missing:
+Precedence, attribute by attribute, filling only what is still missing:
 explicit file (0) > nvml (10) > smi (20) > ib (25) > net (27) > sysfs (30) > numa (35) > default (90).
 A partial's priority comes from its ``priority`` key when present, else from the name of its first
 ``sources`` record.

@@ -6,10 +6,10 @@ probe record, a saved ``gpucomm probe --format json`` and a fixture are the same
 here fill every field the schema requires (with ``None`` where unknown) so that consumers never
 need ``.get`` chains; :func:`finalize` sorts everything for byte-identical output.
 
-Graph ids (SPEC §3): GPUs and NICs by normalised PCI bus id when known, else ``GPU<index>`` /
+Graph ids: GPUs and NICs by normalised PCI bus id when known, else ``GPU<index>`` /
 the NIC name; NUMA nodes (NCCL's CPU nodes) are ``CPU<numa id>``; switches by their ``id``.
 
-Extra fields used by gpucomm beyond SPEC §3's minimum (all optional in the schema):
+Extra fields used by gpucomm beyond the schema's minimum (all optional in the schema):
   gpus[].parent / nics[].parent / switches[].parent  -- graph id of the upstream PCI node
         (a switch, a host bridge or ``CPU<n>``); this is the PCI tree NCCL builds.
   gpus[].id / nics[].id  -- the graph id (derived; see :func:`gpu_id`).

@@ -88,7 +88,7 @@ def test_parse_ops():
 
 
 # --------------------------------------------------------------------------------------------
-# nccl-tests formulas (PLACEMENT_NOTES §3.1)
+# nccl-tests formulas (nccl-tests doc/PERFORMANCE.md)
 def test_busbw_factors():
     n = 8
     assert units.busbw_factor("all_reduce", n) == pytest.approx(2 * 7 / 8)

@@ -1,4 +1,4 @@
-"""The CLI contract of SPEC §2: global flags anywhere, stdout for data, stderr for diagnostics,
+"""The CLI contract of the CLI contract, docs/ARCHITECTURE.md global flags anywhere, stdout for data, stderr for diagnostics,
 exit codes, no tracebacks on bad input."""
 from __future__ import annotations
 

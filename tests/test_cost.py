@@ -1,5 +1,5 @@
 """gpucomm.planners.collectives.cost: NCCL's tuning model on hand-built graph summaries (expected values computed by hand
-from NCCL_NOTES §3.1), size parsing, topology summaries, and the ``gpucomm predict`` command."""
+from tuning.cc ncclTopoTuneModel), size parsing, topology summaries, and the ``gpucomm predict`` command."""
 from __future__ import annotations
 
 import json
@@ -22,7 +22,7 @@ TOPO = CAPTURES / "topo"
 H100_SMI = TOPO / "17_h100-sxm-x8_12nic.txt"
 A6000_SMI = TOPO / "31_rtxa6000-x8_nv4_collapsed-spaces.txt"
 
-# HGX H100 as NCCL sees it (NCCL_NOTES §4.3): ring 12 channels x 30 GB/s; NVLS 8 heads x 40 GB/s,
+# HGX H100 as NCCL sees it (connect.cc): ring 12 channels x 30 GB/s; NVLS 8 heads x 40 GB/s,
 # bwInter raised to the top of the sm90 ladder (60).
 H100 = CommGraph(n_ranks=8, n_nodes=1, gpus_per_node=8, channels=12, bw_intra=30.0, bw_inter=30.0,
                  type_intra="NVL", cc=90, nvls=True, nvls_channels=8, nvls_bw_intra=40.0, nvls_bw_inter=60.0)
@@ -309,7 +309,7 @@ def test_summarize_h100_capture():
     g = cost.summarize(load_topology(str(H100_SMI)))
     assert (g.n_ranks, g.gpus_per_node, g.cc, g.type_intra) == (8, 8, 90, "NVL")
     assert g.nvls and (g.nvls_channels, g.nvls_bw_intra) == (8, 40.0)
-    assert g.channels * g.bw_intra == pytest.approx(360.0)     # 12 x 30 (NCCL_NOTES §4.3 worked example)
+    assert g.channels * g.bw_intra == pytest.approx(360.0)     # 12 x 30 (connect.cc ncclTopoPostset channel counts)
     assert g.gpu_bw == pytest.approx(18 * 20.6)
     assert any("compute capability unknown" in n for n in g.notes)
 

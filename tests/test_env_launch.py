@@ -1,4 +1,4 @@
-"""NCCL/CUDA env and launch emitters: one test per PLACEMENT_NOTES §6 pain point that the plan
+"""NCCL/CUDA env and launch emitters: one test per user-reported pain point (GitHub issues cited) that the plan
 addresses, and emitted files checked by their own tools where those are installed (bash, numactl,
 sbatch/srun --test-only, mpirun)."""
 from __future__ import annotations

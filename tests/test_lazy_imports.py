@@ -1,4 +1,4 @@
-"""`gpucomm --help` and probing must not import torch or networkx (SPEC §7 speed bar)."""
+"""`gpucomm --help` and probing must not import torch or networkx (quality bars, docs/ARCHITECTURE.md speed bar)."""
 from __future__ import annotations
 
 import subprocess

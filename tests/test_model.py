@@ -46,7 +46,7 @@ def test_cpumask_round_trip(cpus):
 
 
 def test_cpumask_nccl_example():
-    # NCCL XML affinity of oci-H100 NUMA 0 (NCCL_NOTES §5.1): 32-bit groups, most significant first
+    # NCCL XML affinity of oci-H100 NUMA 0 (xml.cc topology XML): 32-bit groups, most significant first
     cpus = model.cpumask_to_list("00000000,000000ff,ffffffff,ffff0000,00000000,00ffffff,ffffffff")
     assert model.format_cpulist(cpus) == "0-55,112-167"
 

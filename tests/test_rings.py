@@ -28,7 +28,7 @@ TABLE_FILE = ROOT / "tests" / "out" / "rings_vs_nccl.txt"
 
 
 # ----------------------------------------------------------------------------------------------
-# NCCL_NOTES §4.3 worked examples
+# connect.cc ncclTopoPostset channel counts
 @pytest.mark.parametrize("sm,links,channels,search,bw", [
     (80, 12, 24, 12, 20.0),    # HGX A100: 240/40 = 6 ch, dup -> 12 @ 20, x2 -> 24 (logs: Trees [0]..[23])
     (90, 18, 24, 12, 30.0),    # HGX H100: 370.8, speed 60 -> 6 ch, dup -> 12 @ 30, x2 -> 24

@@ -1,4 +1,4 @@
-"""``gpucomm bench p2p|collective``: measure with torch.distributed (SPEC §2, §5 measure).
+"""``gpucomm bench p2p|collective``: measure with torch.distributed (docs/ARCHITECTURE.md).
 
 torch is an optional extra (``pip install 'gpucomm[bench]'``) and is imported only when a benchmark
 actually runs, so ``gpucomm --help`` stays light.

@@ -7,7 +7,7 @@ Layout
   and per-channel bandwidths, path types, compute capability, CPU vendor, and physical bounds).
   Tests build it by hand; :func:`summarize` fills it from a topology document.
 * :func:`tuning_table` -- NCCL's per (collective, algorithm, protocol) latency (us) and algorithm
-  bandwidth (GB/s), exactly the formulas of tuning.cc as transcribed in NCCL_NOTES §3.1.
+  bandwidth (GB/s), exactly the formulas of tuning.cc.
 * :func:`predict` -- per size, the algorithm/protocol NCCL would pick (minimum of *its own* model:
   ``time = lat + bytes / (1000 * algbw)``, ``ncclTopoGetAlgoTime``), and the time it takes with
   the *achievable* bus bandwidth of the hardware (calibrated, see below).  Rows carry time,
@@ -48,12 +48,12 @@ from gpucomm.probes.units import busbw_factor, normalize_collective
 
 # --------------------------------------------------------------------------------------------
 # Vocabulary
-ALGOS = ("tree", "ring", "nvls", "nvls_tree", "pat")   # NCCL order minus CollNet (NCCL_NOTES §3.1)
+ALGOS = ("tree", "ring", "nvls", "nvls_tree", "pat")   # NCCL order minus CollNet (tuning.cc ncclTopoTuneModel)
 PROTOS = ("LL", "LL128", "Simple")
 USER_ALGOS = ("auto", "ring", "tree", "nvls", "pat")
 
 # --------------------------------------------------------------------------------------------
-# NCCL constants.  All from NCCL v2.30.7 src/graph/tuning.cc as transcribed in NCCL_NOTES §3.1
+# NCCL constants.  All from NCCL v2.30.7 src/graph/tuning.cc
 # ("defaults tuning.cc:148-212", "ncclTopoTuneModel tuning.cc:243-618"); indices [algo][proto]
 # with algos (tree, ring, nvls, nvls_tree, pat) and protos (LL, LL128, Simple).
 BASE_LAT = {  # baseLatencies, us (tuning.cc:148-212)
@@ -75,11 +75,11 @@ PER_CH_MAX_RING_LL128_BWS = ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7
 PER_CH_MAX_TREE_LL128_BWS = ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 29.0), (55.6, 31.67, 20.0))
 PER_CH_MAX_TREE_BWS = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0), (70.0, 42.8, 24.0))
 PER_CH_MAX_NVLS_TREE_BWS = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (0.0, 57.7, 45.5), (0.0, 96.0, 80.0))
-NVLS_EFFICIENCY = (0.0, 0.0, 0.85, 0.74)  # nvlsEfficiency (NCCL_NOTES §3.1; src/tuning/nvls.cc in 2.29+)
-# Network post overhead per ring step, us (getNetOverhead, NCCL_NOTES §3.1): Intel 1.0, AMD 2.0, other 1.0;
+NVLS_EFFICIENCY = (0.0, 0.0, 0.85, 0.74)  # nvlsEfficiency (src/graph/tuning.cc nvlsEfficiency; src/tuning/nvls.cc in 2.29+)
+# Network post overhead per ring step, us (getNetOverhead, tuning.cc ncclTopoTuneModel): Intel 1.0, AMD 2.0, other 1.0;
 # x3 for Simple.
 NET_OVERHEAD_US = {"intel": 1.0, "amd": 2.0}
-# treeCorrectionFactor[proto][log2(nBytes>>6)], 64 B .. 256 MiB (tuning.cc:623-627, NCCL_NOTES §3.1;
+# treeCorrectionFactor[proto][log2(nBytes>>6)], 64 B .. 256 MiB (tuning.cc:623-627;
 # values from NVIDIA/nccl src/graph/tuning.cc, unchanged 2.19-2.30).
 TREE_CORRECTION = (
     (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
@@ -91,14 +91,14 @@ TREE_CORRECTION = (
 RING_PLATEAU = (1.9, 1.4)
 PATH_ORDER = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS", "NET", "DIS")
 
-# Speed ladders of ncclTopoCompute (NCCL_NOTES §4.2 step 3), GB/s per channel.
+# Speed ladders of ncclTopoCompute (search.cc ncclTopoCompute speedArray), GB/s per channel.
 SPEEDS_INTRA = {80: (40, 30, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3),
                 90: (60, 50, 40, 30, 24, 20, 15, 12, 11, 6, 3),
                 100: (90, 80, 70, 60, 50, 45, 40, 30, 24, 20, 19, 18)}
 SPEEDS_INTER = {80: (48, 30, 28, 24, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3, 2.4, 1.2, 0.24, 0.12),
                 90: (48, 45, 42, 40, 30, 24, 22, 20, 17.5, 15, 12, 6, 3, 2.4, 1.2, 0.24, 0.12),
                 100: (96, 86, 80, 48, 45.1, 42, 40, 30, 24, 22, 20, 17.5, 15, 12, 6, 3, 2.4, 1.2, 0.24, 0.12)}
-MAX_RING_CHANNELS = 32  # ring graph maxChannels = MAXCHANNELS/2 (NCCL_NOTES §4.1)
+MAX_RING_CHANNELS = 32  # ring graph maxChannels = MAXCHANNELS/2 (graph.h MAXCHANNELS)
 
 # --------------------------------------------------------------------------------------------
 # Calibrated constants (see the module docstring; the fit is reproduced by
@@ -120,7 +120,7 @@ fixtures/captures/nccltests); 1.0 keeps NCCL's own assumption (graph bwInter = N
 
 
 def compcap_index(cc: int) -> int:
-    """Volta 0 / Ampere 1 / Hopper 2 / Blackwell 3 by minimum compute capability (NCCL_NOTES §3.1)."""
+    """Volta 0 / Ampere 1 / Hopper 2 / Blackwell 3 by minimum compute capability (tuning.cc ncclTopoTuneModel)."""
     return 3 if cc >= 100 else 2 if cc >= 90 else 1 if cc >= 80 else 0
 
 
@@ -220,7 +220,7 @@ class Cell:
 
 
 def _ll128_enabled(g: CommGraph) -> bool:
-    """LL128 default (tuning.cc enable loop, NCCL_NOTES §3.1): typeInter <= PXB (or <= PXN on sm>=90),
+    """LL128 default (tuning.cc ncclTopoTuneModel enable loop): typeInter <= PXB (or <= PXN on sm>=90),
     typeIntra <= NVB, homogeneous cc, and an architecture NCCL validated (sm70/80/90/100)."""
     if _path_rank(g.type_intra) > _path_rank("NVB"):
         return False
@@ -342,7 +342,7 @@ def _latency(g: CommGraph, coll: str, a: str, pi: int, nsteps: int) -> float:
     intra_hw = _hw_intra(g.type_intra)
     hw_lat = dict(HW_LAT[HW_PCI])
     if (g.cpu_arch or "").lower() in ("power", "ppc64le", "ppc64"):
-        # Power: PCI Tree/Simple latency := Ring/Simple (NCCL_NOTES §3.1)
+        # Power: PCI Tree/Simple latency := Ring/Simple (tuning.cc ncclTopoTuneModel)
         t = list(hw_lat["tree"])
         t[2] = hw_lat["ring"][2]
         hw_lat["tree"] = tuple(t)
@@ -485,7 +485,7 @@ def _p2p_row(g: CommGraph, coll: str, size: int, dtype_bytes: int) -> dict:
       the node's NICs, shared by the g GPUs of the node (``node_net_bw``); both proceed concurrently:
       t = lat + max((g-1)S/n / gpu_bw, g(n-g)S/n / node_net_bw).
     * send_recv (rank r -> r+1): t = lat + S / min(p2p_bw, nic_bw if several nodes).
-    lat = one Ring/Simple step: baseLat + hwLat[intra or NET][Ring][Simple] (NCCL_NOTES §3.1)."""
+    lat = one Ring/Simple step: baseLat + hwLat[intra or NET][Ring][Simple] (tuning.cc ncclTopoTuneModel)."""
     n, gpn, nn = g.n_ranks, g.gpus_per_node, g.n_nodes
     hw = HW_NET if nn > 1 else _hw_intra(g.type_intra)
     lat = BASE_LAT["ring"][2] + HW_LAT[hw]["ring"][2] + (2 * g.latency_inter if nn > 1 else 0.0)
@@ -577,7 +577,7 @@ def _ladder_pick(bw: float, ladder: Sequence[float]) -> Optional[float]:
 
 
 def _nvls_graph(f: NodeFacts) -> tuple[int, float]:
-    """NVLS graph on one node (search.cc ncclTopoSearchTryNvls, NCCL_NOTES §4.2): one channel per
+    """NVLS graph on one node (search.cc ncclTopoSearchTryNvls): one channel per
     head GPU (nGPUs, <= 32); each channel reserves bw on every GPU<->NVS link, twice on the head's, so
     a GPU link carries (nGPUs+1)*bw over all channels.  Returns (channels, bwIntra)."""
     n = len(f.ids)
@@ -658,7 +658,7 @@ def summarize(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optiona
     pcie_min = min(f.pcie_bw[i] for i in f.ids)
     if nodes > 1 and not multi_ref:
         # No NIC in the topology (fabric_gbps only): NCCL's inter-node ring leaves/enters every node
-        # through a NIC at a ladder speed <= min(NIC, GPU PCIe), one channel per NIC (NCCL_NOTES §4.3).
+        # through a NIC at a ladder speed <= min(NIC, GPU PCIe), one channel per NIC (connect.cc).
         speed = _ladder_pick(min(nic_bw, pcie_min), _ladder(SPEEDS_INTER, f.cc)) or 0.12
         nch = max(1, min(n_nics, int((nch * bw_intra if g > 1 else speed) // speed) or 1))
         bw_intra = bw_inter = speed
@@ -701,7 +701,7 @@ def summarize(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optiona
 
     nvls_ch, nvls_bw = _nvls_graph(f)
     if nodes == 1:
-        # Pass 2 raises the NVLS graph's bwInter ("NVLS: raise bwInter", NCCL_NOTES §4.2 step 7); on one
+        # Pass 2 raises the NVLS graph's bwInter ("NVLS: raise bwInter", search.cc ncclTopoCompute pass 2); on one
         # node no NET limits it, so it reaches the top of the ladder and the NVLS bus bandwidth is the
         # intra term 2*eff*bwIntra*(nCh-1)/nCh per channel.  This is what capture 09 (HGX H100,
         # 482 GB/s measured vs 476 modelled) supports; with bwInter left at bwIntra it would be 320.

@@ -1,4 +1,4 @@
-"""NCCL's double binary tree across nodes, chains inside a node (NCCL_NOTES §4.5; src/graph/trees.cc,
+"""NCCL's double binary tree across nodes, chains inside a node (src/graph/trees.cc,
 connect.cc ``ncclTopoPreset``/``connectTrees``).
 
 * :func:`btree` is ``ncclGetBtree`` exactly: ``bit`` = lowest set bit of the rank (rank 0: no

@@ -4,7 +4,7 @@ Each rule is a small pure function ``rule(doc) -> [finding]`` over the document 
 finding is ``{rule, severity, subject, message, fix}`` and severity is ``error`` (something is
 broken: a link or port down, P2P redirected), ``warning`` (running slower than the hardware can, or
 misreported) or ``info`` (worth knowing, nothing to repair).  ``gpucomm doctor`` exits 5 when any
-error or warning is found (SPEC §2 "degraded"), 0 otherwise.
+error or warning is found (exit code DEGRADED), 0 otherwise.
 
 Rules and what they read (everything optional: a rule that finds nothing to check finds nothing):
 
@@ -25,7 +25,7 @@ mig-enabled         MIG mode on (info: no P2P, NVLS or MNNVL for MIG instances, 
 matrix-asymmetric   matrix[a][b] != matrix[b][a] (seen with MIG, capture 20)
 ==================  ============================================================================
 
-Sources for the "why" in each message are PLACEMENT_NOTES §6 (issue numbers) and NCCL's
+Sources for the "why" in each message are the GitHub issues cited in each message and NCCL's
 troubleshooting guide (ACS, IOMMU).
 """
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """NCCL / CUDA / CPU-binding environment for a plan, each setting with a one-line reason
-(SPEC §5 "env").  Pure functions: the NCCL topology file, when one is needed, is returned as text
+(``gpucomm plan``).  Pure functions: the NCCL topology file, when one is needed, is returned as text
 in ``files`` for the caller to write.
 
-Pain points from PLACEMENT_NOTES §6 this module addresses (each has a test):
+Pain points users report (GitHub issues cited) that this module addresses (each has a test):
   * NCCL_IB_HCA prefix matching -- without ``=`` ``mlx5_1`` also selects ``mlx5_10..19``
     (NCCL env.rst; net_ib/init.cc), so the list is always exact (``=mlx5_0:1,...``);
   * VMs that flatten the PCIe tree (nccl#1843, nccl-tests#256, nccl#1464, nccl#1674): a skeleton
@@ -124,12 +124,9 @@ def topo_skeleton(view: NodeView) -> dict:
 
 
 def topo_file_text(view: NodeView) -> Optional[str]:
-    """The skeleton as NCCL topology XML (``gpucomm.probes.formats.nccl_xml.export_nccl_xml``), or None when that
-    exporter is not installed."""
-    try:
-        from gpucomm.probes.formats.nccl_xml import export_nccl_xml
-    except ImportError:
-        return None
+    """The skeleton as NCCL topology XML (:func:`gpucomm.probes.formats.nccl_xml.export_nccl_xml`)."""
+    from gpucomm.probes.formats.nccl_xml import export_nccl_xml
+
     return export_nccl_xml(topo_skeleton(view))
 
 

@@ -1,4 +1,4 @@
-"""Launch configurations for a plan (SPEC §5 "launch"): a torchrun script, a Slurm batch script, an
+"""Launch configurations for a plan (``gpucomm plan --emit``): a torchrun script, a Slurm batch script, an
 Open MPI rankfile, a per-local-rank wrapper script, and the JSON plan itself.
 
 Every emitter applies the *same* per-local-rank GPU order and CPU/memory binding (from
@@ -14,8 +14,8 @@ is avoided on purpose: with one visible GPU per rank NCCL loses CUDA IPC/P2P and
 
 Syntax references: torchrun flags (torch/distributed/run.py), ``srun --cpu-bind=mask_cpu:``,
 ``--mem-bind=map_mem:``, ``--distribution=arbitrary`` + ``SLURM_HOSTFILE``, ``sbatch --switches``
-(srun.1/sbatch.1, PLACEMENT_NOTES §4.3), rankfile ``rank N=<host> slot=<cores>`` with logical core
-indexes and ``+n<i>`` relative hosts (PRRTE "Rankfiles", PLACEMENT_NOTES §4.5).
+(Slurm srun(1)/sbatch(1)), rankfile ``rank N=<host> slot=<cores>`` with logical core
+indexes and ``+n<i>`` relative hosts (PRRTE "Rankfiles").
 """
 from __future__ import annotations
 

@@ -13,8 +13,8 @@ Two halves:
   private temporary directory on one node, or an existing ``torchrun``/``srun`` environment
   (``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``MASTER_ADDR``) across nodes.  No home-made transport.
 
-Bandwidth definitions are nccl-tests' (``doc/PERFORMANCE.md`` and ``src/*.cu`` ``*GetBw``; PLACEMENT_NOTES
-§3.1): ``algbw = S / t`` in GB/s (1e9 bytes), ``busbw = algbw * factor``:
+Bandwidth definitions are nccl-tests' (``doc/PERFORMANCE.md`` and ``src/*.cu`` ``*GetBw``):
+``algbw = S / t`` in GB/s (1e9 bytes), ``busbw = algbw * factor``:
 
 ==============  ==============================  ============
 collective      S                               factor
@@ -737,7 +737,7 @@ def p2p_sendrecv_body(rank: int, world: int, local_rank: int, cfg: dict, dist, t
 
 def _cuda_identity(torch, index: int) -> dict:
     """CUDA index, PCI bus id and UUID of a device, for matching it to a topology's GPUs (CUDA's
-    default order is FASTEST_FIRST, NVML's is PCI order -- PLACEMENT_NOTES §6 #22)."""
+    default order is FASTEST_FIRST, NVML's is PCI order -- NVIDIA/nccl issue reports)."""
     p = torch.cuda.get_device_properties(index)
     out = {"cuda_index": index, "name": getattr(p, "name", None)}
     bus, dev, dom = getattr(p, "pci_bus_id", None), getattr(p, "pci_device_id", None), getattr(p, "pci_domain_id", None)

@@ -2,7 +2,7 @@
 links with NCCL's bandwidths (GB/s, one direction), so that paths, rings and the NCCL reference
 search all reason over the same model.
 
-Modelled after NCCL's ``ncclTopoGetSystem`` (src/graph/topo.cc; NCCL_NOTES §2.1), with NCCL <= 2.29
+Modelled after NCCL's ``ncclTopoGetSystem`` (src/graph/topo.cc, topo.h), with NCCL <= 2.29
 semantics (a GPU is one device):
 
 * **PCI** links, both directions, ``width * lane / 80`` GB/s (``gpucomm.probes.facts.pcie_bw_GBps``), taken
@@ -17,7 +17,7 @@ semantics (a GPU is one device):
   (topo.cc:60-83, :func:`gpucomm.probes.facts.inter_cpu_bw`).
 * **NET**: one NET node per NIC record (a port, as NCCL's net plugin reports it) under its NIC
   (PCI function) node, bw = port rate / 8 (topo.cc:415-418).
-* ``measured_bw_GBps`` on a link record overrides the nominal bandwidth (SPEC §5: planners prefer
+* ``measured_bw_GBps`` on a link record overrides the nominal bandwidth (planners prefer
   measured values).
 * NUMA nodes without CPUs (Grace exposes GPU memory as NUMA nodes, also CXL memory) fold into the
   nearest NUMA node with CPUs; NVLink "bonds" from a GPU to every peer that add up to more links

@@ -1,4 +1,4 @@
-"""Paths between GPUs and NICs with NCCL's rules (NCCL_NOTES §2.2; src/graph/paths.cc).
+"""Paths between GPUs and NICs with NCCL's rules (graph.h path types; src/graph/paths.cc).
 
 For every source (GPU, NET, CPU) we compute one path to every other node:
 
@@ -12,7 +12,7 @@ For every source (GPU, NET, CPU) we compute one path to every other node:
   (``ncclTopoSetPaths``; 2.30: better type, then more bandwidth, then fewer hops -- NCCL <= 2.29
   took fewer hops, then more bandwidth; both prefer a direct single NVLink over a wider NVB detour,
   as on DGX-1) and is what the planners use, since it is the route NCCL's transports take;
-  ``"widest"`` keeps the widest route, ties broken by fewer hops then type (SPEC §5 wording).
+  ``"widest"`` keeps the widest route, ties broken by fewer hops then type (what the product asks of ``paths``).
   On PCIe trees and NVSwitch systems both rules give the same paths.
 * Post-processing as ``ncclTopoComputePaths`` (paths.cc:721-865):
   (a) GPU pairs without P2P -- NVML P2P status not OK (``gpus[].p2p``) or type above
@@ -298,7 +298,7 @@ def compute_path_set(doc_or_graph: Any, *, rule: str = "nccl", p2p_level: Option
     ``rule="nccl"`` selects routes exactly as NCCL 2.30's BFS does (best type, then bandwidth,
     then hops: a direct single NVLink beats a wider two-hop NVB detour) -- the routes NCCL's
     transports will actually use, so planners use it; ``rule="widest"`` keeps the widest route
-    (ties: fewer hops, better type), SPEC §5's definition, used by ``gpucomm paths`` by default."""
+    (ties: fewer hops, better type), the product's definition, used by ``gpucomm paths`` by default."""
     if rule not in RULES:
         raise InputError(f"unknown path rule {rule!r}", expected=" or ".join(RULES))
     G = as_graph(doc_or_graph)
@@ -453,7 +453,7 @@ def path_row(G, p: Path) -> dict:
 def path_table(doc_or_graph: Any, between: Optional[Iterable[str]] = None, rule: str = "widest", **kw: Any) -> list:
     """Rows for ``gpucomm paths``: every GPU->GPU and GPU<->NIC path (or one pair with ``between``),
     each ``{src, dst, type, hops, bw_GBps, via, route}``, GPUs by index then NICs.  ``rule`` as in
-    :func:`compute_path_set` (default ``widest``, SPEC §5; ``nccl`` = the route NCCL uses)."""
+    :func:`compute_path_set` (default ``widest``; ``nccl`` = the route NCCL uses)."""
     kw["rule"] = rule
     G = as_graph(doc_or_graph)
     if not gpu_nodes(G):

@@ -1,5 +1,5 @@
 """A reference model of NCCL's own channel search (``ncclTopoCompute``, src/graph/search.cc, and the
-channel count of ``ncclTopoPostset``, connect.cc; NCCL_NOTES §4.2-4.3), used as the baseline our ring
+channel count of ``ncclTopoPostset``, connect.cc), used as the baseline our ring
 search must match or beat and by the cost model for NCCL's per-channel bandwidths.
 
 What is modelled (2.30 semantics unless noted):
@@ -56,7 +56,7 @@ GLOBAL_BUDGET = 1 << 16     # per ncclTopoCompute (NCCL: 1 << 19); beyond it sea
 LATE_BUDGET = 256
 EPS = 1e-6
 
-# search.cc speed ladders (GB/s), NCCL_NOTES §4.2 step 3.
+# search.cc ncclTopoCompute speed ladders (speedArrayIntra/Inter), GB/s.
 SPEEDS = {
     "intra": {0: (40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0),
               90: (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0),
@@ -815,7 +815,7 @@ def nccl_reference(doc: Any, nodes: int = 1, gpus: Optional[Iterable[int]] = Non
 def nvswitch_document(ngpus: int = 8, sm: int = 90, nvlinks: int = 18, name: Optional[str] = None, nics: int = 0,
                       nic_gbps: float = 400.0, pcie_gen: Optional[int] = None, cpu_vendor: str = "GenuineIntel",
                       cpu_model: str = "Intel(R) Xeon(R) Platinum 8480+", numa_nodes: int = 2) -> dict:
-    """A topology document for an NVSwitch machine -- the worked examples of NCCL_NOTES §4.3 (HGX A100
+    """A topology document for an NVSwitch machine -- the channel counts of connect.cc ncclTopoPostset (HGX A100
     ``sm=80, nvlinks=12``, HGX H100 ``sm=90, nvlinks=18``, DGX B200 ``sm=100, nvlinks=18``, NVL72 domain
     ``ngpus=72, sm=100``): ``ngpus`` GPUs each under its own PCIe switch (with ``nics`` NICs spread
     over the switches, one per switch first), half of the switches on each NUMA node, every GPU with

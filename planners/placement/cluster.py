@@ -1,4 +1,4 @@
-"""Clusters (SPEC §6): a YAML/JSON file listing nodes (each a topology file, snapshot or
+"""Clusters: a YAML/JSON file listing nodes (each a topology file, snapshot or
 ``example:<name>``) and the fabric -- a Slurm ``topology.conf`` (topology/tree ``SwitchName=``
 lines, or topology/block ``BlockName=``) or a YAML list of switches with link speeds.
 

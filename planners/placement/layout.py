@@ -1,10 +1,10 @@
 """Rank placement: Megatron-style rank order, groups per parallelism axis, and the mapping of ranks to
-nodes, GPUs, CPUs and NICs (SPEC §5 "placement").
+nodes, GPUs, CPUs and NICs (``gpucomm plan``).
 
 Three layers, each a pure function over plain data:
 
 1. :class:`RankGenerator` -- Megatron-LM's ``RankGenerator`` semantics exactly
-   (``megatron/core/parallel_state.py`` @ d98e8a64, PLACEMENT_NOTES §1.1): the ``order`` string
+   (``megatron/core/parallel_state.py`` @ d98e8a64): the ``order`` string
    (default ``tp-cp-ep-dp-pp``) is a mixed radix whose *leftmost* token has stride 1; a token missing
    from ``order`` is appended when its size is 1 and is an error otherwise; ``get_ranks('dp')`` returns
    every group of ranks that differ only in the masked coordinates (multi-axis tokens such as
@@ -21,7 +21,7 @@ Three layers, each a pure function over plain data:
    local-rank->GPU map on every node makes pipeline/data-parallel peers on different nodes use the
    NIC of the same rail.
 
-Translations of the axis order (PLACEMENT_NOTES §1.2-1.4):
+Translations of the axis order (PyTorch DeviceMesh, torchtitan, DeepSpeed):
   * Megatron ``order='tp-cp-ep-dp-pp'`` (leftmost fastest) ==
     ``torch.distributed.init_device_mesh("cuda", (pp, dp, ep, cp, tp),
     mesh_dim_names=("pp", "dp", "ep", "cp", "tp"))`` -- DeviceMesh is row-major, its *last* dim holds
@@ -50,7 +50,7 @@ TP_PP_DP_ORDER = "tp-cp-ep-pp-dp"
 DEEPSPEED_NAMES = {"pp": "pipe", "dp": "data", "tp": "model", "cp": "context", "ep": "expert"}
 
 # How much each axis' groups matter when choosing the local-rank -> GPU map, without a model.
-# Ordered like the per-step volumes of PLACEMENT_NOTES §2 (TP moves activations 4x per layer per
+# Ordered like the per-step volumes of Narayanan et al., SC'21 (TP moves activations 4x per layer per
 # micro-batch, CP/EP per attention/MoE layer, DP once per step, PP one activation per micro-batch).
 DEFAULT_AXIS_WEIGHTS = {"tp": 100.0, "cp": 30.0, "ep": 30.0, "dp": 10.0, "pp": 1.0}
 
@@ -190,7 +190,7 @@ def mesh_translations(gen: RankGenerator) -> dict:
 # the CPU-CPU link (NCCL's QPI/UPI constants are 6-40 GB/s, topo.h).
 LEVEL_BW_FACTOR = {"PIX": 1.0, "PXB": 0.9, "PHB": 0.6, "NODE": 0.5, "SYS": 0.35, "N/A": 0.3}
 NIC_LEVEL_RANK = {"X": 0, "PIX": 1, "PXB": 2, "PHB": 3, "NODE": 4, "SYS": 5}
-# For NCCL_NET_GDR_LEVEL: nvidia-smi code -> NCCL path name (NODE is PHB for NCCL, NCCL_NOTES §2.3).
+# For NCCL_NET_GDR_LEVEL: nvidia-smi code -> NCCL path name (NODE is PHB for NCCL, nvmlGpuTopologyLevel_t vs paths.cc).
 SMI_TO_NCCL_LEVEL = {"PIX": "PIX", "PXB": "PXB", "PHB": "PHB", "NODE": "PHB", "SYS": "SYS"}
 
 
@@ -531,7 +531,7 @@ def core_map(view: NodeView) -> Dict[int, int]:
 
 def logical_core_index(view: NodeView, core_of: Optional[Dict[int, int]] = None) -> Dict[int, int]:
     """{physical core id: hwloc logical core index} -- what Open MPI rankfile slots and Slurm's
-    ``Cores=`` count (PLACEMENT_NOTES §7, "lstopo -l").  hwloc numbers cores depth-first through
+    ``Cores=`` count (hwloc's lstopo -l).  hwloc numbers cores depth-first through
     the tree: package by package, and inside a package by the first PU of each core.  The document
     has no package ids, so NUMA nodes (numbered socket by socket by Linux) stand in for them.  With
     contiguous numbering this is just the order of the cores' first cpu; with the interleaved

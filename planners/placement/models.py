@@ -1,7 +1,7 @@
 """Model presets, ``--model`` parsing, per-step communication volume and memory per GPU, and the
-ranking of candidate (tp, cp, ep, dp, pp) factorizations (SPEC §5 "placement ... with --model").
+ranking of candidate (tp, cp, ep, dp, pp) factorizations (``gpucomm plan --model``).
 
-Formulas (PLACEMENT_NOTES §1.1 and §2; b = micro-batch, s = sequence, h = hidden, l = layers,
+Formulas (Megatron-LM parallel_state.py; Narayanan et al., SC'21; b = micro-batch, s = sequence, h = hidden, l = layers,
 t/p/d/c/e = TP/PP/DP/CP/EP sizes, g = bytes per element, m = micro-batches per step = B/(b*d)):
 
 * DP gradient all-reduce: ``2(d-1)/d * Psi' * g`` bytes per GPU, Psi' = parameters per model-parallel
@@ -16,7 +16,7 @@ t/p/d/c/e = TP/PP/DP/CP/EP sizes, g = bytes per element, m = micro-batches per s
   scatter/gather sends ``b*s*h/t`` per rank (Narayanan 2021).  Bubble fraction of the ideal time
   ``(p-1)/m`` (Narayanan 2021 [paper]).
 * CP (ring attention): about ``(c-1)*2*b*(s/c)*h_kv*g`` per attention layer forward, ~2x that
-  backward [derived, PLACEMENT_NOTES §2].
+  backward [derived from Narayanan et al., SC'21].
 * EP (MoE): ``2*b*s*k*h*g*(e-1)/e`` per MoE layer forward (dispatch + combine all-to-all), the same
   backward [derived].
 
@@ -40,7 +40,7 @@ import re
 from typing import Dict, List, Optional, Tuple
 
 from gpucomm.probes import units
-from gpucomm.probes.errors import InputError, PlanInfeasible
+from gpucomm.probes.errors import InputError, PlanInfeasible, TopologyError
 
 # --------------------------------------------------------------------------------------------
 # Presets: Meta Llama 3.1 model cards / params.json [recalled; the notes do not list them].
@@ -72,7 +72,7 @@ PEAK_TFLOPS_BY_SM = {60: 21, 70: 125, 75: 65, 80: 312, 86: 150, 89: 180, 90: 989
 # NCCL tuning.cc ring latencies (us), Simple protocol: baseLat, per-step hwLat by link kind.
 NCCL_BASE_LAT_US = 8.4
 NCCL_HW_LAT_US = {"nvlink": 3.4, "pcie": 5.7, "network": 14.0}
-NET_EFFICIENCY = 0.9      # Calculon's IB efficiency (systems/*.json), PLACEMENT_NOTES §2
+NET_EFFICIENCY = 0.9      # Calculon's IB efficiency (systems/*.json)
 MEMORY_RESERVE = 0.10     # CUDA context, NCCL buffers and fragmentation
 
 
@@ -251,26 +251,21 @@ def _cost_model_time(view, kind: str, nbytes: float, tier: dict, dtype_bytes: in
     NCCL's own graph search, calibrated on nccl-tests captures) for a group of ``tier['gpus']``
     on each of ``tier['nodes']`` nodes; None when that model cannot say (module missing, no NIC
     for a multi-node group, ...)."""
+    from gpucomm.planners.collectives import cost
+
     if view is None or not tier.get("gpus"):
-        return None
-    try:
-        from gpucomm.planners.collectives import cost
-    except ImportError:
         return None
     key = ("cost.summarize", tuple(tier["gpus"]), int(tier.get("nodes", 1)))
     g = view.cache.get(key)
     if g is None:
         try:
-            g = cost.summarize(view.doc, nodes=int(tier.get("nodes", 1)), gpus=list(tier["gpus"]))
-        except Exception:  # a topology the cost model cannot summarise: use the alpha-beta model
+            g = cost.summarize(view.topo, nodes=int(tier.get("nodes", 1)), gpus=list(tier["gpus"]))
+        except (TopologyError, PlanInfeasible):  # no network for a multi-node group: the alpha-beta model
             g = False
         view.cache[key] = g
     if g is False:
         return None
-    try:
-        rows = cost.predict(g, kind, [max(1, int(nbytes))], dtype_bytes=dtype_bytes)
-    except Exception:
-        return None
+    rows = cost.predict(g, kind, [max(1, int(nbytes))], dtype_bytes=dtype_bytes)
     return float(rows[0]["time_us"]) * 1e-6 if rows else None
 
 

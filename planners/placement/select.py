@@ -1,5 +1,5 @@
 """``gpucomm select``: the best K of a node's free GPUs, for schedulers and device plugins
-(SPEC §5 "select").
+(``gpucomm select``).
 
 Two policies over the same inputs:
 

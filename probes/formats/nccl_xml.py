@@ -1,7 +1,7 @@
 """NCCL topology XML: import (``NCCL_TOPO_FILE`` skeletons, ``NCCL_TOPO_DUMP_FILE`` dumps, and
 ``NCCL_GRAPH_FILE`` graph files) and export in NCCL's own strict format.
 
-Reference: NCCL_NOTES §1.2-1.4, §2.1, §5 (NVIDIA/nccl ``src/graph/xml.cc``, ``topo.cc``, ``search.cc``).
+Reference: NVIDIA/nccl 2.30 (``src/graph/xml.cc``, ``topo.cc``, ``search.cc``).
 
 Import builds a topology document the way NCCL builds its graph from the XML
 (``ncclTopoGetSystemFromXml``, topo.cc):
@@ -63,7 +63,7 @@ from gpucomm.probes.model import (cpulist_to_mask, cpumask_to_list, finalize, fo
                                   parse_cpulist, source_record, switch_record, warn)
 
 # --------------------------------------------------------------------------------------------
-# NCCL constants (topo.h / topo.cc, NCCL_NOTES §2.1)
+# NCCL constants (topo.h / topo.cc)
 LOC_BW = facts.LOC_BW    # LINK_LOC: pcilink, NIC directly under a CPU
 
 # kvDictPciClass (topo.cc): prefix match, first hit wins, anything else is a PCI node.
@@ -940,7 +940,7 @@ def bcm_gen(device_id: int, level: int) -> int:
 
 def flatten_bcm(doc: dict) -> dict:
     """Flatten Broadcom PEX switches exactly as NCCL does (``ncclTopoFlattenBcmSwitches``,
-    topo.cc:195-268 in NCCL 2.30.7; NCCL_NOTES §1.2).
+    topo.cc:195-268 in NCCL 2.30.7; xml.cc ncclTopoGetXmlFromSys).
 
     A BCM PEX switch presents itself as a two-level hierarchy although it sustains full bandwidth
     between all ports; NCCL merges the inner level so that e.g. a GPU and a NIC under the same

@@ -1,6 +1,6 @@
 """Parser for the result tables printed by NVIDIA nccl-tests and ROCm rccl-tests.
 
-What a run prints (nccl-tests ``src/common.cu``; see PLACEMENT_NOTES §3.1 and
+What a run prints (nccl-tests ``src/common.cu``; see nccl-tests doc/PERFORMANCE.md and
 ``reference/placement/nccl-tests-bw.md``)::
 
     # nccl-tests version 2.17.8 nccl-headers=22902 nccl-library=22902      (2.14+, optional)

@@ -1,6 +1,6 @@
 """``nvidia-smi topo -m`` captures -> topology document (``provenance: nvidia-smi``).
 
-The matrix is copied exactly as captured (SPEC §3): keyed ``GPU<i>`` for GPUs and by the NIC's
+The matrix is copied exactly as captured (nvidia-smi's meaning): keyed ``GPU<i>`` for GPUs and by the NIC's
 real name for NICs (``NIC3`` is translated through the *NIC Legend*; old drivers print the name,
 e.g. ``mlx5_0``, directly in the header).  ``SOC`` (drivers before ~384) is read as ``SYS``.
 
@@ -637,7 +637,7 @@ def _names_by_index(gpu_names) -> dict:
 
 def _asymmetry(doc: dict, keys: list) -> None:
     """Warn about cells whose mirror differs (MIG-enabled GPUs report SYS to everyone while their
-    peers still report NV#).  The matrix keeps both sides as captured (SPEC §3)."""
+    peers still report NV#).  The matrix keeps both sides as captured ."""
     m = doc["matrix"]
     pairs = []
     for i, a in enumerate(keys):

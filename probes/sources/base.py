@@ -1,9 +1,9 @@
-"""The probe interface (SPEC §4): each source is one module exposing ``SOURCE``, an object with
+"""The probe interface: each source is one module exposing ``SOURCE``, an object with
 ``name``, ``available(host) -> True | str`` (a reason when unavailable) and
 ``collect(host) -> dict`` (a partial topology document: the same shape as the final one, holding
 only what this source knows, plus ``sources``/``warnings``).  :mod:`gpucomm.probes.merge` combines them.
 
-Priority (merge precedence, SPEC §4): explicit file 0 > nvml 10 > smi 20 > sysfs 30 > default 90.
+Priority (merge precedence): explicit file 0 > nvml 10 > smi 20 > sysfs 30 > default 90.
 """
 from __future__ import annotations
 

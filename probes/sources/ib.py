@@ -5,7 +5,7 @@ share it), ``fw_ver``, the PCI function behind ``device`` (placed in the PCI tre
 sysfs source places GPUs), the netdevs under ``device/net`` (a RoCE port's Ethernet interface or an
 IB port's IPoIB interface), and per port ``state`` (``"4: ACTIVE"``), ``phys_state``
 (``"5: LinkUp"``), ``rate`` (``"400 Gb/sec (4X NDR)"``) and ``link_layer``.  NCCL itself asks
-libibverbs; these files are the sysfs equivalents (NCCL_NOTES §1.4).
+libibverbs; these files are the sysfs equivalents (net plugin getProperties, xml.cc ncclTopoFillNet).
 """
 from __future__ import annotations
 

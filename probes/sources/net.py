@@ -4,7 +4,7 @@ An interface whose ``device`` link resolves to a PCI function is a physical NIC.
 RDMA device already covers (the function has ``infiniband/<dev>``: RoCE Ethernet ports, IPoIB) are
 left to the ``ib`` source; the others (plain Ethernet, virtio-net in VMs) become NIC records named
 after the interface, as NCCL's socket transport sees them (``realpath(/sys/class/net/<if>/device)``,
-``speed`` in Mbps; NCCL_NOTES §1.4).  Virtual interfaces (``lo``, bridges, docker, veth, ifb,
+``speed`` in Mbps; net plugin getProperties, xml.cc ncclTopoFillNet).  Virtual interfaces (``lo``, bridges, docker, veth, ifb,
 bonds, VLANs: anything under ``/sys/devices/virtual``) are listed in ``net_interfaces`` only.
 """
 from __future__ import annotations

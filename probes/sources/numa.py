@@ -4,7 +4,7 @@
   without NUMA gives one node 0 from ``/sys/devices/system/cpu/online``);
 * ``/proc/cpuinfo`` (through the host, so snapshots replay it) -> cpu vendor/model/sockets and the
   family/model NCCL uses for the inter-socket bandwidth of the ``smp`` links
-  (``ncclTopoGetInterCpuBw``, topo.cc:60-83, NCCL_NOTES §2.1);
+  (``ncclTopoGetInterCpuBw``, topo.cc:60-83);
 * live only (root ``/``): hostname, OS, kernel, architecture from :mod:`platform` and CPU counts /
   memory from psutil; for a snapshot or fixture these come from its ``meta.json``.
 """
@@ -136,7 +136,7 @@ def live_facts() -> dict:
         facts["cpus_logical"] = psutil.cpu_count(logical=True)
         facts["cpus_physical"] = psutil.cpu_count(logical=False)
         facts["memory_bytes"] = int(psutil.virtual_memory().total)
-    except Exception:  # psutil is a dependency, but a broken /proc must not stop the probe
+    except (OSError, RuntimeError, ValueError, AttributeError):  # a broken /proc must not stop the probe
         pass
     return facts
 

@@ -12,7 +12,7 @@ Two halves, joined by the ``nvml.json`` format (docs/SNAPSHOT_FORMAT.md, ``gpuco
   becomes a missing value plus a warning (except "not supported" answers for optional features,
   which simply mean the feature is absent, e.g. NVLink state on a PCIe card).
 
-What is asked mirrors NCCL's own NVML use (xml.cc:894-1063, NCCL_NOTES §1.3): link count by
+What is asked mirrors NCCL's own NVML use (xml.cc:894-1063, xml.cc ncclTopoGetXmlFromGpu): link count by
 compute capability, per link state / remote PCI info / version, C2C field values for sm >= 90,
 the P2P status matrix and the fabric (MNNVL clique) info.
 """

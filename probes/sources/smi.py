@@ -5,7 +5,7 @@ snapshot it is :class:`gpucomm.probes.sources.host.RecordedRunner` answering fro
 handed to the capture parsers (:func:`gpucomm.probes.formats.smi_topo.parse_topo_text`,
 :func:`gpucomm.probes.formats.smi_nvlink.parse_nvlink_status`), imported lazily.
 
-What this source contributes to the merge (below NVML, above sysfs, SPEC §4): the matrix (used
+What this source contributes to the merge (below NVML, above sysfs): the matrix (used
 only when no PCI tree is known to compute one), per-GPU NUMA/CPU affinity, NIC names, and NVLink
 information (per-link state/speed from ``nvlink -s``; GPU-GPU ``NV#`` links from the matrix, which
 the merge uses only when NVML gave no NVLink links).  Facts the capture parser *derives* rather

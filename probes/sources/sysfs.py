@@ -1,12 +1,12 @@
 """Source ``sysfs``: the PCI tree from ``/sys/bus/pci/devices`` and ``/sys/devices/pci*``.
 
-What is read, per device (the files NCCL reads, NCCL_NOTES §1.2, plus the ones it does not need
+What is read, per device (the files NCCL reads, xml.cc ncclTopoGetXmlFromSys, plus the ones it does not need
 but ``doctor`` does): ``class``, ``vendor``, ``device``, ``subsystem_vendor``,
 ``subsystem_device``, ``current_link_speed/width``, ``max_link_speed/width``, ``numa_node``,
 ``local_cpulist`` (``local_cpus`` mask as fallback) and, when readable, the binary ``config``
 space of bridges (for the ACS extended capability).
 
-The tree is built the way NCCL builds it (xml.cc ``ncclTopoGetXmlFromSys``, NCCL_NOTES §1.2 "Walk"):
+The tree is built the way NCCL builds it (xml.cc ``ncclTopoGetXmlFromSys``):
   * the host bridge is the ``pciDDDD:BB`` component of the real path (record kind ``host_bridge``,
     id ``pci0000:17``, parent ``CPU<numa>``);
   * root ports are not nodes: a device right below a root port hangs off the host bridge;
