@@ -1,39 +1,28 @@
-"""Shared test helpers: run the CLI in-process, locate fixtures and ../shared captures."""
+"""pytest hooks and fixtures only; shared helpers live in support.py.
+
+The suite writes nothing into the checkout: no bytecode caches (set here, before the test modules
+are imported), no hypothesis example database, no pytest cache (``-p no:cacheprovider`` in
+pyproject.toml); tests write their files under pytest's ``tmp_path``."""
 from __future__ import annotations
 
-import io
-import json
-from contextlib import redirect_stderr, redirect_stdout
-from dataclasses import dataclass
-from pathlib import Path
+import atexit
+import shutil
+import sys
+import tempfile
 
-import pytest
+sys.dont_write_bytecode = True
 
-ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = ROOT / "fixtures"
-HOSTS = FIXTURES / "hosts"
-CAPTURES = FIXTURES / "captures"          # copies of ../shared/captures used by tests (with SOURCES.md)
-SHARED_CAPTURES = ROOT.parent / "shared" / "captures"
+import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
+from hypothesis.configuration import set_hypothesis_home_dir  # noqa: E402
 
+from support import run_cli  # noqa: E402
 
-@dataclass
-class Result:
-    code: int
-    stdout: str
-    stderr: str
-
-    def json(self):
-        return json.loads(self.stdout)
-
-
-def run_cli(*args: str) -> Result:
-    """Run ``gpucomm ARGS`` in-process; returns exit code, stdout, stderr."""
-    from gpucomm.app import run
-
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        code = run([str(a) for a in args])
-    return Result(code, out.getvalue(), err.getvalue())
+_HYPOTHESIS_HOME = tempfile.mkdtemp(prefix="gpucomm-hypothesis-")   # not ./.hypothesis
+atexit.register(shutil.rmtree, _HYPOTHESIS_HOME, True)
+set_hypothesis_home_dir(_HYPOTHESIS_HOME)
+settings.register_profile("gpucomm", database=None)
+settings.load_profile("gpucomm")
 
 
 @pytest.fixture

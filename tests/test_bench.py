@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import FIXTURES, HOSTS, ROOT, run_cli
+from support import FIXTURES, HOSTS, ROOT, run_cli
 
 from gpucomm.planners.measure import bench as M
 from gpucomm.probes import units

@@ -123,7 +123,7 @@ def test_traceback_flag_reraises(cli, tmp_path):
 
 def test_utf16_capture_with_bom_reads(cli, tmp_path):
     """PowerShell's `nvidia-smi topo -m > f.txt` writes UTF-16 with a BOM."""
-    from conftest import FIXTURES
+    from support import FIXTURES
 
     src = (FIXTURES / "captures" / "topo" / "42_rtx4000ada-x8_collapsed-spaces.txt").read_text(encoding="utf-8")
     p = tmp_path / "topo16.txt"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import FIXTURES, run_cli
+from support import FIXTURES, run_cli
 
 INPUTS = [
     str(FIXTURES / "captures" / "topo" / "11_a100-sxm4-40gb-x8_10nic_tabs.txt"),      # smi, NICs, tabs/CRLF

@@ -12,12 +12,12 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import run_cli
+from support import run_cli
 from gpucomm.planners.placement.cluster import load_cluster
 from gpucomm.planners.plan import build_full_plan
 from gpucomm.planners.placement import cluster as cl
 from gpucomm.probes.errors import InputError
-from test_placement import hgx_doc
+from support import hgx_doc
 
 # slurm-config-examples.md (topology.conf(5) EXAMPLE, verbatim)
 SLURM_EXAMPLE = """# topology/tree

@@ -16,7 +16,7 @@ from gpucomm.probes.units import parse_size, parse_sizes
 from gpucomm.probes.errors import InputError, PlanInfeasible, TopologyError
 from gpucomm.probes.model import dumps_json, gpu_record, link_record, new_document, nic_record
 
-from conftest import CAPTURES
+from support import CAPTURES
 
 TOPO = CAPTURES / "topo"
 H100_SMI = TOPO / "17_h100-sxm-x8_12nic.txt"

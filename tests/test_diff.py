@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import CAPTURES, FIXTURES, HOSTS, ROOT, run_cli
+from support import CAPTURES, FIXTURES, HOSTS, ROOT, run_cli
 
 from gpucomm.planners.health.diff import SCHEMA, diff_documents, fingerprint
 from gpucomm.probes.load import load_topology

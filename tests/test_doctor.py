@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import CAPTURES, FIXTURES, HOSTS, ROOT, run_cli
+from support import CAPTURES, FIXTURES, HOSTS, ROOT, run_cli
 
 from gpucomm.planners.health.doctor import RULES, SCHEMA, expected_pair_bw, nvlink_totals, run_doctor
 from gpucomm.probes.topology import clean_document

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from conftest import run_cli
+from support import run_cli
 from gpucomm.planners.plan import build_full_plan
 from gpucomm.probes import facts
 from gpucomm.planners.launch import env as penv
@@ -20,7 +20,7 @@ from gpucomm.planners.launch import scripts as launch
 from gpucomm.planners.placement import layout as pl
 from gpucomm.probes.matrix import compute_matrix
 from gpucomm.probes.model import finalize, nic_record, parse_cpulist
-from test_placement import hgx_doc, pcie_pairs_doc, vm_flat_doc
+from support import hgx_doc, pcie_pairs_doc, vm_flat_doc
 
 
 def nccl_hca_matches(spec: str, name: str) -> bool:
@@ -397,7 +397,7 @@ def test_rankfile_logical_cores_follow_hwloc_order_on_interleaved_numbering():
 
 
 def test_rankfile_slots_on_the_interleaved_capture():
-    from conftest import CAPTURES
+    from support import CAPTURES
     from gpucomm.probes.load import load_topology
 
     doc = load_topology(str(CAPTURES / "topo" / "09_a100-sxm4-80gb-x8_8nic.txt"))
@@ -412,7 +412,7 @@ def test_smi_capture_nics_are_rdma_devices():
     """Regression: an `nvidia-smi topo -m` capture lists NICs by RDMA device name (mlx5_0) with no
     ports; they were taken for plain Ethernet: no NCCL_IB_HCA, a 'no RDMA NIC' warning, and
     NCCL_SOCKET_IFNAME='=mlx5_0' (not a network interface at all)."""
-    from conftest import CAPTURES
+    from support import CAPTURES
     from gpucomm.probes.load import load_topology
 
     doc = load_topology(str(CAPTURES / "topo" / "09_a100-sxm4-80gb-x8_8nic.txt"))
@@ -448,7 +448,7 @@ def test_odd_nic_in_a_shared_set_is_not_a_rail():
     """Regression: on Azure ND A100 v4 (capture 85) GPU2 and GPU3 are NODE to mlx5_2, mlx5_3 and the
     9th NIC mlx5_8; dealing the three out gave GPU2 two NICs (mlx5_2 and mlx5_8) and put the odd
     NIC in NCCL_IB_HCA.  Rails are symmetric: one each, the odd one unused."""
-    from conftest import CAPTURES
+    from support import CAPTURES
     from gpucomm.probes.load import load_topology
 
     doc = load_topology(str(CAPTURES / "topo" / "85_a100-sxm4-80gb-x8_9nic_azure-nd-a100-v4_esc.txt"))
@@ -471,7 +471,7 @@ def test_nccl_xml_skeleton_nics_never_named_by_bus_id():
     """Regression: an NCCL XML skeleton's bare <pci class="0x02..."> NICs are known only by bus id;
     that id went into NCCL_SOCKET_IFNAME='=0000:10:1b.0' (not an interface name: Linux forbids ':')
     and, for InfiniBand/EFA NICs, they were taken for plain Ethernet ("falls back to TCP")."""
-    from conftest import CAPTURES
+    from support import CAPTURES
     from gpucomm.probes.load import load_topology
 
     for name in ("aws-p4d-24xl-topo.xml", "azure-ndv4-topo.xml", "oci-topo-flattened.xml"):

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from conftest import run_cli
+from support import run_cli
 
 pytestmark = pytest.mark.gpu
 

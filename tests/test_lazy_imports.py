@@ -4,7 +4,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from conftest import ROOT
+from support import ROOT
 
 CHECK = """
 import sys, io, contextlib

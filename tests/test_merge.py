@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from gpucomm.probes.merge import merge, partial_priority
 from gpucomm.probes.model import (finalize, gpu_record, link_record, new_document, nic_record,
                           source_record, switch_record)
-from sysfs_tree import validate
+from support import validate
 
 
 

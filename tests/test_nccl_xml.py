@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import CAPTURES, run_cli
+from support import CAPTURES, run_cli
 from gpucomm.probes import facts
 from gpucomm.probes.errors import GpucommError, InputError, TopologyError
 from gpucomm.probes.model import gpu_id, nic_id, schema_path

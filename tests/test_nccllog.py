@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import CAPTURES
+from support import CAPTURES
 from gpucomm.probes.errors import InputError
 from gpucomm.probes.load import load_topology
 from gpucomm.probes.model import dumps_json

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from gpucomm.probes.formats.nccltests import load_nccltests, measured_series, parse_nccltests
 from gpucomm.probes.errors import InputError
 
-from conftest import CAPTURES
+from support import CAPTURES
 
 NT = CAPTURES / "nccltests"
 

@@ -16,7 +16,7 @@ from gpucomm.probes.errors import InputError
 from gpucomm.probes.sources.host import Host
 from gpucomm.probes.merge import merge
 from gpucomm.probes.sources.probe import probe_host
-from sysfs_tree import GPU_3D, NVSWITCH, SysfsTree, validate
+from support import GPU_3D, NVSWITCH, SysfsTree, validate
 
 
 

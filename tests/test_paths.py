@@ -11,28 +11,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import CAPTURES, run_cli
+from support import CAPTURES, run_cli
 from gpucomm.probes.errors import InputError
 from gpucomm.probes.load import load_topology
-from gpucomm.probes.matrix import compute_matrix
-from gpucomm.probes.model import finalize, gpu_record, link_record, new_document, nic_record, switch_record
+from gpucomm.probes.model import new_document
 
 from gpucomm.planners.nccl.graph import build_graph, graph_from_matrix
 from gpucomm.probes.topology import Topology
 from gpucomm.planners.nccl.search import nvswitch_document
 from gpucomm.planners.nccl.paths import RANK, compute_path_set, compute_paths, path_table
+from support import p2p_disabled, pci_trees
 
 PANLICHEN_XML = CAPTURES / "ncclxml" / "panlichen-rtx3090-8gpu-topo.xml"
 PANLICHEN_LOG = CAPTURES / "nccllogs" / "panlichen-rtx3090-4node-log27.log"
-
-
-def p2p_disabled(doc: dict) -> dict:
-    """GeForce cards: NVML reports P2P NOT_SUPPORTED between every pair (the capture's SOURCES.md;
-    an NCCL topology XML does not carry NVML's P2P status, NCCL asks NVML at run time)."""
-    ids = [g["pci_bus_id"] for g in doc["gpus"]]
-    for g in doc["gpus"]:
-        g["p2p"] = {o: "NOT_SUPPORTED" for o in ids if o != g["pci_bus_id"]}
-    return doc
 
 
 # ----------------------------------------------------------------------------------------------
@@ -184,56 +175,6 @@ def test_path_table_and_between_errors():
 # ----------------------------------------------------------------------------------------------
 # Generated PCI trees: path types agree with nvidia-smi's matrix, with and without the tree
 CODE_TO_TYPE = {"PIX": "PIX", "PXB": "PXB", "PHB": "PHB", "NODE": "PHB", "SYS": "SYS"}
-
-
-@st.composite
-def pci_trees(draw):
-    """A random machine: 1-3 CPUs, devices directly on a CPU or under 1-2 levels of switches."""
-    ncpu = draw(st.integers(1, 3))
-    doc = new_document("json")
-    doc["host"].update(cpu_vendor="AuthenticAMD", cpu_model="AMD EPYC 9654")
-    counter = {"sw": 0, "gpu": 0, "nic": 0}
-
-    def device(parent: str, numa: int) -> None:
-        is_gpu = draw(st.booleans()) or counter["gpu"] < 2
-        if is_gpu:
-            i = counter["gpu"]
-            counter["gpu"] += 1
-            bid = f"0000:{0x10 + i:02x}:00.0"
-            doc["gpus"].append(gpu_record(i, pci_bus_id=bid, name="NVIDIA A100-PCIE-40GB",
-                                          compute_capability="8.0", numa_node=numa, parent=parent))
-        else:
-            k = counter["nic"]
-            counter["nic"] += 1
-            bid = f"0000:{0x80 + k:02x}:00.0"
-            doc["nics"].append(nic_record(f"mlx5_{k}", pci_bus_id=bid, numa_node=numa, parent=parent,
-                                          ports=[{"port": 1, "state": "ACTIVE", "rate_gbps": 200.0}]))
-        doc["links"].append(link_record(bid, parent, "pcie", 24.0, gen=4, width=16))
-
-    def switch(parent: str, numa: int, depth: int) -> None:
-        counter["sw"] += 1
-        sid = f"0000:{0xc0 + counter['sw']:02x}:00.0"
-        doc["switches"].append(switch_record(sid, kind="pcie", pci_bus_id=sid, parent=parent, numa_node=numa))
-        doc["links"].append(link_record(sid, parent, "pcie", 24.0, gen=4, width=16))
-        for _ in range(draw(st.integers(1, 3))):
-            if depth < 2 and draw(st.integers(0, 3)) == 0:
-                switch(sid, numa, depth + 1)
-            else:
-                device(sid, numa)
-
-    for c in range(ncpu):
-        doc["numa_nodes"].append({"id": c, "cpus": f"{c * 8}-{c * 8 + 7}", "memory_bytes": None, "distances": None})
-        for _ in range(draw(st.integers(1, 3))):
-            if draw(st.booleans()):
-                switch(f"CPU{c}", c, 1)
-            else:
-                device(f"CPU{c}", c)
-    if counter["gpu"] < 2:
-        device("CPU0", 0)
-        device("CPU0", 0)
-    finalize(doc)
-    compute_matrix(doc)
-    return doc
 
 
 def _check_types(doc: dict, graph) -> None:

@@ -12,12 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpucomm import planners
-from conftest import run_cli
+from support import run_cli
 from gpucomm.planners.plan import build_full_plan
 from gpucomm.planners.placement import models as ms
 from gpucomm.planners.placement import layout as pl
 from gpucomm.probes.errors import InputError, PlanInfeasible
-from test_placement import hgx_doc
+from support import hgx_doc
 
 SCHEMA = json.loads((Path(planners.__file__).parent / "schema" / "plan.schema.json").read_text())
 

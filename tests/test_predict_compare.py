@@ -17,10 +17,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import HOSTS, ROOT, run_cli
+from support import HOSTS, ROOT, run_cli
 from gpucomm.probes import units
 
-import test_predict_calibration as calib
+import support as calib
 from gpucomm.planners.collectives import compare
 from gpucomm.planners.collectives import cost
 from gpucomm.probes.errors import InputError

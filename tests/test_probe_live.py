@@ -6,13 +6,13 @@ import os
 
 import pytest
 
-from conftest import CAPTURES, run_cli
+from support import CAPTURES, run_cli
 from gpucomm.probes.sources import smi
 from gpucomm.probes.errors import InputError
 from gpucomm.probes.sources.host import CommandResult, CommandRunner, Host, RecordedRunner
 from gpucomm.probes.model import dumps_json
 from gpucomm.probes.sources.probe import DEFAULT_SOURCES, parse_sources, probe_host
-from sysfs_tree import two_socket_switch_tree, validate
+from support import two_socket_switch_tree, validate
 
 
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import CAPTURES, run_cli
+from support import CAPTURES, run_cli
 from gpucomm.probes.errors import InputError
 from gpucomm.probes.model import schema_path
 from gpucomm.probes.formats.rocm_smi import XGMI_LINK_GBPS, parse_rocm_text

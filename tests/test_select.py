@@ -8,13 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import run_cli
+from support import run_cli
 from gpucomm.planners.placement.select import (count_partitions, gpuallocator_besteffort, gpuallocator_pair_scores, parse_index_list,
                              select_gpus)
 from gpucomm.probes.errors import InputError, PlanInfeasible
 from gpucomm.probes.matrix import compute_matrix
 from gpucomm.probes.model import finalize, gpu_record, link_record, new_document, switch_record
-from test_placement import hgx_doc, pcie_pairs_doc
+from support import hgx_doc, pcie_pairs_doc
 
 # go-gpuallocator gpuallocator/common_test.go NewDGX1VoltaNode: NVLink counts and PCIe levels.
 DGX1V_NVLINK = {(0, 1): 1, (0, 2): 1, (0, 3): 2, (0, 4): 2, (1, 2): 2, (1, 3): 1, (1, 5): 2, (2, 3): 2, (2, 6): 1,

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import CAPTURES, HOSTS
+from support import CAPTURES, HOSTS
 from gpucomm.probes.sources import nvml
 from gpucomm.probes.sources import snapshot
 from gpucomm.probes.errors import InputError
@@ -20,7 +20,7 @@ from gpucomm.probes.sources.host import Host, RecordedRunner
 from gpucomm.probes.model import dumps_json
 from gpucomm.probes.sources.probe import probe_host
 from gpucomm.probes.formats.smi_topo import parse_topo_text
-from sysfs_tree import two_socket_switch_tree, validate
+from support import two_socket_switch_tree, validate
 from test_nvml import fake_nvml, gpu
 
 

@@ -15,7 +15,7 @@ from gpucomm.probes import facts
 from gpucomm.probes.sources import sysfs
 from gpucomm.probes.sources.host import Host
 from gpucomm.probes.sources.probe import probe_host
-from sysfs_tree import (GPU_3D, NIC_ETH, NIC_IB, NVSWITCH, SysfsTree, acs_config, two_socket_switch_tree,
+from support import (GPU_3D, NIC_ETH, NIC_IB, NVSWITCH, SysfsTree, acs_config, two_socket_switch_tree,
                         validate)
 
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import CAPTURES, run_cli
+from support import CAPTURES, run_cli
 from gpucomm.probes.errors import InputError, PlanInfeasible
 from gpucomm.probes.load import load_topology
 
