@@ -66,7 +66,7 @@ def compute_capability(value: Any) -> Optional[int]:
     if isinstance(value, int):
         return value if 10 <= value < 1000 else value * 10 if 0 < value < 10 else None
     if isinstance(value, float):
-        if not math.isfinite(value) or not 0 < value < 100:
+        if not math.isfinite(value) or not 1 <= value < 100:
             return None
         return int(round(value * 10))
     if isinstance(value, str):

@@ -721,6 +721,14 @@ class Topology:
         self.assume(facts.assumption("pcie", gen=gen))
         return facts.pcie_bw_GBps(gen, 16)
 
+    def absorb(self, other: "Topology") -> None:
+        """Take over the defaults another view of the same machine applied (a derived copy)."""
+        for a in other.assumptions:
+            self.assume(a)
+        for guess, names in other._unknown_nics.items():
+            mine = self._unknown_nics.setdefault(guess, [])
+            mine.extend(n for n in names if n not in mine)
+
     @property
     def _unknown_nics(self) -> dict:
         d = self.__dict__.setdefault("_unknown_nics_d", {})

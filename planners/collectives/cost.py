@@ -740,8 +740,7 @@ def _topology_for_reference(topo: Topology, fabric_gbps: Optional[float]) -> Top
         ports = nic.get("ports") or [{"port": 1, "state": "ACTIVE"}]
         nic["ports"] = [dict(p, rate_gbps=float(fabric_gbps), state=p.get("state") or "ACTIVE") for p in ports]
     view = Topology(out, topo.source)
-    for a in topo.assumptions:
-        view.assume(a)
+    view.absorb(topo)
     return view
 
 

@@ -203,8 +203,8 @@ def build_graph(doc: Union[Topology, dict]):
     flat = flatten_bcm(copy.deepcopy(topo.doc))
     view = topo if flat["switches"] == topo.doc["switches"] else Topology(flat)
     G = _build_tree_graph(view)
-    for a in G.graph["assumptions"]:
-        topo.assume(a)
+    if view is not topo:    # the flattened copy's defaults are the caller's too
+        topo.absorb(view)
     return G
 
 

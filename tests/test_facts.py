@@ -1,0 +1,151 @@
+"""One function per fact (gpucomm.probes.facts), read once through the typed view
+(gpucomm.probes.topology): the odd cases go through every command that uses the fact, and the
+commands agree -- the same value, and the same named assumption when the value is unknown."""
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpucomm.probes import facts
+from gpucomm.probes.model import dumps_json
+from gpucomm.probes.topology import Topology
+from support import hgx_doc, pcie_pairs_doc, run_cli
+
+
+def _write(tmp_path, doc, name="t.json"):
+    p = tmp_path / name
+    p.write_text(dumps_json(doc), encoding="utf-8")
+    return str(p)
+
+
+def _ok(*args):
+    r = run_cli(*args)
+    assert r.code == 0, (args, r.stderr)
+    return r
+
+
+# --------------------------------------------------------------------------------------------
+# compute capability: every spelling is one number everywhere
+@pytest.mark.parametrize("cc", ["9.0", [9, 0], (9, 0), 90, "sm_90", 9.0])
+def test_compute_capability_spellings(cc):
+    assert facts.compute_capability(cc) == 90
+
+
+@given(st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True), st.text(max_size=8),
+                 st.lists(st.integers(), max_size=3)))
+def test_compute_capability_never_crashes(v):
+    sm = facts.compute_capability(v)
+    assert sm is None or 10 <= sm < 1000
+
+
+def test_compute_capability_list_agrees_in_every_command(tmp_path):
+    doc = hgx_doc(name=None, cc=[9, 0])   # no name: the [9, 0] is all there is
+    path = _write(tmp_path, doc)
+    assert {g.sm for g in Topology.of(doc).gpus} == {90}
+    pred = json.loads(_ok("predict", path, "--format", "json").stdout)
+    assert pred["graph"]["cc"] == 90
+    rings = json.loads(_ok("rings", path, "--format", "json").stdout)
+    # NVLink per link at sm90 (20.6 GB/s): 18 links to the NVSwitch = 370.8 GB/s per GPU
+    assert not any("compute capability" in a for a in rings["assumptions"])
+    paths = json.loads(_ok("paths", path, "--format", "json").stdout)
+    nvl = [p for p in paths["rows"] if p["type"] == "NVL"]
+    assert nvl and all(p["bw_GBps"] == pytest.approx(370.8) for p in nvl)
+    xml = _ok("show", path, "--format", "nccl-xml").stdout
+    assert 'sm="90"' in xml
+    plan = json.loads(_ok("plan", path, "--tp", "8", "--model", "llama-8b", "--format", "json").stdout)
+    assert not any("GPU peak unknown" in a for a in plan["estimate"]["assumptions"])
+
+
+# --------------------------------------------------------------------------------------------
+# the inter-socket bandwidth of an unidentified CPU: one default, one sentence
+def _two_socket_unknown_cpu():
+    doc = pcie_pairs_doc(n_gpus=4, pairs=(), numa_nodes=2)
+    for k in ("cpu_vendor", "cpu_model", "cpu_arch"):
+        doc["host"][k] = None
+    doc["links"] = [l for l in doc["links"] if l["kind"] != "smp"]
+    return doc
+
+
+def test_unknown_cpu_agrees_in_every_command(tmp_path):
+    doc = _two_socket_unknown_cpu()
+    path = _write(tmp_path, doc)
+    text = facts.assumption("cpu")
+    paths = json.loads(_ok("paths", path, "--format", "json").stdout)
+    sys_paths = [p for p in paths["rows"] if p["type"] == "SYS"]
+    assert sys_paths and all(p["bw_GBps"] <= facts.DEFAULT_INTER_CPU_BW for p in sys_paths)
+    assert text in paths["assumptions"]
+    rings = json.loads(_ok("rings", path, "--format", "json").stdout)
+    assert text in rings["assumptions"]
+    pred = json.loads(_ok("predict", path, "--format", "json").stdout)
+    assert text in pred["graph"]["notes"]
+    # an identified CPU: NCCL's value, no assumption
+    doc["host"].update(cpu_vendor="GenuineIntel", cpu_model="Intel(R) Xeon(R) Platinum 8480+")
+    path = _write(tmp_path, doc, "known.json")
+    paths = json.loads(_ok("paths", path, "--format", "json").stdout)
+    assert text not in paths["assumptions"]
+    assert {p["bw_GBps"] for p in paths["rows"] if p["type"] == "SYS"} <= {facts.SRP_QPI_BW}
+
+
+# --------------------------------------------------------------------------------------------
+# RDMA-ness: plan (NCCL_IB_HCA), placement (compute NICs) and doctor use the same rule
+def test_eth_nic_with_guid_is_rdma_everywhere(tmp_path):
+    nic = {"name": "eth0", "guid": "0x1234"}
+    assert facts.nic_is_rdma(nic)
+    doc = hgx_doc(n_gpus=2, numa_nodes=1, nics=False)
+    doc["nics"].append({"name": "eth0", "guid": "0x1234", "netdev": None, "pci_bus_id": None, "numa_node": 0,
+                        "link_layer": None, "ports": [], "parent": None})
+    path = _write(tmp_path, doc)
+    topo = Topology.of(doc)
+    assert topo.nic("eth0").rdma
+    env = _ok("plan", path, "--nodes", "2", "--tp", "2", "--emit", "env").stdout
+    assert "NCCL_IB_HCA='=eth0" in env and "NCCL_SOCKET_IFNAME='=eth0'" not in env
+    from gpucomm.planners.health.doctor import RULES
+    from gpucomm.planners.placement.layout import compute_nics
+
+    assert "eth0" in compute_nics({"eth0": topo.nic("eth0").rec})
+    # the doctor's IB rules look at the same NICs (a down port on it would be reported)
+    d2 = copy.deepcopy(doc)
+    d2["nics"][0]["ports"] = [{"port": 1, "state": "DOWN", "rate_gbps": 100.0}]
+    d2["nics"].append(dict(d2["nics"][0], name="eth1", guid="0x5678",
+                           ports=[{"port": 1, "state": "ACTIVE", "rate_gbps": 100.0}]))
+    findings = RULES["ib-port-down"](Topology.of(d2).doc)
+    assert [f["subject"] for f in findings] == ["eth0/1"]
+
+
+# --------------------------------------------------------------------------------------------
+# an unknown NIC rate: the same assumption in predict, rings and plan -- never a refusal
+def test_unknown_nic_rate_agrees_in_every_command(tmp_path):
+    doc = hgx_doc()
+    for n in doc["nics"]:
+        n["ports"] = [{"port": 1, "state": "ACTIVE", "rate_gbps": None}]
+    path = _write(tmp_path, doc)
+    text = facts.assumption("nic-rate", names=[f"mlx5_{i}" for i in range(8)], gbps=400.0)
+    pred = json.loads(_ok("predict", path, "--nodes", "2", "--format", "json").stdout)
+    assert text in pred["graph"]["notes"]
+    rings = json.loads(_ok("rings", path, "--nodes", "2", "--format", "json").stdout)
+    assert text in rings["assumptions"]
+    plan = json.loads(_ok("plan", path, "--nodes", "2", "--tp", "8", "--model", "llama-8b",
+                          "--format", "json").stdout)
+    assert text in plan["warnings"]
+    # one node: no NIC carries traffic, so predict does not mention it
+    pred1 = json.loads(_ok("predict", path, "--format", "json").stdout)
+    assert not any("NIC speed" in n for n in pred1["graph"]["notes"])
+
+
+# --------------------------------------------------------------------------------------------
+# the view: cleaning names what it dropped; facts are single-sourced
+def test_view_names_the_problems_it_cleaned():
+    doc = hgx_doc(n_gpus=2)
+    doc["gpus"].append({"index": "x"})
+    doc["links"].append({"a": "GPU0", "b": "GPU0", "kind": "nvlink", "bw_GBps": 1.0})
+    doc["links"].append({"a": "GPU0", "b": "GPU1", "kind": "warp", "bw_GBps": 1.0})
+    doc["links"][0]["bw_GBps"] = float("nan")
+    topo = Topology.of(doc)
+    text = " | ".join(topo.problems)
+    assert "gpus[2]" in text and "linked to itself" in text and "unknown kind 'warp'" in text
+    assert "not a usable bandwidth" in text
+    assert len(topo.gpus) == 2
