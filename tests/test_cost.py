@@ -2,6 +2,7 @@
 from tuning.cc ncclTopoTuneModel), size parsing, topology summaries, and the ``gpucomm predict`` command."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -10,7 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpucomm.planners.collectives import cost
-from gpucomm.planners.collectives.cost import CommGraph, predict, tuning_table
+from gpucomm.planners.collectives.cost import predict
+from gpucomm.planners.nccl import tuning
+from gpucomm.planners.nccl.tuning import CommGraph, tuning_table
 from gpucomm.probes import units
 from gpucomm.probes.units import parse_size, parse_sizes
 from gpucomm.probes.errors import InputError, PlanInfeasible, TopologyError
@@ -72,7 +75,7 @@ def test_h100_table_has_no_pat_or_nvls_tree_on_one_node():
 def test_broadcast_is_one_step_of_latency():
     c = cell(H100, "broadcast", "ring", "Simple")
     assert c.lat == pytest.approx(8.4 + 3.4) and c.bw == pytest.approx(360.0)   # nsteps = n -> algBw = busBw
-    not_same = cost.replace(H100, same_channels=False)
+    not_same = dataclasses.replace(H100, same_channels=False)
     # not sameChannels: nsteps * hwLat (Simple uses the Tree/Simple chunk latency, NVLINK 4.0)
     assert cell(not_same, "broadcast", "ring", "Simple").lat == pytest.approx(8.4 + 8 * 4.0)
 
@@ -99,7 +102,7 @@ def test_two_nodes_latencies_and_caps():
     n = cell(TWO_NODES, "all_reduce", "nvls_tree", "Simple")
     assert n.bw == pytest.approx(57.7 * 8 * 16 / 30) and n.lat == pytest.approx(25 + 2 * 20.9)
     assert ("nvls", "Simple") not in tuning_table(TWO_NODES, "all_reduce")   # needs CollNet across nodes
-    amd = cost.replace(TWO_NODES, cpu_vendor="amd")
+    amd = dataclasses.replace(TWO_NODES, cpu_vendor="amd")
     assert cell(amd, "all_reduce", "ring", "LL").bw == pytest.approx(22.5 * 16 / 30)   # llMaxBw[AMD][N2]
     assert cell(amd, "all_reduce", "ring", "Simple").lat == pytest.approx(8.4 + 28 * 6.0 + 2 * 14.0)
 
@@ -108,15 +111,15 @@ def test_ring_plateau_and_tree_correction():
     g = TWO_NODES
     c = cell(g, "all_reduce", "ring", "Simple")
     small, big = 8191, 8192   # nBytes/(nCh*nRanks) >= 64 -> lat x1.4 on Ampere+
-    assert cost.algo_time(g, "all_reduce", "ring", "Simple", c, small) == pytest.approx(c.lat + small / (1000 * c.bw))
-    assert cost.algo_time(g, "all_reduce", "ring", "Simple", c, big) == pytest.approx(1.4 * c.lat + big / (1000 * c.bw))
+    assert tuning.algo_time(g, "all_reduce", "ring", "Simple", c, small) == pytest.approx(c.lat + small / (1000 * c.bw))
+    assert tuning.algo_time(g, "all_reduce", "ring", "Simple", c, big) == pytest.approx(1.4 * c.lat + big / (1000 * c.bw))
     t = cell(H100, "all_reduce", "tree", "Simple")
     size = 1 << 20   # log2(2^20 >> 6) = 14 -> Simple factor .5
-    assert cost.algo_time(H100, "all_reduce", "tree", "Simple", t, size) == pytest.approx(t.lat + size / (1000 * t.bw * 0.5))
+    assert tuning.algo_time(H100, "all_reduce", "tree", "Simple", t, size) == pytest.approx(t.lat + size / (1000 * t.bw * 0.5))
 
 
 def test_tree_pattern_tree_is_85_percent():
-    g = cost.replace(H100, tree_pattern="TREE")
+    g = dataclasses.replace(H100, tree_pattern="TREE")
     assert cell(g, "all_reduce", "tree", "Simple").bw == pytest.approx(165.6 * 0.85)
 
 
@@ -140,7 +143,7 @@ def test_predict_h100_picks_ll_then_nvls():
 
 
 def test_predict_uses_achievable_bandwidth_after_nccl_choice():
-    g = cost.replace(PCIE, ring_bus_bw=15.744, tree_bus_bw=15.744)
+    g = dataclasses.replace(PCIE, ring_bus_bw=15.744, tree_bus_bw=15.744)
     r = predict(g, "all_reduce", [1 << 27])[0]
     assert (r["algorithm"], r["protocol"]) == ("ring", "Simple")
     assert r["busbw_GBps"] == pytest.approx(15.65, abs=0.02)     # 128 MiB of the A6000 capture: 15.74
@@ -176,7 +179,7 @@ def test_busbw_factors():
 
 
 def test_all_to_all_and_send_recv():
-    g = cost.replace(H100, gpu_bw=370.8, p2p_bw=370.8)
+    g = dataclasses.replace(H100, gpu_bw=370.8, p2p_bw=370.8)
     S = 1 << 30
     a2a = predict(g, "all_to_all", [S])[0]
     lat = 8.4 + 3.4
@@ -186,7 +189,7 @@ def test_all_to_all_and_send_recv():
     sr = predict(g, "send_recv", [S])[0]
     assert sr["busbw_GBps"] == pytest.approx(sr["algbw_GBps"]) and sr["algorithm"] == "p2p"
     # across nodes the NICs of a node carry g(n-g)/n of every rank's bytes
-    m = cost.replace(TWO_NODES, gpu_bw=370.8, node_net_bw=400.0, nic_bw=50.0)
+    m = dataclasses.replace(TWO_NODES, gpu_bw=370.8, node_net_bw=400.0, nic_bw=50.0)
     r = predict(m, "all_to_all", [S])[0]
     assert r["time_us"] == pytest.approx(8.4 + 14.0 + 8 * 8 * S / 16 / (1000 * 400.0), rel=1e-6)
     assert predict(m, "send_recv", [S])[0]["busbw_GBps"] == pytest.approx(50.0, rel=0.01)
@@ -240,7 +243,7 @@ def test_prediction_invariants(g, coll):
 @given(graphs, st.floats(1.1, 8.0))
 @settings(max_examples=60, deadline=None)
 def test_more_bandwidth_is_never_slower_for_nccl(g, k):
-    faster = cost.replace(g, bw_intra=g.bw_intra * k, bw_inter=g.bw_inter * k,
+    faster = dataclasses.replace(g, bw_intra=g.bw_intra * k, bw_inter=g.bw_inter * k,
                           nvls_bw_intra=g.nvls_bw_intra * k, nvls_bw_inter=g.nvls_bw_inter * k)
     if g.n_ranks == 1:
         return

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from support import CAPTURES, ROOT, run_cli
+from support import CAPTURES, run_cli
 from gpucomm.probes.errors import InputError, PlanInfeasible, TopologyError
 from gpucomm.probes.examples import list_examples
 from gpucomm.probes.load import load_topology

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Optional, Union
 
 from gpucomm.planners.collectives import compare, cost
+from gpucomm.planners.nccl.tuning import USER_ALGOS
 from gpucomm.probes import units
 from gpucomm.probes.errors import InputError
 from gpucomm.probes.formats.nccltests import TYPE_SIZES
@@ -26,8 +27,8 @@ def build_prediction(doc: Union[Topology, dict], collective: str, size: str, nod
     if dt not in TYPE_SIZES:
         raise InputError(f"--dtype {dtype}: unknown type", expected=", ".join(sorted(TYPE_SIZES)))
     algo_l = (algo or "auto").lower()
-    if algo_l not in cost.USER_ALGOS:
-        raise InputError(f"--algo {algo}: unknown algorithm", expected=", ".join(cost.USER_ALGOS))
+    if algo_l not in USER_ALGOS:
+        raise InputError(f"--algo {algo}: unknown algorithm", expected=", ".join(USER_ALGOS))
     graph = cost.summarize(topo, nodes=nodes, gpus_per_node=gpus_per_node, fabric_gbps=fabric_gbps, gpus=gpus)
     rows = cost.predict(graph, coll, sizes, algo=algo_l, dtype_bytes=TYPE_SIZES[dt])
     for r in rows:
@@ -56,8 +57,8 @@ def build_comparison(doc: Union[Topology, dict], text: str, path: str, collectiv
     the topology."""
     topo = Topology.of(doc)
     algo_l = (algo or "auto").lower()
-    if algo_l not in cost.USER_ALGOS:
-        raise InputError(f"--algo {algo}: unknown algorithm", expected=", ".join(cost.USER_ALGOS))
+    if algo_l not in USER_ALGOS:
+        raise InputError(f"--algo {algo}: unknown algorithm", expected=", ".join(USER_ALGOS))
     runs, warnings = compare.select_runs(text, path, collective)
     fixed_gpn = len(gpus) if gpus else gpus_per_node
     if gpus and gpus_per_node and gpus_per_node != len(gpus):

@@ -1,0 +1,369 @@
+"""NCCL's tuning model (src/graph/tuning.cc ``ncclTopoTuneModel``, ``ncclTopoGetAlgoTime``;
+enqueue.cc ``ncclGetAlgoInfo``): per collective, algorithm and protocol, the latency and bandwidth
+NCCL assigns from its graphs, and the choice it makes per message size.
+
+:class:`CommGraph` is what the model reads -- NCCL's ring/tree/NVLS graphs (channels, per-channel
+bandwidths, path types), the compute capability and the CPU -- plus the achievable bus bandwidths
+of :mod:`gpucomm.planners.collectives.cost`, which :func:`tuning_table` uses when asked
+(``achievable=True``) for the time once NCCL's own table has chosen the algorithm.
+Constants are NCCL v2.30.7's (tuning.cc:148-212 defaults, tuning.cc:243-655 the model).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+from gpucomm.probes.errors import InputError
+
+ALGOS = ("tree", "ring", "nvls", "nvls_tree", "pat")   # NCCL order minus CollNet (tuning.cc ncclTopoTuneModel)
+
+PROTOS = ("LL", "LL128", "Simple")
+
+USER_ALGOS = ("auto", "ring", "tree", "nvls", "pat")
+
+# NCCL constants.  All from NCCL v2.30.7 src/graph/tuning.cc
+# ("defaults tuning.cc:148-212", "ncclTopoTuneModel tuning.cc:243-618"); indices [algo][proto]
+# with algos (tree, ring, nvls, nvls_tree, pat) and protos (LL, LL128, Simple).
+BASE_LAT = {  # baseLatencies, us (tuning.cc:148-212)
+    "tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4),
+    "nvls": (0.0, 0.0, 0.0), "nvls_tree": (0.0, 0.0, 0.0), "pat": (8.0, 8.0, 8.0),
+}
+
+HW_NVLINK, HW_PCI, HW_NET = 0, 1, 2
+
+HW_LAT = {  # hwLatencies[hw][algo][proto], us (tuning.cc:148-212)
+    HW_NVLINK: {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4), "nvls": (0.0, 0.0, 25.0),
+                "nvls_tree": (0.0, 0.0, 25.0), "pat": (0.0, 0.0, 4.0)},
+    HW_PCI: {"tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7), "nvls": (0.0, 0.0, 0.0),
+             "nvls_tree": (0.0, 0.0, 0.0), "pat": (0.0, 0.0, 4.0)},
+    HW_NET: {"tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0), "nvls": (0.0, 0.0, 18.0),
+             "nvls_tree": (0.0, 0.0, 20.9), "pat": (0.0, 0.0, 14.0)},
+}
+
+# [compcap index: Volta 0, Ampere 1, Hopper 2, Blackwell 3][index2: N1, N2, N4+] (tuning.cc:148-212)
+LL_MAX_BWS = ((39.0, 39.0, 20.4), (87.7, 22.5, 19.0), (141.0, 45.0, 35.0), (282.0, 90.0, 70.0))
+
+PER_CH_MAX_RING_LL128_BWS = ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 36.7), (40.0, 40.0, 40.0))
+
+PER_CH_MAX_TREE_LL128_BWS = ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 29.0), (55.6, 31.67, 20.0))
+
+PER_CH_MAX_TREE_BWS = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0), (70.0, 42.8, 24.0))
+
+PER_CH_MAX_NVLS_TREE_BWS = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (0.0, 57.7, 45.5), (0.0, 96.0, 80.0))
+
+NVLS_EFFICIENCY = (0.0, 0.0, 0.85, 0.74)  # nvlsEfficiency (src/graph/tuning.cc nvlsEfficiency; src/tuning/nvls.cc in 2.29+)
+
+# Network post overhead per ring step, us (getNetOverhead, tuning.cc ncclTopoTuneModel): Intel 1.0, AMD 2.0, other 1.0;
+# x3 for Simple.
+NET_OVERHEAD_US = {"intel": 1.0, "amd": 2.0}
+
+# treeCorrectionFactor[proto][log2(nBytes>>6)], 64 B .. 256 MiB (tuning.cc:623-627;
+# values from NVIDIA/nccl src/graph/tuning.cc, unchanged 2.19-2.30).
+TREE_CORRECTION = (
+    (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
+    (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0),
+    (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
+)
+
+# Ring/Simple AllReduce on several nodes: latency x1.9 before Ampere, x1.4 from Ampere on, when
+# nBytes/(nChannels*nRanks) >= 64 ("plateau effect", ncclTopoGetAlgoTime, tuning.cc:630-655).
+RING_PLATEAU = (1.9, 1.4)
+
+PATH_ORDER = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS", "NET", "DIS")
+
+# Speed ladders of ncclTopoCompute (search.cc ncclTopoCompute speedArray), GB/s per channel.
+SPEEDS_INTRA = {80: (40, 30, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3),
+                90: (60, 50, 40, 30, 24, 20, 15, 12, 11, 6, 3),
+                100: (90, 80, 70, 60, 50, 45, 40, 30, 24, 20, 19, 18)}
+
+SPEEDS_INTER = {80: (48, 30, 28, 24, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3, 2.4, 1.2, 0.24, 0.12),
+                90: (48, 45, 42, 40, 30, 24, 22, 20, 17.5, 15, 12, 6, 3, 2.4, 1.2, 0.24, 0.12),
+                100: (96, 86, 80, 48, 45.1, 42, 40, 30, 24, 22, 20, 17.5, 15, 12, 6, 3, 2.4, 1.2, 0.24, 0.12)}
+
+MAX_RING_CHANNELS = 32  # ring graph maxChannels = MAXCHANNELS/2 (graph.h MAXCHANNELS)
+
+def compcap_index(cc: int) -> int:
+    """Volta 0 / Ampere 1 / Hopper 2 / Blackwell 3 by minimum compute capability (tuning.cc ncclTopoTuneModel)."""
+    return 3 if cc >= 100 else 2 if cc >= 90 else 1 if cc >= 80 else 0
+
+def _ladder(table: dict, cc: int) -> tuple:
+    return table[100] if cc >= 100 else table[90] if cc >= 90 else table[80]
+
+def _log2i(x: int) -> int:
+    return int(x).bit_length() - 1 if x > 0 else 0
+
+def path_rank(t: Optional[str]) -> int:
+    try:
+        return PATH_ORDER.index((t or "SYS").upper())
+    except ValueError:
+        return PATH_ORDER.index("SYS")
+
+@dataclass(frozen=True)
+class CommGraph:
+    """Graph summary the cost model runs on (one communicator).
+
+    channels/bw_intra/bw_inter/type_*: NCCL's ring graph (``Pattern 4, nChannels N, bw intra/inter,
+    type intra/inter``, before connect.cc's channel doubling).  tree_*/nvls_*: the tree and NVLS
+    graphs (tree defaults to the ring graph, as NCCL searches it with min=max=ring.nChannels).
+    ring_bus_bw/tree_bus_bw/nvls_bus_bw: achievable bus bandwidth (GB/s) used for the time once the
+    algorithm is chosen (None -> NCCL's ``nChannels * bw``).  gpu_bw: per-GPU injection bandwidth
+    to its node peers (all_to_all); p2p_bw: neighbour bandwidth (send_recv); node_net_bw: network
+    bandwidth per node (GB/s); nic_bw: one NIC (GB/s)."""
+
+    n_ranks: int
+    n_nodes: int
+    gpus_per_node: int
+    channels: int
+    bw_intra: float
+    bw_inter: float
+    type_intra: str = "NVL"
+    type_inter: str = "PIX"
+    cc: int = 80
+    nvls: bool = False
+    cpu_vendor: Optional[str] = None
+    cpu_arch: str = "x86"
+    cc_max: Optional[int] = None
+    same_channels: bool = True
+    latency_inter: float = 0.0
+    tree_channels: Optional[int] = None
+    tree_bw_intra: Optional[float] = None
+    tree_bw_inter: Optional[float] = None
+    tree_pattern: str = "BALANCED_TREE"
+    nvls_channels: int = 0
+    nvls_bw_intra: float = 0.0
+    nvls_bw_inter: float = 0.0
+    ring_bus_bw: Optional[float] = None
+    tree_bus_bw: Optional[float] = None
+    nvls_bus_bw: Optional[float] = None
+    gpu_bw: Optional[float] = None
+    p2p_bw: Optional[float] = None
+    node_net_bw: Optional[float] = None
+    nic_bw: Optional[float] = None
+    notes: tuple = field(default_factory=tuple)
+
+    def __post_init__(self):
+        for name in ("n_ranks", "n_nodes", "gpus_per_node", "channels"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise InputError(f"graph summary: {name} must be a positive integer, got {v!r}")
+        if self.n_ranks != self.n_nodes * self.gpus_per_node:
+            raise InputError(f"graph summary: n_ranks {self.n_ranks} != n_nodes {self.n_nodes} x "
+                             f"gpus_per_node {self.gpus_per_node}")
+        for name in ("bw_intra", "bw_inter"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                raise InputError(f"graph summary: {name} must be a positive number of GB/s, got {v!r}")
+
+    # ---- derived views
+    @property
+    def ppn(self) -> float:
+        return self.n_ranks / self.n_nodes
+
+    def graph(self, algo: str) -> tuple[int, float, float]:
+        """(nChannels, bwIntra, bwInter) of the graph NCCL uses for ``algo``."""
+        if algo == "tree" or algo == "pat":
+            return (self.tree_channels or self.channels, self.tree_bw_intra or self.bw_intra,
+                    self.tree_bw_inter or self.bw_inter)
+        if algo in ("nvls", "nvls_tree"):
+            return (self.nvls_channels, self.nvls_bw_intra, self.nvls_bw_inter)
+        return (self.channels, self.bw_intra, self.bw_inter)
+
+@dataclass(frozen=True)
+class Cell:
+    """One entry of NCCL's tuning table: latency (us) and algorithm bandwidth (GB/s, 0 = disabled)."""
+
+    lat: float
+    bw: float
+
+def _ll128_enabled(g: CommGraph) -> bool:
+    """LL128 default (tuning.cc ncclTopoTuneModel enable loop): typeInter <= PXB (or <= PXN on sm>=90),
+    typeIntra <= NVB, homogeneous cc, and an architecture NCCL validated (sm70/80/90/100)."""
+    if path_rank(g.type_intra) > path_rank("NVB"):
+        return False
+    limit = "PXN" if g.cc >= 90 else "PXB"
+    if g.n_nodes > 1 and path_rank(g.type_inter) > path_rank(limit):
+        return False
+    if g.cc_max is not None and g.cc_max != g.cc and g.cc < 90:
+        return False
+    return g.cc in (70, 80) or g.cc >= 90
+
+def _hw_intra(type_intra: str) -> int:
+    return HW_NVLINK if (type_intra or "").upper() == "NVL" else HW_PCI
+
+def tuning_table(g: CommGraph, collective: str, achievable: bool = False) -> dict:
+    """NCCL's ``comm->latencies/bandwidths[coll][algo][proto]`` for one collective.
+
+    Returns {(algo, proto): Cell}.  With ``achievable=True`` the bus bandwidth each algorithm starts
+    from is the calibrated one (``ring_bus_bw`` ...) instead of ``nChannels * bw``; every refinement
+    (protocol factors, per-channel caps, busBw->algBw ratio) is NCCL's in both cases."""
+    coll = collective
+    if coll not in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"):
+        raise InputError(f"{coll} is not tuned by NCCL's model", expected="all_reduce, all_gather, "
+                         "reduce_scatter, broadcast, reduce")
+    n, nn = g.n_ranks, g.n_nodes
+    ci = compcap_index(g.cc)
+    index2 = nn - 1 if nn <= 2 else 2
+    index1 = ci if nn == 1 else (1 if (g.cpu_vendor or "").lower() == "amd" else 0)
+    ll_max = LL_MAX_BWS[index1][index2]
+    per_tree = PER_CH_MAX_TREE_BWS[ci][index2]
+    per_ring_ll128 = PER_CH_MAX_RING_LL128_BWS[ci][index2]
+    per_tree_ll128 = PER_CH_MAX_TREE_LL128_BWS[ci][index2]
+    per_nvls_tree = PER_CH_MAX_NVLS_TREE_BWS[ci][index2]
+    ppn = g.ppn
+    nsteps = 2 * (n - 1) if coll == "all_reduce" else (n - 1) if coll in ("all_gather", "reduce_scatter") else n
+    ll128 = _ll128_enabled(g)
+    out: dict = {}
+    for a in ALGOS:
+        # Which algorithms implement which collective (tuning.cc loop guards / model inits).
+        if coll in ("broadcast", "reduce") and a != "ring":
+            continue
+        if coll in ("all_gather", "reduce_scatter") and a not in ("ring", "nvls", "pat"):
+            continue
+        if coll == "all_reduce" and a == "pat":
+            continue
+        nch, bw_intra, bw_inter = g.graph(a)
+        for pi, p in enumerate(PROTOS):
+            if a in ("nvls", "nvls_tree", "pat") and p != "Simple":
+                continue
+            if p == "LL128" and not ll128:
+                continue
+            bus = _bus_bw(g, coll, a, pi, nch, bw_intra, bw_inter, achievable, ll_max, per_tree,
+                          per_ring_ll128, per_tree_ll128, per_nvls_tree, ppn, ci)
+            if bus <= 0:
+                continue
+            if a == "ring" or a in ("nvls", "nvls_tree"):
+                algbw = bus * n / nsteps
+            elif a == "pat":
+                algbw = bus  # stored directly (src/tuning/pat.cc)
+            else:
+                algbw = bus * 0.5
+            out[(a, p)] = Cell(_latency(g, coll, a, pi, nsteps), algbw)
+    return out
+
+def _bus_bw(g, coll, a, pi, nch, bw_intra, bw_inter, achievable, ll_max, per_tree, per_ring_ll128,
+            per_tree_ll128, per_nvls_tree, ppn, ci) -> float:
+    nn = g.n_nodes
+    if a in ("nvls", "nvls_tree"):
+        if not g.nvls or g.cc < 90 or nch < 2:
+            return 0.0
+        if a == "nvls" and nn > 1:      # multi-node NVLS needs CollNet (off by default)
+            return 0.0
+        if a == "nvls_tree" and (nn == 1 or coll != "all_reduce"):
+            return 0.0
+        intra = bw_intra * NVLS_EFFICIENCY[ci] * (nch - 1) / nch
+        intra *= 2.0 if coll == "all_reduce" else (ppn - 1) / ppn
+        inter = bw_inter * (2 if (a == "nvls_tree" and nn <= 2) else 1)
+        bw = min(intra, inter, per_nvls_tree if a == "nvls_tree" else float("inf"))
+        bus = nch * bw
+        if achievable and g.nvls_bus_bw is not None:
+            bus = min(bus, g.nvls_bus_bw)
+        return bus
+    if a == "pat":
+        # PAT: one rank per node only (ncclPatEnable), Simple; busBw = min(bwInter, bwIntra)*nCh*0.75.
+        if g.gpus_per_node != 1 or nn < 2:
+            return 0.0
+        bus = min(bw_inter, bw_intra) * nch
+        if achievable and g.tree_bus_bw is not None:
+            bus = g.tree_bus_bw
+        return bus * 0.75
+    bw = bw_intra if nn <= 2 else bw_inter
+    bus = nch * bw
+    if achievable:
+        ach = g.ring_bus_bw if a == "ring" else g.tree_bus_bw
+        if ach is not None:
+            bus = ach
+    p = PROTOS[pi]
+    if a == "ring" and p == "LL":
+        bus = min(ll_max, bus * 0.5)
+    if a == "ring" and p == "LL128":
+        bus = min(bus * 0.92, nch * per_ring_ll128)
+    if a == "tree":
+        if coll == "all_reduce":
+            bus = min(bus * 0.92, nch * per_tree)
+        if p == "LL":
+            bus = min(bus / 3.8, ll_max)
+        if p == "LL128":
+            bus = min(bus * (7.0 / 9.0 if nn == 1 else 120.0 / 128.0), nch * per_tree_ll128)
+        if g.tree_pattern == "TREE":
+            bus *= 0.85
+    return bus
+
+def _latency(g: CommGraph, coll: str, a: str, pi: int, nsteps: int) -> float:
+    nn, n = g.n_nodes, g.n_ranks
+    base = BASE_LAT[a][pi]
+    intra_hw = _hw_intra(g.type_intra)
+    hw_lat = dict(HW_LAT[HW_PCI])
+    if (g.cpu_arch or "").lower() in ("power", "ppc64le", "ppc64"):
+        # Power: PCI Tree/Simple latency := Ring/Simple (tuning.cc ncclTopoTuneModel)
+        t = list(hw_lat["tree"])
+        t[2] = hw_lat["ring"][2]
+        hw_lat["tree"] = tuple(t)
+    table = {HW_NVLINK: HW_LAT[HW_NVLINK], HW_PCI: hw_lat, HW_NET: HW_LAT[HW_NET]}
+    intra_lat = table[intra_hw][a][pi]
+    inter_lat = table[HW_NET]["tree" if g.ppn == 1 and a in ("ring", "tree") else a][pi] + g.latency_inter
+    if PROTOS[pi] == "Simple":
+        inter_lat += g.latency_inter
+    lat = base
+    if a == "ring":
+        hw = intra_hw if nn == 1 else HW_NET
+        if coll in ("broadcast", "reduce"):
+            if g.same_channels:
+                lat += table[hw]["ring"][pi]
+            else:
+                step = table[hw]["tree"][pi] if PROTOS[pi] == "Simple" else table[hw]["ring"][pi]
+                lat += nsteps * step
+        else:
+            overhead = 0.0
+            if nn > 1:
+                overhead = NET_OVERHEAD_US.get((g.cpu_vendor or "").lower(), 1.0)
+                if PROTOS[pi] == "Simple":
+                    overhead *= 3
+            intra_lat = max(intra_lat, overhead)
+            n_inter = 0 if nn == 1 else (2 * (nn - 1) if coll == "all_reduce" else nn - 1)
+            lat += (nsteps - n_inter) * intra_lat + n_inter * inter_lat
+    elif a == "tree":
+        lat += 2 * ((n // nn - 1) * intra_lat + _log2i(nn) * inter_lat)
+    elif a == "nvls":
+        lat = intra_lat + (inter_lat if nn > 1 else 0.0)
+    elif a == "nvls_tree":
+        lat += intra_lat + 2 * _log2i(nn) * inter_lat
+    elif a == "pat":
+        lat += _log2i(nn) * inter_lat / 3.5 + n * 2.8
+    return lat
+
+def algo_time(g: CommGraph, collective: str, a: str, p: str, cell: Cell, nbytes: int) -> float:
+    """``ncclTopoGetAlgoTime`` (tuning.cc:630-655): lat * latCount + nBytes / (1000 * bw), latCount = 1
+    (one operation), with the tree correction factor and the multi-node ring plateau."""
+    bw, lat = cell.bw, cell.lat
+    if bw <= 0:
+        return math.inf
+    log_size = _log2i(nbytes >> 6) if nbytes >= 64 else -1
+    pi = PROTOS.index(p)
+    if a == "tree" and collective == "all_reduce" and 0 <= log_size < len(TREE_CORRECTION[pi]):
+        bw *= TREE_CORRECTION[pi][log_size]
+    if (a == "ring" and p == "Simple" and collective == "all_reduce" and g.n_nodes > 1
+            and nbytes / (g.channels * g.n_ranks) >= 64):
+        lat *= RING_PLATEAU[0] if g.cc < 80 else RING_PLATEAU[1]
+    return lat + nbytes / (1000.0 * bw)
+
+# Prediction
+def choose(g: CommGraph, coll: str, nbytes: int, nccl: dict, allowed: Sequence[str]) -> Optional[tuple]:
+    best = None
+    for (a, p), cell in sorted(nccl.items(), key=lambda kv: (ALGOS.index(kv[0][0]), PROTOS.index(kv[0][1]))):
+        if a not in allowed:
+            continue
+        t = algo_time(g, coll, a, p, cell, nbytes)
+        if best is None or t < best[0]:
+            best = (t, a, p)
+    return best
+
+def allowed_algos(g: CommGraph, coll: str, algo: str) -> tuple:
+    algo = (algo or "auto").lower()
+    if algo not in USER_ALGOS:
+        raise InputError(f"--algo {algo}: unknown algorithm", expected=", ".join(USER_ALGOS))
+    if algo == "auto":
+        return ALGOS
+    if algo == "nvls":
+        return ("nvls", "nvls_tree")
+    return (algo,)
