@@ -85,8 +85,7 @@ def test_cuda_device_order_when_nvml_order_is_not_pci_order():
     assert any("PCI bus order" in w for w in plan["warnings"])
 
 
-def test_vm_flat_tree_gets_a_topology_file_that_imports_back():
-    pytest.importorskip("gpucomm.probes.formats.nccl_xml")
+def test_vm_flat_tree_gets_a_topology_file_that_imports_back(tmp_path):
     from gpucomm.probes.formats.nccl_xml import parse_nccl_xml
 
     doc = vm_flat_doc()
@@ -104,14 +103,14 @@ def test_vm_flat_tree_gets_a_topology_file_that_imports_back():
     # NVLink survives the skeleton
     assert back["matrix"]["GPU0"]["GPU1"].startswith("NV")
     # The CLI prints it
-    r = run_cli("plan", _save(doc), "--nodes", "2", "--tp", "8", "--emit", "nccl-xml")
+    r = run_cli("plan", _save(doc, tmp_path), "--nodes", "2", "--tp", "8", "--emit", "nccl-xml")
     assert r.code == 0 and r.stdout == text
 
 
-def test_vm_with_numa_minus_one_is_flat_but_bare_metal_is_not():
+def test_vm_with_numa_minus_one_is_flat_but_bare_metal_is_not(tmp_path):
     assert penv.flat_pcie(pl.node_view(vm_flat_doc(n_gpus=2, n_nics=1, numa_minus_one=True)))
     assert not penv.flat_pcie(pl.node_view(hgx_doc()))
-    r = run_cli("plan", _save(hgx_doc()), "--tp", "8", "--emit", "nccl-xml")
+    r = run_cli("plan", _save(hgx_doc(), tmp_path), "--tp", "8", "--emit", "nccl-xml")
     assert r.code == 3 and "needs no NCCL_TOPO_FILE" in r.stderr
 
 
@@ -341,13 +340,10 @@ def test_plan_json_validates_against_the_shipped_schema(hgx_plan):
         jsonschema.validate(broken, schema)
 
 
-def _save(doc):
-    import tempfile
-
-    fd, path = tempfile.mkstemp(suffix=".json", prefix="gpucomm-plan-test-")
-    with os.fdopen(fd, "w") as f:
-        json.dump(doc, f)
-    return path
+def _save(doc, tmp_path):
+    path = tmp_path / "plan-test.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return str(path)
 
 
 def test_down_rail_nic_degrades_to_one_shared_nic():
