@@ -967,43 +967,20 @@ def flatten_bcm(doc: dict) -> dict:
         return doc
     devices = [*doc.get("gpus", []), *doc.get("nics", []), *doc.get("pci_devices", []), *switches]
 
-    def device_id(sw: dict) -> int:
-        d = bcm_device_id(switch_ids(sw))
-        return d | 0xFFFF if sw.get("bcm_gen") else d
-
-    def order() -> list[dict]:
-        """NCCL's PCI node order: creation order = pre-order walk of the tree (list order among siblings)."""
-        kids: dict[Optional[str], list[dict]] = {}
-        for s in switches:
-            if s.get("kind") == "pcie":
-                p = s.get("parent")
-                kids.setdefault(p if p in pcie else None, []).append(s)
-        out: list[dict] = []
-        stack = list(reversed(kids.get(None, [])))
-        seen: set[str] = set()
-        while stack:
-            s = stack.pop()
-            if s["id"] in seen:
-                continue
-            seen.add(s["id"])
-            out.append(s)
-            stack.extend(reversed(kids.get(s["id"], [])))
-        return out
-
     events: dict[int, list[str]] = {}
     changed = True
     guard = 0
     while changed and guard < 100_000:
         changed = False
         guard += 1
-        for sw in order():
-            gen = bcm_gen(device_id(sw), 0)
+        for sw in _bcm_order(switches, pcie):
+            gen = bcm_gen(_bcm_marked_id(sw), 0)
             if not gen:
                 continue
             neighbours = [s for s in pcie.values() if s.get("parent") == sw["id"]]
             if sw.get("parent") in pcie:
                 neighbours.insert(0, pcie[sw["parent"]])
-            subs = [s for s in neighbours if bcm_gen(device_id(s), 1) == gen]
+            subs = [s for s in neighbours if bcm_gen(_bcm_marked_id(s), 1) == gen]
             for sub in subs:
                 _absorb(doc, sw, sub, devices)
                 del pcie[sub["id"]]
@@ -1015,12 +992,43 @@ def flatten_bcm(doc: dict) -> dict:
                 events.setdefault(gen, []).append(f"{sw['id']} <- {', '.join(s['id'] for s in subs)}")
             changed = True
             break
+    _bcm_report(doc, events)
+    return doc
+
+
+def _bcm_marked_id(sw: dict) -> int:
+    """:func:`bcm_device_id` of a switch, with NCCL's ``device |= 0xffff`` mark once it has been flattened."""
+    d = bcm_device_id(switch_ids(sw))
+    return d | 0xFFFF if sw.get("bcm_gen") else d
+
+
+def _bcm_order(switches: list[dict], pcie: dict) -> list[dict]:
+    """NCCL's PCI node order: creation order = pre-order walk of the tree (list order among siblings)."""
+    kids: dict[Optional[str], list[dict]] = {}
+    for s in switches:
+        if s.get("kind") == "pcie":
+            p = s.get("parent")
+            kids.setdefault(p if p in pcie else None, []).append(s)
+    out: list[dict] = []
+    stack = list(reversed(kids.get(None, [])))
+    seen: set[str] = set()
+    while stack:
+        s = stack.pop()
+        if s["id"] in seen:
+            continue
+        seen.add(s["id"])
+        out.append(s)
+        stack.extend(reversed(kids.get(s["id"], [])))
+    return out
+
+
+def _bcm_report(doc: dict, events: dict[int, list[str]]) -> None:
+    """One warning per Broadcom generation that :func:`flatten_bcm` merged, with an example."""
     for gen, ev in sorted(events.items()):
         n_subs = sum(e.count(",") + 1 for e in ev)
         warn(doc, f"Broadcom PEX Gen{gen} switches flattened as NCCL does (ncclTopoFlattenBcmSwitches): {len(ev)} "
                   f"switch(es) absorbed {n_subs} sub-switch(es), e.g. {ev[0]}; nvidia-smi on the host shows one "
                   "more PCIe level")
-    return doc
 
 
 def _absorb(doc: dict, sw: dict, sub: dict, devices: list[dict]) -> None:
@@ -1245,18 +1253,11 @@ def export_nccl_xml(doc: dict) -> str:
         if not g.get("pci_bus_id"):
             raise TopologyError(f"GPU{g['index']} has no PCI bus id; an NCCL topology XML needs one for every GPU",
                                 expected="a topology from a live probe, a snapshot or an NCCL XML")
-    switches = [s for s in doc.get("switches", []) if isinstance(s, dict)]
-    pcie = {s["id"]: s for s in switches if s.get("kind") == "pcie"}
-    merged: dict[str, dict] = {}
-    for s in pcie.values():
-        for m in s.get("bcm_merged") or []:
-            if isinstance(m, dict) and m.get("id") and m["id"] not in pcie:
-                merged[m["id"]] = dict(m, kind="pcie")
-    host_bridges = {s["id"]: s for s in switches if s.get("kind") == "host_bridge"}
-    nvswitch = {s["id"]: s for s in switches if s.get("kind") == "nvswitch"}
-    tree_nodes = {**pcie, **merged}
+    return _Export(doc, gpus).write()
 
-    # PCI bus ids for switches: their own, their id when it is a BDF, else a fake bridge id.
+
+def _switch_bus_ids(doc: dict, gpus: list, tree_nodes: dict) -> dict[str, str]:
+    """PCI bus ids for switches: their own, their id when it is a BDF, else a fake bridge id ``ffff:ff:NN.0``."""
     used = {x.get("pci_bus_id") for x in [*gpus, *doc.get("nics", []), *tree_nodes.values()] if x.get("pci_bus_id")}
     bus_of: dict[str, str] = {}
     fake = 1
@@ -1269,192 +1270,164 @@ def export_nccl_xml(doc: dict) -> str:
             b = f"ffff:ff:{fake:02x}.0"
             used.add(b)
         bus_of[sid] = b
+    return bus_of
 
-    def cpu_num(key: str) -> Optional[int]:
-        m = re.fullmatch(r"CPU(-?\d+)", key or "")
-        return int(m.group(1)) if m else None
 
-    def resolve(rec: dict, raw: bool = True) -> tuple[str, Optional[str]]:
+def _cpu_num(key: str) -> Optional[int]:
+    """``CPU<n>`` -> n; None for anything else."""
+    m = re.fullmatch(r"CPU(-?\d+)", key or "")
+    return int(m.group(1)) if m else None
+
+
+def _pci_attrs(bus: str, ids: dict, gen: Optional[int], width: Optional[int], default_class: Optional[str],
+               default_vendor: Optional[str] = None, speed: bool = True) -> list[tuple[str, Any]]:
+    """Attributes of a ``<pci>`` element in NCCL's order (xml.cc): busid, class, vendor, ids, link speed/width."""
+    out: list[tuple[str, Any]] = [("busid", bus), ("class", ids.get("class") or default_class),
+                                  ("vendor", ids.get("vendor") or default_vendor)]
+    for k in ("device", "subsystem_vendor", "subsystem_device"):
+        out.append((k, ids.get(k)))
+    if speed:
+        out.append(("link_speed", _GEN_TO_SPEED.get(gen or 0, "")))
+        out.append(("link_width", str(width) if width else ""))
+    return out
+
+
+class _Export:
+    """One :func:`export_nccl_xml` run: NCCL's PCI tree under each CPU, the links each element carries, the writer."""
+
+    def __init__(self, doc: dict, gpus: list) -> None:
+        """Collect the tree (switches, GPUs, NICs and devices by where they hang) and the per-element links."""
+        self.doc = doc
+        self.gpus = gpus
+        switches = [s for s in doc.get("switches", []) if isinstance(s, dict)]
+        pcie = {s["id"]: s for s in switches if s.get("kind") == "pcie"}
+        merged: dict[str, dict] = {}
+        for s in pcie.values():
+            for m in s.get("bcm_merged") or []:
+                if isinstance(m, dict) and m.get("id") and m["id"] not in pcie:
+                    merged[m["id"]] = dict(m, kind="pcie")
+        self.host_bridges = {s["id"]: s for s in switches if s.get("kind") == "host_bridge"}
+        self.nvswitch = {s["id"]: s for s in switches if s.get("kind") == "nvswitch"}
+        self.tree_nodes = {**pcie, **merged}
+        self.bus_of = _switch_bus_ids(doc, gpus, self.tree_nodes)
+        self.children: dict[tuple[str, Optional[str]], list[tuple[str, str, Any]]] = {}
+        self._collect_tree()
+
+        self.numa_recs = {n["id"]: n for n in doc.get("numa_nodes", [])
+                          if isinstance(n, dict) and isinstance(n.get("id"), int)}
+        self.cpu_ids = set(self.numa_recs) | {int(k[1]) for k in self.children if k[0] == "cpu"}
+        self.host = doc.get("host") or {}
+
+        self.gpu_by_id = {(g.get("pci_bus_id") or f"GPU{g['index']}"): g for g in gpus}
+        self.rank_of = {g["index"]: r for r, g in enumerate(gpus)}
+        self.nvl: dict[str, list[tuple[str, int, str]]] = {}
+        self.c2c: dict[str, tuple[int, int]] = {}
+        self.pcilinks: dict[str, list[str]] = {}
+        self.uplinks: dict[str, tuple] = {}
+        self._collect_links()
+        self.w = _Writer()
+
+    def _resolve(self, rec: dict, raw: bool = True) -> tuple[str, Optional[str]]:
         """-> ("cpu", numaid str) or ("pci", switch id) for where ``rec`` hangs in NCCL's tree."""
-        p = (rec.get("raw_parent") if raw and rec.get("raw_parent") in tree_nodes else None) or rec.get("parent")
+        p = (rec.get("raw_parent") if raw and rec.get("raw_parent") in self.tree_nodes else None) or rec.get("parent")
         seen: set = set()
-        while p in host_bridges and p not in seen:
+        while p in self.host_bridges and p not in seen:
             seen.add(p)
-            hb = host_bridges[p]
+            hb = self.host_bridges[p]
             p = hb.get("parent") or (f"CPU{hb['numa_node']}" if hb.get("numa_node") is not None else None)
-        if p in tree_nodes:
+        if p in self.tree_nodes:
             return "pci", p
-        n = cpu_num(p) if p else None
+        n = _cpu_num(p) if p else None
         if n is None:
             n = rec.get("numa_node")
         return "cpu", str(n if n is not None else -1)
 
-    children: dict[tuple[str, Optional[str]], list[tuple[str, str, Any]]] = {}
+    def _add(self, where: tuple, sort_key: str, kind: str, item: Any) -> None:
+        """Hang ``item`` under ``where``; siblings are written in ``sort_key`` order."""
+        self.children.setdefault(where, []).append((sort_key, kind, item))
 
-    def add(where: tuple, sort_key: str, kind: str, item: Any) -> None:
-        children.setdefault(where, []).append((sort_key, kind, item))
+    def _collect_tree(self) -> None:
+        """Place every switch, GPU, NIC (grouped by PCI function) and untyped PCI device under its parent."""
+        doc, tree_nodes, bus_of = self.doc, self.tree_nodes, self.bus_of
+        for sid, s in tree_nodes.items():
+            where = self._resolve(s)
+            if where == ("pci", sid):
+                where = ("cpu", str(s.get("numa_node") if s.get("numa_node") is not None else -1))
+            self._add(where, bus_of[sid], "switch", s)
+        for g in self.gpus:
+            self._add(self._resolve(g), g["pci_bus_id"], "gpu", g)
+        nic_groups: dict[str, list[dict]] = {}
+        for n in doc.get("nics", []):
+            if n.get("pci_bus_id"):
+                nic_groups.setdefault(normalize_bus_id(n.get("nccl_busid") or "") or n["pci_bus_id"], []).append(n)
+            else:
+                self._add(self._resolve(n), "~" + n["name"], "socketnic", n)
+        for bus, group in nic_groups.items():
+            self._add(self._resolve(group[0]), bus, "nic", group)
+        represented = {g["pci_bus_id"] for g in self.gpus} | set(nic_groups) | {bus_of[i] for i in tree_nodes} | \
+            {normalize_bus_id(i) for i in tree_nodes}
+        for d in doc.get("pci_devices", []) or []:
+            # Only devices placed in a tree (an NCCL XML's untyped leaves, NVMe drives...): the sysfs
+            # probe lists every function (root ports, downstream ports) without a parent.
+            bdf = normalize_bus_id(d.get("bdf") or "") if isinstance(d, dict) else None
+            if bdf and bdf not in represented and d.get("parent") and d.get("role") not in ("switch_up", "switch_down",
+                                                                                            "root_port", "bridge"):
+                self._add(self._resolve(d), bdf, "dev", d)
+                represented.add(bdf)
+        for s in self.nvswitch.values():
+            # NVSwitches seen as PCI devices (rare in dumps) stay where they were.
+            b = normalize_bus_id(s.get("pci_bus_id") or "")
+            if b and b not in represented and (s.get("parent") in tree_nodes
+                                               or _cpu_num(s.get("parent") or "") is not None):
+                self._add(self._resolve(s, raw=False), b, "dev", dict(switch_ids(s), **{"class": "0x068000", "bdf": b}))
 
-    for sid, s in tree_nodes.items():
-        where = resolve(s)
-        if where == ("pci", sid):
-            where = ("cpu", str(s.get("numa_node") if s.get("numa_node") is not None else -1))
-        add(where, bus_of[sid], "switch", s)
-    for g in gpus:
-        add(resolve(g), g["pci_bus_id"], "gpu", g)
-    nic_groups: dict[str, list[dict]] = {}
-    for n in doc.get("nics", []):
-        if n.get("pci_bus_id"):
-            nic_groups.setdefault(normalize_bus_id(n.get("nccl_busid") or "") or n["pci_bus_id"], []).append(n)
-        else:
-            add(resolve(n), "~" + n["name"], "socketnic", n)
-    for bus, group in nic_groups.items():
-        add(resolve(group[0]), bus, "nic", group)
-    represented = {g["pci_bus_id"] for g in gpus} | set(nic_groups) | {bus_of[i] for i in tree_nodes} | \
-        {normalize_bus_id(i) for i in tree_nodes}
-    for d in doc.get("pci_devices", []) or []:
-        # Only devices placed in a tree (an NCCL XML's untyped leaves, NVMe drives...): the sysfs
-        # probe lists every function (root ports, downstream ports) without a parent.
-        bdf = normalize_bus_id(d.get("bdf") or "") if isinstance(d, dict) else None
-        if bdf and bdf not in represented and d.get("parent") and d.get("role") not in ("switch_up", "switch_down",
-                                                                                        "root_port", "bridge"):
-            add(resolve(d), bdf, "dev", d)
-            represented.add(bdf)
-    for s in nvswitch.values():
-        # NVSwitches seen as PCI devices (rare in dumps) stay where they were.
-        b = normalize_bus_id(s.get("pci_bus_id") or "")
-        if b and b not in represented and (s.get("parent") in tree_nodes or cpu_num(s.get("parent") or "") is not None):
-            add(resolve(s, raw=False), b, "dev", dict(switch_ids(s), **{"class": "0x068000", "bdf": b}))
+    def _collect_links(self) -> None:
+        """Upstream PCIe speeds, each GPU's ``<nvlink>``/``<c2c>`` children and each switch's ``<pcilink>`` targets."""
+        gpu_by_id, nvswitch, tree_nodes = self.gpu_by_id, self.nvswitch, self.tree_nodes
+        nvl, c2c, pcilinks, uplinks = self.nvl, self.c2c, self.pcilinks, self.uplinks
+        for l in self.doc.get("links", []):
+            if l.get("kind") == "pcie" and not l.get("pcilink") and l.get("a") not in uplinks:
+                uplinks[l.get("a")] = (l.get("gen"), l.get("width"))
+        for l in self.doc.get("links", []):
+            kind, a, b = l.get("kind"), l.get("a"), l.get("b")
+            if kind == "nvlink":
+                count = l.get("count") or 1
+                for me, other in ((a, b), (b, a)):
+                    if me not in gpu_by_id:
+                        continue
+                    if other in gpu_by_id:
+                        og = gpu_by_id[other]
+                        nvl.setdefault(me, []).append((og["pci_bus_id"], count, (og.get("pci_ids") or {}).get("class")
+                                                       or "0x030200"))
+                    elif other in nvswitch:
+                        sw = nvswitch[other]
+                        target = normalize_bus_id(sw.get("pci_bus_id") or "") or NVS_SENTINEL
+                        nvl.setdefault(me, []).append((target, count, "0x068000"))
+                    elif _cpu_num(other) is not None:
+                        # Power9 NVLink to the CPU: NCCL resolves the CPU itself; target is informative.
+                        nvl.setdefault(me, []).append((NVS_SENTINEL, count, "0x068001"))
+            elif kind == "c2c":
+                for me in (a, b):
+                    if me in gpu_by_id:
+                        count = l.get("count") or 1
+                        c2c[me] = (int(round(float(l.get("bw_GBps") or 0) * 1000 / count)), count)
+            elif kind == "pcie" and l.get("pcilink") and a in tree_nodes and b in tree_nodes:
+                pcilinks.setdefault(a, []).append(self.bus_of[b])
+                pcilinks.setdefault(b, []).append(self.bus_of[a])
 
-    numa_recs = {n["id"]: n for n in doc.get("numa_nodes", []) if isinstance(n, dict) and isinstance(n.get("id"), int)}
-    cpu_ids = set(numa_recs) | {int(k[1]) for k in children if k[0] == "cpu"}
-    host = doc.get("host") or {}
+    def write(self) -> str:
+        """The whole ``<system>`` element: one ``<cpu>`` per NUMA node with its PCI tree."""
+        w = self.w
+        w.open(0, "system", [("version", "1")], leaf=False)
+        for n in sorted(self.cpu_ids):
+            self._write_cpu(n)
+        w.close(0, "system")
+        return "\n".join(w.lines) + "\n"
 
-    gpu_by_id = {(g.get("pci_bus_id") or f"GPU{g['index']}"): g for g in gpus}
-    rank_of = {g["index"]: r for r, g in enumerate(gpus)}
-    nvl: dict[str, list[tuple[str, int, str]]] = {}
-    c2c: dict[str, tuple[int, int]] = {}
-    pcilinks: dict[str, list[str]] = {}
-    uplinks: dict[str, tuple] = {}
-    for l in doc.get("links", []):
-        if l.get("kind") == "pcie" and not l.get("pcilink") and l.get("a") not in uplinks:
-            uplinks[l.get("a")] = (l.get("gen"), l.get("width"))
-    for l in doc.get("links", []):
-        kind, a, b = l.get("kind"), l.get("a"), l.get("b")
-        if kind == "nvlink":
-            count = l.get("count") or 1
-            for me, other in ((a, b), (b, a)):
-                if me not in gpu_by_id:
-                    continue
-                if other in gpu_by_id:
-                    og = gpu_by_id[other]
-                    nvl.setdefault(me, []).append((og["pci_bus_id"], count, (og.get("pci_ids") or {}).get("class")
-                                                   or "0x030200"))
-                elif other in nvswitch:
-                    sw = nvswitch[other]
-                    target = normalize_bus_id(sw.get("pci_bus_id") or "") or NVS_SENTINEL
-                    nvl.setdefault(me, []).append((target, count, "0x068000"))
-                elif cpu_num(other) is not None:
-                    # Power9 NVLink to the CPU: NCCL resolves the CPU itself; target is informative.
-                    nvl.setdefault(me, []).append((NVS_SENTINEL, count, "0x068001"))
-        elif kind == "c2c":
-            for me in (a, b):
-                if me in gpu_by_id:
-                    count = l.get("count") or 1
-                    c2c[me] = (int(round(float(l.get("bw_GBps") or 0) * 1000 / count)), count)
-        elif kind == "pcie" and l.get("pcilink") and a in tree_nodes and b in tree_nodes:
-            pcilinks.setdefault(a, []).append(bus_of[b])
-            pcilinks.setdefault(b, []).append(bus_of[a])
-
-    w = _Writer()
-    w.open(0, "system", [("version", "1")], leaf=False)
-
-    def pci_attrs(bus: str, ids: dict, gen: Optional[int], width: Optional[int], default_class: Optional[str],
-                  default_vendor: Optional[str] = None, speed: bool = True) -> list[tuple[str, Any]]:
-        out: list[tuple[str, Any]] = [("busid", bus), ("class", ids.get("class") or default_class),
-                                      ("vendor", ids.get("vendor") or default_vendor)]
-        for k in ("device", "subsystem_vendor", "subsystem_device"):
-            out.append((k, ids.get(k)))
-        if speed:
-            out.append(("link_speed", _GEN_TO_SPEED.get(gen or 0, "")))
-            out.append(("link_width", str(width) if width else ""))
-        return out
-
-    def emit(where: tuple, depth: int) -> None:
-        for key, kind, item in sorted(children.get(where, []), key=lambda t: (t[1] == "socketnic", t[0])):
-            if kind == "switch":
-                sid = item["id"]
-                kids = children.get(("pci", sid), [])
-                links = sorted(set(pcilinks.get(sid, [])))
-                leaf = not kids and not links
-                gen, width = _pcie_of(item, uplinks, sid)
-                w.open(depth, "pci", pci_attrs(bus_of[sid], switch_ids(item), gen, width, "0x060400"), leaf)
-                if not leaf:
-                    emit(("pci", sid), depth + 1)
-                    for t in links:
-                        w.open(depth + 1, "pcilink", [("target", t)], leaf=True)
-                    w.close(depth, "pci")
-            elif kind == "gpu":
-                g = item
-                gid = g["pci_bus_id"]
-                gen, width = _pcie_of(g, uplinks, gid)
-                if isinstance(g.get("pci_ids"), dict):  # read from an XML: write back what it said
-                    ids, vendor = g["pci_ids"], None
-                else:  # a probe: the vendor is known, the device id maybe (sysfs pci_device_id)
-                    ids = {"device": g.get("pci_device_id")} if isinstance(g.get("pci_device_id"), str) else {}
-                    vendor = "0x1002" if g.get("vendor") == "amd" else "0x10de"
-                attrs = pci_attrs(gid, ids, gen, width, "0x030200", vendor)
-                sm = facts.gpu_sm(g)[0] if g.get("sm") is not None or g.get("compute_capability") is not None else None
-                links = sorted(nvl.get(gid, []))
-                has_sub = bool(links) or gid in c2c
-                if g.get("index_inferred") and not has_sub and sm is None:
-                    # A skeleton's bare GPU: writing <gpu dev=...> would make NCCL trust our guessed
-                    # index (xml.cc only fills dev when it is missing), so keep it bare.
-                    w.open(depth, "pci", attrs, True)
-                    continue
-                w.open(depth, "pci", attrs, False)
-                w.open(depth + 1, "gpu", [("dev", g["index"]), ("sm", sm), ("rank", rank_of[g["index"]]),
-                                          ("gdr", g.get("gdr"))], leaf=not has_sub)
-                if has_sub:
-                    for target, count, tclass in links:
-                        w.open(depth + 2, "nvlink", [("target", target), ("count", count), ("tclass", tclass)], True)
-                    if gid in c2c:
-                        bw, count = c2c[gid]
-                        w.open(depth + 2, "c2c", [("bw", bw), ("count", count)], True)
-                    w.close(depth + 1, "gpu")
-                w.close(depth, "pci")
-            elif kind == "nic":
-                group = item
-                first = group[0]
-                gen, width = _pcie_of(first, uplinks, first["pci_bus_id"])
-                ll = (first.get("link_layer") or "").lower()
-                attrs = pci_attrs(key, first.get("pci_ids") or {}, gen, width,
-                                  "0x020700" if ll == "infiniband" else "0x020000")
-                if len(group) == 1 and first["name"] == first["pci_bus_id"] and not first.get("ports") \
-                        and first.get("nccl_dev") is None:
-                    # A skeleton's bare NIC (NCCL matches it by busid and fills the rest).
-                    w.open(depth, "pci", attrs, True)
-                    continue
-                w.open(depth, "pci", attrs, False)
-                w.open(depth + 1, "nic", [], False)
-                for n in sorted(group, key=lambda n: _nic_dev(doc, n)):
-                    _emit_nets(w, depth + 2, doc, n)
-                w.close(depth + 1, "nic")
-                w.close(depth, "pci")
-            elif kind == "socketnic":
-                w.open(depth, "nic", [], False)
-                _emit_nets(w, depth + 1, doc, item)
-                w.close(depth, "nic")
-            elif kind == "dev":
-                d = item
-                ids = switch_ids(d)
-                gen, width = d.get("gen"), d.get("width")
-                attrs = [("busid", normalize_bus_id(d["bdf"]))] + [(k, ids.get(k)) for k in _ID_KEYS]
-                if gen or width:
-                    attrs += [("link_speed", _GEN_TO_SPEED.get(gen or 0, "")), ("link_width", str(width) if width else "")]
-                w.open(depth, "pci", attrs, True)
-
-    for n in sorted(cpu_ids):
-        rec = numa_recs.get(n, {})
+    def _write_cpu(self, n: int) -> None:
+        """``<cpu numaid affinity arch vendor familyid modelid>`` (only attributes NCCL would not fill itself)."""
+        rec = self.numa_recs.get(n, {})
+        host = self.host
         arch = _ARCH_NAMES.get(str(rec.get("arch") or host.get("cpu_arch") or "").lower())
         vendor = rec.get("vendor") if rec.get("vendor") in ("GenuineIntel", "AuthenticAMD", "CentaurHauls") else \
             _nccl_vendor(rec.get("vendor") or host.get("cpu_vendor"))
@@ -1469,13 +1442,102 @@ def export_nccl_xml(doc: dict) -> str:
         attrs = [("numaid", n), ("affinity", affinity), ("arch", arch),
                  ("vendor", vendor if arch in (None, "x86_64") else None),
                  ("familyid", rec.get("familyid")), ("modelid", rec.get("modelid"))]
-        kids = children.get(("cpu", str(n)), [])
-        w.open(1, "cpu", attrs, leaf=not kids)
+        kids = self.children.get(("cpu", str(n)), [])
+        self.w.open(1, "cpu", attrs, leaf=not kids)
         if kids:
-            emit(("cpu", str(n)), 2)
-            w.close(1, "cpu")
-    w.close(0, "system")
-    return "\n".join(w.lines) + "\n"
+            self._emit(("cpu", str(n)), 2)
+            self.w.close(1, "cpu")
+
+    def _emit(self, where: tuple, depth: int) -> None:
+        """Write the children of ``where`` (socket NICs last), each by its kind's writer."""
+        for key, kind, item in sorted(self.children.get(where, []), key=lambda t: (t[1] == "socketnic", t[0])):
+            if kind == "switch":
+                self._write_switch(item, depth)
+            elif kind == "gpu":
+                self._write_gpu(item, depth)
+            elif kind == "nic":
+                self._write_nic(key, item, depth)
+            elif kind == "socketnic":
+                self.w.open(depth, "nic", [], False)
+                _emit_nets(self.w, depth + 1, self.doc, item)
+                self.w.close(depth, "nic")
+            elif kind == "dev":
+                self._write_dev(item, depth)
+
+    def _write_switch(self, item: dict, depth: int) -> None:
+        """A PCI switch: ``<pci>`` with its children and ``<pcilink>`` elements (Broadcom virtual links)."""
+        w = self.w
+        sid = item["id"]
+        kids = self.children.get(("pci", sid), [])
+        links = sorted(set(self.pcilinks.get(sid, [])))
+        leaf = not kids and not links
+        gen, width = _pcie_of(item, self.uplinks, sid)
+        w.open(depth, "pci", _pci_attrs(self.bus_of[sid], switch_ids(item), gen, width, "0x060400"), leaf)
+        if not leaf:
+            self._emit(("pci", sid), depth + 1)
+            for t in links:
+                w.open(depth + 1, "pcilink", [("target", t)], leaf=True)
+            w.close(depth, "pci")
+
+    def _write_gpu(self, g: dict, depth: int) -> None:
+        """A GPU: ``<pci>`` holding ``<gpu dev sm rank gdr>`` with its ``<nvlink>`` and ``<c2c>`` elements."""
+        w = self.w
+        gid = g["pci_bus_id"]
+        gen, width = _pcie_of(g, self.uplinks, gid)
+        if isinstance(g.get("pci_ids"), dict):  # read from an XML: write back what it said
+            ids, vendor = g["pci_ids"], None
+        else:  # a probe: the vendor is known, the device id maybe (sysfs pci_device_id)
+            ids = {"device": g.get("pci_device_id")} if isinstance(g.get("pci_device_id"), str) else {}
+            vendor = "0x1002" if g.get("vendor") == "amd" else "0x10de"
+        attrs = _pci_attrs(gid, ids, gen, width, "0x030200", vendor)
+        sm = facts.gpu_sm(g)[0] if g.get("sm") is not None or g.get("compute_capability") is not None else None
+        links = sorted(self.nvl.get(gid, []))
+        has_sub = bool(links) or gid in self.c2c
+        if g.get("index_inferred") and not has_sub and sm is None:
+            # A skeleton's bare GPU: writing <gpu dev=...> would make NCCL trust our guessed
+            # index (xml.cc only fills dev when it is missing), so keep it bare.
+            w.open(depth, "pci", attrs, True)
+            return
+        w.open(depth, "pci", attrs, False)
+        w.open(depth + 1, "gpu", [("dev", g["index"]), ("sm", sm), ("rank", self.rank_of[g["index"]]),
+                                  ("gdr", g.get("gdr"))], leaf=not has_sub)
+        if has_sub:
+            for target, count, tclass in links:
+                w.open(depth + 2, "nvlink", [("target", target), ("count", count), ("tclass", tclass)], True)
+            if gid in self.c2c:
+                bw, count = self.c2c[gid]
+                w.open(depth + 2, "c2c", [("bw", bw), ("count", count)], True)
+            w.close(depth + 1, "gpu")
+        w.close(depth, "pci")
+
+    def _write_nic(self, bus: str, group: list, depth: int) -> None:
+        """A NIC PCI function: ``<pci>`` holding ``<nic>`` with one ``<net>`` per port of each NIC in ``group``."""
+        w = self.w
+        first = group[0]
+        gen, width = _pcie_of(first, self.uplinks, first["pci_bus_id"])
+        ll = (first.get("link_layer") or "").lower()
+        attrs = _pci_attrs(bus, first.get("pci_ids") or {}, gen, width,
+                           "0x020700" if ll == "infiniband" else "0x020000")
+        if len(group) == 1 and first["name"] == first["pci_bus_id"] and not first.get("ports") \
+                and first.get("nccl_dev") is None:
+            # A skeleton's bare NIC (NCCL matches it by busid and fills the rest).
+            w.open(depth, "pci", attrs, True)
+            return
+        w.open(depth, "pci", attrs, False)
+        w.open(depth + 1, "nic", [], False)
+        for n in sorted(group, key=lambda n: _nic_dev(self.doc, n)):
+            _emit_nets(w, depth + 2, self.doc, n)
+        w.close(depth + 1, "nic")
+        w.close(depth, "pci")
+
+    def _write_dev(self, d: dict, depth: int) -> None:
+        """An untyped PCI device (a skeleton's leaf, an NVSwitch seen on PCI): a bare ``<pci>``."""
+        ids = switch_ids(d)
+        gen, width = d.get("gen"), d.get("width")
+        attrs = [("busid", normalize_bus_id(d["bdf"]))] + [(k, ids.get(k)) for k in _ID_KEYS]
+        if gen or width:
+            attrs += [("link_speed", _GEN_TO_SPEED.get(gen or 0, "")), ("link_width", str(width) if width else "")]
+        self.w.open(depth, "pci", attrs, True)
 
 
 def _nic_dev(doc: dict, nic: dict) -> int:

@@ -292,225 +292,324 @@ def _message(st: _State, key: tuple, dev: int, msg: str, lineno: int) -> None:
     """One ``NCCL INFO`` message."""
     body = msg.strip()
     # A graph print in progress on this thread takes its channel lines first.
-    pend = st.pending.get(key)
-    if pend is not None:
-        g, ln = pend
-        cm = _GRAPH_CH.match(msg)
-        if cm and int(cm.group("c")) == len(g["channels"]):
-            toks = cm.group("toks").split()
-            nets = [t.split("/", 1)[1] for t in toks if t.startswith("NET/")]
-            ranks = []
-            for t in toks:
-                if t.startswith("GPU/"):
-                    v = t.split("/", 1)[1]
-                    if v.isdigit():
-                        ranks.append(int(v))
-            g["channels"].append({"nets": nets, "ranks": ranks})
-            if len(g["channels"]) >= g["n_channels"]:
-                del st.pending[key]
-                _add_graph(st, g, key)
-            return
-        st.warn(ln, f"graph print stops after {len(g['channels'])} of its {g['n_channels']} channels "
-                    f"(Pattern {g['pattern']})")
-        del st.pending[key]
-        _add_graph(st, g, key)
+    if st.pending.get(key) is not None and _graph_channel(st, key, msg):
+        return
     if not body:
         return
     head = body.split(None, 1)[0]
     if head == "NCCL" and body.startswith("NCCL version"):
         return
-    if "comm 0x" in body:
-        cm = _COMM_NEW.search(body)
-        if cm:
-            rank, n, nodes, lr, l_ = (int(cm.group(k)) for k in ("rank", "n", "nodes", "lr", "l"))
-            if rank >= n or l_ >= lr or nodes > n or lr > n or nodes < 1:
-                st.warn(lineno, f"comm line with impossible values (rank {rank} of {n}, "
-                                f"localRank {l_} of {lr}, {nodes} nodes)")
-                return
-            st.comms.append((n, nodes, lr))
-            st.bind(key, rank, dev)
-            st.rank_info(rank)["local_rank"] = l_
+    for handler in _HANDLERS:
+        if handler(st, key, dev, body, head, lineno):
             return
-        cm = _COMM_OLD.search(body)
-        if cm:
-            rank, n = int(cm.group("rank")), int(cm.group("n"))
-            if rank >= n:
-                st.warn(lineno, f"comm line with rank {rank} of {n} ranks")
-                return
-            st.comms.append((n, None, None))
-            st.bind(key, rank, int(cm.group("dev")))
-            info = st.rank_info(rank)
-            info["cuda_dev"] = int(cm.group("dev"))
-            if cm.group("bus"):
-                info["bus_id"] = info["bus_id"] or nccl_bus_id(cm.group("bus"))
-            return
-    if head == "Channel" or head == "Ring":
-        if " via " in body:
-            tm = _TRANSPORT.match(body)
-            if not tm:
-                st.warn(lineno, f"unreadable transport line {_short(body)!r}")
-                return
-            a, b = int(tm.group("a")), int(tm.group("b"))
-            d = tm.group("dir")
-            k = (a, b, tm.group("via"), d)
-            st.transports.setdefault(k, set()).add(int(tm.group("c")))
-            for r, dv in ((a, tm.group("adev")), (b, tm.group("bdev"))):
-                if dv is not None:
-                    st.transport_devs.setdefault(r, dv)
-            me = b if d == "receive" else a
-            st.bind(key, me, dev)
-            return
-        rm = _RING_PRINT.match(body)
-        if rm:
-            c, n = int(rm.group("c")), int(rm.group("n"))
-            ranks = [int(x) for x in rm.group("ranks").split()]
-            if c >= n or not ranks or len(set(ranks)) != len(ranks):
-                st.warn(lineno, f"unreadable ring line {_short(body)!r} (channel {c} of {n}, "
-                                f"{len(ranks)} ranks{', repeated ranks' if len(set(ranks)) != len(ranks) else ''})")
-                return
-            idx = st.open_ring_set.get(key)
-            cur = st.ring_sets[idx] if idx is not None else None
-            if cur is None or c in cur["rings"] or cur["n"] != n or len(ranks) != cur["size"]:
-                st.ring_sets.append({"n": n, "size": len(ranks), "line": lineno, "rings": {}})
-                st.open_ring_set[key] = len(st.ring_sets) - 1
-                cur = st.ring_sets[-1]
-            cur["rings"][c] = ranks
-            return
-        nm = _RING_NEIGH.match(body)
-        if nm:
-            c, prev, me, nxt = (int(nm.group(k)) for k in ("c", "prev", "me", "next"))
-            old = st.neigh.setdefault(c, {}).get(me)
-            if old is not None and old != (prev, nxt):
-                st.warn(lineno, f"ring {c}: rank {me} listed twice with different neighbours (several communicators?)")
-                return
-            st.neigh[c][me] = (prev, nxt)
-            st.bind(key, me, dev)
-            return
-        if re.match(r"^(Channel|Ring) \d+", body) and ":" in body:
-            st.warn(lineno, f"unreadable ring line {_short(body)!r}")
-        return
-    if head == "Trees":
-        items = list(_TREES_ITEM.finditer(body))
-        if not items:
-            st.warn(lineno, f"unreadable tree line {_short(body)!r}")
-            return
-        for it in items:
-            b = it.group("body")
-            tn = _TREES_NEW.match(b)
-            if tn:
-                _tree(st, key, dev, lineno, int(it.group("c")), int(tn.group("rank")), int(tn.group("up")),
-                      [int(tn.group(x)) for x in ("d0", "d1", "d2")])
-                continue
-            to = _TREES_24.match(b)
-            if to:
-                _tree(st, key, dev, lineno, int(it.group("c")), int(to.group("rank")), int(to.group("up")),
-                      [int(to.group(x)) for x in ("d0", "d1", "d2")])
-                continue
-            st.warn(lineno, f"unreadable tree entry {_short(it.group(0))!r}")
-        return
-    if head == "Tree":
-        tm = _TREE_OLD.match(body)
-        if tm:
-            _tree(st, key, dev, lineno, int(tm.group("c")), int(tm.group("rank")), int(tm.group("up")),
-                  [int(tm.group(x)) for x in ("d0", "d1", "d2")])
-        elif re.match(r"^Tree \d+ :", body):
-            st.warn(lineno, f"unreadable tree line {_short(body)!r}")
-        return
-    if head == "Pattern":
-        pm = _PATTERN.match(body)
-        if not pm:
-            st.warn(lineno, f"unreadable graph header {_short(body)!r}")
-            return
-        bi, be = _num(pm.group("bi")), _num(pm.group("be"))
-        ti, te = pm.group("ti"), pm.group("te")
-        if bi is None or be is None or ti not in PATH_TYPES or te not in PATH_TYPES:
-            st.warn(lineno, f"graph header with unknown values {_short(body)!r}")
-            return
-        p = int(pm.group("p"))
-        g = {"pattern": p, "pattern_name": PATTERNS.get(p, f"pattern{p}"), "cross_nic": int(pm.group("cn")),
-             "n_channels": int(pm.group("n")), "bw_intra": bi, "bw_inter": be, "type_intra": ti,
-             "type_inter": te, "same_channels": int(pm.group("same")), "channels": [], "line": lineno}
-        if g["n_channels"] == 0:
+
+
+def _graph_channel(st: _State, key: tuple, msg: str) -> bool:
+    """Channel line `` 0 : NET/0 GPU/0 ...`` of the thread's pending graph print (search.cc); False if it ended."""
+    g, ln = st.pending[key]
+    cm = _GRAPH_CH.match(msg)
+    if cm and int(cm.group("c")) == len(g["channels"]):
+        toks = cm.group("toks").split()
+        nets = [t.split("/", 1)[1] for t in toks if t.startswith("NET/")]
+        ranks = []
+        for t in toks:
+            if t.startswith("GPU/"):
+                v = t.split("/", 1)[1]
+                if v.isdigit():
+                    ranks.append(int(v))
+        g["channels"].append({"nets": nets, "ranks": ranks})
+        if len(g["channels"]) >= g["n_channels"]:
+            del st.pending[key]
             _add_graph(st, g, key)
-        else:
-            st.pending[key] = (g, lineno)
+        return True
+    st.warn(ln, f"graph print stops after {len(g['channels'])} of its {g['n_channels']} channels "
+                f"(Pattern {g['pattern']})")
+    del st.pending[key]
+    _add_graph(st, g, key)
+    return False
+
+
+# Message handlers, tried in order by _message: each returns True when the message is its family's
+# (read, or warned about), False to let the next one try.
+def _on_comm(st: _State, key: tuple, dev: int, body: str, head: str, lineno: int) -> bool:
+    """``comm 0x.. rank R nRanks N nNodes M localRanks L localRank l`` (init.cc 2.19+) or ``... nranks N cudaDev D``."""
+    if "comm 0x" not in body:
+        return False
+    cm = _COMM_NEW.search(body)
+    if cm:
+        rank, n, nodes, lr, l_ = (int(cm.group(k)) for k in ("rank", "n", "nodes", "lr", "l"))
+        if rank >= n or l_ >= lr or nodes > n or lr > n or nodes < 1:
+            st.warn(lineno, f"comm line with impossible values (rank {rank} of {n}, "
+                            f"localRank {l_} of {lr}, {nodes} nodes)")
+            return True
+        st.comms.append((n, nodes, lr))
+        st.bind(key, rank, dev)
+        st.rank_info(rank)["local_rank"] = l_
+        return True
+    cm = _COMM_OLD.search(body)
+    if cm:
+        rank, n = int(cm.group("rank")), int(cm.group("n"))
+        if rank >= n:
+            st.warn(lineno, f"comm line with rank {rank} of {n} ranks")
+            return True
+        st.comms.append((n, None, None))
+        st.bind(key, rank, int(cm.group("dev")))
+        info = st.rank_info(rank)
+        info["cuda_dev"] = int(cm.group("dev"))
+        if cm.group("bus"):
+            info["bus_id"] = info["bus_id"] or nccl_bus_id(cm.group("bus"))
+        return True
+    return False
+
+
+def _on_channel(st: _State, key: tuple, dev: int, body: str, head: str, lineno: int) -> bool:
+    """``Channel``/``Ring`` lines: transports (``... via ...``), ring prints and ring neighbour lines (rings.cc)."""
+    if head != "Channel" and head != "Ring":
+        return False
+    if " via " in body:
+        _transport(st, key, dev, body, lineno)
+        return True
+    rm = _RING_PRINT.match(body)
+    if rm:
+        _ring_print(st, key, body, rm, lineno)
+        return True
+    nm = _RING_NEIGH.match(body)
+    if nm:
+        c, prev, me, nxt = (int(nm.group(k)) for k in ("c", "prev", "me", "next"))
+        old = st.neigh.setdefault(c, {}).get(me)
+        if old is not None and old != (prev, nxt):
+            st.warn(lineno, f"ring {c}: rank {me} listed twice with different neighbours (several communicators?)")
+            return True
+        st.neigh[c][me] = (prev, nxt)
+        st.bind(key, me, dev)
+        return True
+    if re.match(r"^(Channel|Ring) \d+", body) and ":" in body:
+        st.warn(lineno, f"unreadable ring line {_short(body)!r}")
+    return True
+
+
+def _transport(st: _State, key: tuple, dev: int, body: str, lineno: int) -> None:
+    """``Channel 00/0 : 0[0] -> 1[1] [send] via P2P/IPC/read``, 2.4's ``Ring 00 : a -> b via ...`` (p2p/shm/net.cc)."""
+    tm = _TRANSPORT.match(body)
+    if not tm:
+        st.warn(lineno, f"unreadable transport line {_short(body)!r}")
         return
+    a, b = int(tm.group("a")), int(tm.group("b"))
+    d = tm.group("dir")
+    k = (a, b, tm.group("via"), d)
+    st.transports.setdefault(k, set()).add(int(tm.group("c")))
+    for r, dv in ((a, tm.group("adev")), (b, tm.group("bdev"))):
+        if dv is not None:
+            st.transport_devs.setdefault(r, dv)
+    me = b if d == "receive" else a
+    st.bind(key, me, dev)
+
+
+def _ring_print(st: _State, key: tuple, body: str, rm: re.Match, lineno: int) -> None:
+    """``Channel 00/24 :    0   1   2 ...`` (rings.cc; rank 0 prints every ring, NN = the final channel count)."""
+    c, n = int(rm.group("c")), int(rm.group("n"))
+    ranks = [int(x) for x in rm.group("ranks").split()]
+    if c >= n or not ranks or len(set(ranks)) != len(ranks):
+        st.warn(lineno, f"unreadable ring line {_short(body)!r} (channel {c} of {n}, "
+                        f"{len(ranks)} ranks{', repeated ranks' if len(set(ranks)) != len(ranks) else ''})")
+        return
+    idx = st.open_ring_set.get(key)
+    cur = st.ring_sets[idx] if idx is not None else None
+    if cur is None or c in cur["rings"] or cur["n"] != n or len(ranks) != cur["size"]:
+        st.ring_sets.append({"n": n, "size": len(ranks), "line": lineno, "rings": {}})
+        st.open_ring_set[key] = len(st.ring_sets) - 1
+        cur = st.ring_sets[-1]
+    cur["rings"][c] = ranks
+
+
+def _on_trees(st: _State, key: tuple, dev: int, body: str, head: str, lineno: int) -> bool:
+    """``Trees [c] d0/d1/d2->rank->up ...`` (2.7+) and ``Trees [c] up->rank->d0/d1/d2`` (2.4-2.6)."""
+    if head != "Trees":
+        return False
+    items = list(_TREES_ITEM.finditer(body))
+    if not items:
+        st.warn(lineno, f"unreadable tree line {_short(body)!r}")
+        return True
+    for it in items:
+        b = it.group("body")
+        tn = _TREES_NEW.match(b)
+        if tn:
+            _tree(st, key, dev, lineno, int(it.group("c")), int(tn.group("rank")), int(tn.group("up")),
+                  [int(tn.group(x)) for x in ("d0", "d1", "d2")])
+            continue
+        to = _TREES_24.match(b)
+        if to:
+            _tree(st, key, dev, lineno, int(it.group("c")), int(to.group("rank")), int(to.group("up")),
+                  [int(to.group(x)) for x in ("d0", "d1", "d2")])
+            continue
+        st.warn(lineno, f"unreadable tree entry {_short(it.group(0))!r}")
+    return True
+
+
+def _on_tree(st: _State, key: tuple, dev: int, body: str, head: str, lineno: int) -> bool:
+    """``Tree c : up -> rank -> d0/d1/d2`` (the Panlichen fork)."""
+    if head != "Tree":
+        return False
+    tm = _TREE_OLD.match(body)
+    if tm:
+        _tree(st, key, dev, lineno, int(tm.group("c")), int(tm.group("rank")), int(tm.group("up")),
+              [int(tm.group(x)) for x in ("d0", "d1", "d2")])
+    elif re.match(r"^Tree \d+ :", body):
+        st.warn(lineno, f"unreadable tree line {_short(body)!r}")
+    return True
+
+
+def _on_pattern(st: _State, key: tuple, dev: int, body: str, head: str, lineno: int) -> bool:
+    """Graph header ``Pattern 4, crossNic 0, nChannels 1, bw 4.0/4.0, ...`` (search.cc ncclTopoPrintGraph)."""
+    if head != "Pattern":
+        return False
+    pm = _PATTERN.match(body)
+    if not pm:
+        st.warn(lineno, f"unreadable graph header {_short(body)!r}")
+        return True
+    bi, be = _num(pm.group("bi")), _num(pm.group("be"))
+    ti, te = pm.group("ti"), pm.group("te")
+    if bi is None or be is None or ti not in PATH_TYPES or te not in PATH_TYPES:
+        st.warn(lineno, f"graph header with unknown values {_short(body)!r}")
+        return True
+    p = int(pm.group("p"))
+    g = {"pattern": p, "pattern_name": PATTERNS.get(p, f"pattern{p}"), "cross_nic": int(pm.group("cn")),
+         "n_channels": int(pm.group("n")), "bw_intra": bi, "bw_inter": be, "type_intra": ti,
+         "type_inter": te, "same_channels": int(pm.group("same")), "channels": [], "line": lineno}
+    if g["n_channels"] == 0:
+        _add_graph(st, g, key)
+    else:
+        st.pending[key] = (g, lineno)
+    return True
+
+
+def _on_system(st: _State, key: tuple, dev: int, body: str, head: str, lineno: int) -> bool:
+    """``=== System : maxBw 7.0 totalBw 24.0 ===`` (topo.cc ncclTopoPrint)."""
     sm = _SYSTEM.search(body)
     if sm:
         st.system = {"max_bw": _num(sm.group("max")), "total_bw": _num(sm.group("tot"))}
-        return
-    if body.startswith("+ "):
-        lm = _TOPO_LINK.match(body)
-        if lm:
-            bw = _num(lm.group("bw"))
-            if bw is not None:
-                lt = lm.group("lt")
-                st.topo_links[lt] = max(st.topo_links.get(lt, 0.0), bw)
-            if lm.group("kind") == "GPU" and lm.group("extra") and lm.group("extra").strip().isdigit():
-                bus = nccl_bus_id(lm.group("id"))
-                if bus:
-                    st.topo_gpus[(key[0], bus)] = int(lm.group("extra"))
-            elif lm.group("kind") == "NET" and bw is not None:
-                st.topo_nets[(key[0], lm.group("id"))] = bw
-        return
-    if "(" in body and " :" in body:
-        pl = _PATH_LINE.match(body)
-        if pl:
-            items = list(_PATH_ITEM.finditer(pl.group("rest")))
-            if not items and pl.group("rest").strip():
-                st.warn(lineno, f"unreadable path line {_short(body)!r}")
-            src = f"{pl.group('kind')}/{pl.group('id').upper()}"
-            for it in items:
-                bw = _num(it.group("bw"))
-                if bw is None or it.group("type") not in PATH_TYPES:
-                    continue
-                dst = f"{it.group('kind')}/{it.group('id').upper()}"
-                st.paths[(key[0], src, dst)] = (int(it.group("hops")), bw, it.group("type"))
-            return
-    if head.startswith("NET/") and " : Using " in body:
-        um = _NET_USING.match(body)
-        if um:
-            st.net_kind = um.group("net")
-            nics = []
-            for it in _NIC_ITEM.finditer(um.group("rest").split(";")[0]):
-                nics.append({"index": int(it.group("i")), "name": it.group("name"),
-                             "port": int(it.group("port")) if it.group("port") else None,
-                             "link_layer": it.group("ll"), "sharp": bool(it.group("sharp")), "net": um.group("net")})
-            if nics and (not st.nics or len(nics) > len(st.nics)):
-                st.nics = nics
-        return
-    if head == "Using":
-        um = _USING_NET.match(body)
-        if um:
-            st.network = um.group("net")
-        return
-    if head.startswith("NCCL_"):
-        em = _ENV.match(body)
-        if em:
-            st.env.setdefault(em.group("k"), em.group("v"))
-        return
-    if "coll channels" in body:
-        found = {}
-        for cm in _COLL_CH.finditer(body):
-            found[cm.group("what") + ("_per_peer" if cm.group("pp") else "")] = int(cm.group("n"))
-        if "coll" in found:
-            st.coll = found
-        return
-    if body.startswith("NVLS"):
-        mm = _NVLS_MC.search(body)
-        if mm:
-            st.nvls_mc = (mm.group("not") is None) or bool(st.nvls_mc)
-            return
-        hm = _NVLS_HEAD.match(body)
-        if hm:
-            st.nvls_heads[int(hm.group("h"))] = [int(x) for x in hm.group("ranks").split()]
-            return
+        return True
+    return False
+
+
+def _on_topo_link(st: _State, key: tuple, dev: int, body: str, head: str, lineno: int) -> bool:
+    """Topology dump links ``+ PCI[24.0] - GPU/F000 (8)``, ``+ NET[7.0] - NET/0`` (topo.cc ncclTopoPrint)."""
+    if not body.startswith("+ "):
+        return False
+    lm = _TOPO_LINK.match(body)
+    if lm:
+        bw = _num(lm.group("bw"))
+        if bw is not None:
+            lt = lm.group("lt")
+            st.topo_links[lt] = max(st.topo_links.get(lt, 0.0), bw)
+        if lm.group("kind") == "GPU" and lm.group("extra") and lm.group("extra").strip().isdigit():
+            bus = nccl_bus_id(lm.group("id"))
+            if bus:
+                st.topo_gpus[(key[0], bus)] = int(lm.group("extra"))
+        elif lm.group("kind") == "NET" and bw is not None:
+            st.topo_nets[(key[0], lm.group("id"))] = bw
+    return True
+
+
+def _on_path(st: _State, key: tuple, dev: int, body: str, head: str, lineno: int) -> bool:
+    """Path lines ``GPU/F000 :GPU/10000 (4/24.000000/PHB) ...`` (paths.cc printNodePaths: hops/bw/type)."""
+    if not ("(" in body and " :" in body):
+        return False
+    pl = _PATH_LINE.match(body)
+    if not pl:
+        return False
+    items = list(_PATH_ITEM.finditer(pl.group("rest")))
+    if not items and pl.group("rest").strip():
+        st.warn(lineno, f"unreadable path line {_short(body)!r}")
+    src = f"{pl.group('kind')}/{pl.group('id').upper()}"
+    for it in items:
+        bw = _num(it.group("bw"))
+        if bw is None or it.group("type") not in PATH_TYPES:
+            continue
+        dst = f"{it.group('kind')}/{it.group('id').upper()}"
+        st.paths[(key[0], src, dst)] = (int(it.group("hops")), bw, it.group("type"))
+    return True
+
+
+def _on_net_using(st: _State, key: tuple, dev: int, body: str, head: str, lineno: int) -> bool:
+    """``NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE/SHARP [RO]; OOB ...``: the NICs of the longest such list."""
+    if not (head.startswith("NET/") and " : Using " in body):
+        return False
+    um = _NET_USING.match(body)
+    if um:
+        st.net_kind = um.group("net")
+        nics = []
+        for it in _NIC_ITEM.finditer(um.group("rest").split(";")[0]):
+            nics.append({"index": int(it.group("i")), "name": it.group("name"),
+                         "port": int(it.group("port")) if it.group("port") else None,
+                         "link_layer": it.group("ll"), "sharp": bool(it.group("sharp")), "net": um.group("net")})
+        if nics and (not st.nics or len(nics) > len(st.nics)):
+            st.nics = nics
+    return True
+
+
+def _on_using_network(st: _State, key: tuple, dev: int, body: str, head: str, lineno: int) -> bool:
+    """``Using network IB``."""
+    if head != "Using":
+        return False
+    um = _USING_NET.match(body)
+    if um:
+        st.network = um.group("net")
+    return True
+
+
+def _on_env(st: _State, key: tuple, dev: int, body: str, head: str, lineno: int) -> bool:
+    """``NCCL_X set by environment to Y`` (the first value of each variable is kept)."""
+    if not head.startswith("NCCL_"):
+        return False
+    em = _ENV.match(body)
+    if em:
+        st.env.setdefault(em.group("k"), em.group("v"))
+    return True
+
+
+def _on_coll_channels(st: _State, key: tuple, dev: int, body: str, head: str, lineno: int) -> bool:
+    """``24 coll channels, 0 collnet channels, 16 nvls channels, 32 p2p channels, ...`` (init.cc)."""
+    if "coll channels" not in body:
+        return False
+    found = {}
+    for cm in _COLL_CH.finditer(body):
+        found[cm.group("what") + ("_per_peer" if cm.group("pp") else "")] = int(cm.group("n"))
+    if "coll" in found:
+        st.coll = found
+    return True
+
+
+def _on_nvls(st: _State, key: tuple, dev: int, body: str, head: str, lineno: int) -> bool:
+    """``NVLS multicast support is (not) available`` and ``NVLS Head  0:  0  8``."""
+    if not body.startswith("NVLS"):
+        return False
+    mm = _NVLS_MC.search(body)
+    if mm:
+        st.nvls_mc = (mm.group("not") is None) or bool(st.nvls_mc)
+        return True
+    hm = _NVLS_HEAD.match(body)
+    if hm:
+        st.nvls_heads[int(hm.group("h"))] = [int(x) for x in hm.group("ranks").split()]
+        return True
+    return False
+
+
+def _on_connected(st: _State, key: tuple, dev: int, body: str, head: str, lineno: int) -> bool:
+    """``Connected all rings``, ``Connected all trees``, ``Connected NVLS``."""
     if body.startswith("Connected all rings"):
         st.connected["rings"] = True
     elif body.startswith("Connected all trees"):
         st.connected["trees"] = True
     elif body.startswith("Connected NVLS"):
         st.connected["nvls"] = True
+    else:
+        return False
+    return True
+
+
+_HANDLERS = (_on_comm, _on_channel, _on_trees, _on_tree, _on_pattern, _on_system, _on_topo_link, _on_path,
+             _on_net_using, _on_using_network, _on_env, _on_coll_channels, _on_nvls, _on_connected)
 
 
 def _tree(st: _State, key: tuple, dev: int, lineno: int, c: int, rank: int, up: int, downs: list) -> None:
@@ -563,122 +662,30 @@ def _ring_from_neighbours(nb: dict) -> tuple:
 
 def _finish(st: _State) -> dict:
     """Assemble the result dict from the accumulators."""
-    # Layout: the communicator with the most ranks.
-    comms = list(dict.fromkeys(st.comms))
-    nranks = nnodes = local = None
-    layout_from = None
-    if comms:
-        best = max(comms, key=lambda c: (c[0], c[1] is not None))
-        nranks, nnodes, local = best
-        layout_from = "comm lines"
-        if len({c[0] for c in comms}) > 1:
-            st.warn(None, f"the log holds {len({c[0] for c in comms})} communicators "
-                          f"({', '.join(str(c) for c in sorted({c[0] for c in comms}))} ranks); "
-                          f"the one with {nranks} ranks is reported")
-    # nccl-tests header: rank -> host/device/bus.
-    for r, (host, dev, bus, name) in st.tests_ranks.items():
-        info = st.rank_info(r)
-        info["host"] = info["host"] or host
-        info["cuda_dev"] = dev if info["cuda_dev"] is None else info["cuda_dev"]
-        info["bus_id"] = info["bus_id"] or bus
-        info["gpu_name"] = name
-    for (host, bus), r in st.topo_gpus.items():
-        info = st.rank_info(r)
-        if info["host"] in (None, host):
-            info["host"] = host
-            info["bus_id"] = bus
-    for r, dv in st.transport_devs.items():
-        info = st.rank_info(r)
-        if len(dv) >= 4 or not dv.isdigit():
-            info["bus_id"] = info["bus_id"] or nccl_bus_id(dv)
+    comms, nranks, nnodes, local, layout_from = _comm_layout(st)
+    _merge_rank_sources(st)
     if nranks is None:
-        seen = set(st.ranks) | {r for (_, r) in st.trees} | \
-            {x for (up, down) in st.trees.values() for x in [up] + down if x >= 0}
-        for rs in st.ring_sets:
-            for order in rs["rings"].values():
-                seen |= set(order)
-        for nb in st.neigh.values():
-            seen |= {x for me, (p, n) in nb.items() for x in (me, p, n) if x >= 0}
-        if seen:
-            nranks = max(seen) + 1
+        nranks = _ranks_seen(st)
+        if nranks is not None:
             layout_from = "highest rank seen"
     if local is None:
-        hosts_ranks: dict = {}
-        for r, info in st.ranks.items():
-            if info["host"]:
-                hosts_ranks.setdefault(info["host"], set()).add(r)
-        graph_sizes = {len(c["ranks"]) for g in st.graphs if g["pattern"] in (4, 1, 2, 3) for c in g["channels"]}
-        if len(graph_sizes) == 1 and list(graph_sizes)[0] > 0:
-            local = list(graph_sizes)[0]
-            layout_from = (layout_from + ", " if layout_from else "") + "graph print"
-        elif st.tests_ranks and len(hosts_ranks) > 0:
-            sizes = {len(v) for v in hosts_ranks.values()}
-            if len(sizes) == 1:
-                local = sizes.pop()
-                layout_from = (layout_from + ", " if layout_from else "") + "nccl-tests header"
+        local, layout_from = _infer_local_ranks(st, layout_from)
     if nnodes is None and nranks and local:
         nnodes = -(-nranks // local)
     if local:
         for r, info in st.ranks.items():
             if info["local_rank"] is None and (nnodes or 1) >= 1:
                 info["local_rank"] = r % local
-    # Rings: the first ring print of the reported communicator, else the Ring neighbour lines.
-    rings = []
-    ring_n = None
-    uniq: list = []
-    for s_ in st.ring_sets:   # the same communicator re-created prints the same rings again
-        if all(u["rings"] != s_["rings"] for u in uniq):
-            uniq.append(s_)
-    sets = [s_ for s_ in uniq if nranks is None or s_["size"] == nranks] or uniq
-    if sets:
-        chosen = sets[0]
-        ring_n = chosen["n"]
-        if len(uniq) > 1:
-            st.warn(chosen["line"], f"{len(uniq)} different ring prints (communicators) in the log; "
-                                    f"the one at this line ({chosen['size']} ranks) is reported")
-        for c in sorted(chosen["rings"]):
-            rings.append({"channel": c, "ranks": chosen["rings"][c], "complete": True, "from": "ring print"})
-    elif st.neigh:
-        for c in sorted(st.neigh):
-            order, complete = _ring_from_neighbours(st.neigh[c])
-            if nranks and complete and len(order) != nranks:
-                complete = False
-            rings.append({"channel": c, "ranks": order, "complete": complete, "from": "ring lines"})
+    rings, ring_n = _final_rings(st, nranks)
     trees = [{"channel": c, "rank": r, "up": up, "down": list(down)}
              for (c, r), (up, down) in sorted(st.trees.items())]
-    # Final channel count: the ring print's NN, then "N coll channels", then what the lines show.
-    channels, channels_from = None, None
-    if ring_n is not None:
-        channels, channels_from = ring_n, "Channel NN/CC lines"
-    elif st.coll is not None:
-        channels, channels_from = st.coll["coll"], "coll channels line"
-    elif trees:
-        channels, channels_from = max(t["channel"] for t in trees) + 1, "tree lines"
-    elif st.neigh:
-        channels, channels_from = max(st.neigh) + 1, "Ring lines"
+    channels, channels_from = _channel_count(st, ring_n, trees)
     graphs = []
     for g in st.graphs:
         g = {k: v for k, v in g.items() if k != "_sig"}
         graphs.append(g)
-    transports = []
-    kinds: dict = {}
-    for (a, b, via, d), chans in sorted(st.transports.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2],
-                                                                                 kv[0][3] or "")):
-        t = {"from": a, "to": b, "via": via, "direction": d, "channels": sorted(chans)}
-        t.update(_transport_kind(via))
-        transports.append(t)
-        kinds[t["kind"]] = kinds.get(t["kind"], 0) + len(chans)
-    paths = [{"host": h, "from": s, "to": d, "hops": v[0], "bw": v[1], "type": v[2]}
-             for (h, s, d), v in sorted(st.paths.items())]
-    if len(set(st.host_versions.values())) > 1:
-        st.warn(None, "hosts run different NCCL versions: " +
-                ", ".join(f"{h} {v}" for h, v in sorted(st.host_versions.items())))
-    if st.more_warnings:
-        st.warnings.append(f"{st.path}: ... and {st.more_warnings} more unreadable lines")
-    if not (rings or trees or graphs or channels or st.coll or st.transports):
-        st.warnings.append(f"{st.path}: no ring, tree or graph lines in the log (run with NCCL_DEBUG=INFO "
-                           f"NCCL_DEBUG_SUBSYS=INIT,GRAPH to get them)")
-    heads = [st.nvls_heads[h] for h in sorted(st.nvls_heads)]
+    transports, kinds = _transport_list(st)
+    _closing_warnings(st, rings, trees, graphs, channels)
     return {
         "schema": SCHEMA,
         "source": st.path,
@@ -701,6 +708,150 @@ def _finish(st: _State) -> dict:
         "graphs": graphs,
         "transports": transports,
         "transport_kinds": kinds,
+        **_network_fields(st),
+    }
+
+
+def _comm_layout(st: _State) -> tuple[list, Optional[int], Optional[int], Optional[int], Optional[str]]:
+    """(distinct comm lines, nranks, nnodes, local ranks, source) of the communicator with the most ranks."""
+    comms = list(dict.fromkeys(st.comms))
+    nranks = nnodes = local = None
+    layout_from = None
+    if comms:
+        best = max(comms, key=lambda c: (c[0], c[1] is not None))
+        nranks, nnodes, local = best
+        layout_from = "comm lines"
+        if len({c[0] for c in comms}) > 1:
+            st.warn(None, f"the log holds {len({c[0] for c in comms})} communicators "
+                          f"({', '.join(str(c) for c in sorted({c[0] for c in comms}))} ranks); "
+                          f"the one with {nranks} ranks is reported")
+    return comms, nranks, nnodes, local, layout_from
+
+
+def _merge_rank_sources(st: _State) -> None:
+    """Fill rank host/device/bus id from the nccl-tests header, the topology dump and the transport brackets."""
+    # nccl-tests header: rank -> host/device/bus.
+    for r, (host, dev, bus, name) in st.tests_ranks.items():
+        info = st.rank_info(r)
+        info["host"] = info["host"] or host
+        info["cuda_dev"] = dev if info["cuda_dev"] is None else info["cuda_dev"]
+        info["bus_id"] = info["bus_id"] or bus
+        info["gpu_name"] = name
+    for (host, bus), r in st.topo_gpus.items():
+        info = st.rank_info(r)
+        if info["host"] in (None, host):
+            info["host"] = host
+            info["bus_id"] = bus
+    for r, dv in st.transport_devs.items():
+        info = st.rank_info(r)
+        if len(dv) >= 4 or not dv.isdigit():
+            info["bus_id"] = info["bus_id"] or nccl_bus_id(dv)
+
+
+def _ranks_seen(st: _State) -> Optional[int]:
+    """1 + the highest rank any comm, tree or ring line names; None when there is none."""
+    seen = set(st.ranks) | {r for (_, r) in st.trees} | \
+        {x for (up, down) in st.trees.values() for x in [up] + down if x >= 0}
+    for rs in st.ring_sets:
+        for order in rs["rings"].values():
+            seen |= set(order)
+    for nb in st.neigh.values():
+        seen |= {x for me, (p, n) in nb.items() for x in (me, p, n) if x >= 0}
+    if seen:
+        return max(seen) + 1
+    return None
+
+
+def _infer_local_ranks(st: _State, layout_from: Optional[str]) -> tuple[Optional[int], Optional[str]]:
+    """Ranks per node from the graph prints (all the same size) or the nccl-tests header; (local, layout_from)."""
+    local = None
+    hosts_ranks: dict = {}
+    for r, info in st.ranks.items():
+        if info["host"]:
+            hosts_ranks.setdefault(info["host"], set()).add(r)
+    graph_sizes = {len(c["ranks"]) for g in st.graphs if g["pattern"] in (4, 1, 2, 3) for c in g["channels"]}
+    if len(graph_sizes) == 1 and list(graph_sizes)[0] > 0:
+        local = list(graph_sizes)[0]
+        layout_from = (layout_from + ", " if layout_from else "") + "graph print"
+    elif st.tests_ranks and len(hosts_ranks) > 0:
+        sizes = {len(v) for v in hosts_ranks.values()}
+        if len(sizes) == 1:
+            local = sizes.pop()
+            layout_from = (layout_from + ", " if layout_from else "") + "nccl-tests header"
+    return local, layout_from
+
+
+def _final_rings(st: _State, nranks: Optional[int]) -> tuple[list, Optional[int]]:
+    """(rings, NN): the first ring print of the reported communicator, else rings from the Ring neighbour lines."""
+    rings = []
+    ring_n = None
+    uniq: list = []
+    for s_ in st.ring_sets:   # the same communicator re-created prints the same rings again
+        if all(u["rings"] != s_["rings"] for u in uniq):
+            uniq.append(s_)
+    sets = [s_ for s_ in uniq if nranks is None or s_["size"] == nranks] or uniq
+    if sets:
+        chosen = sets[0]
+        ring_n = chosen["n"]
+        if len(uniq) > 1:
+            st.warn(chosen["line"], f"{len(uniq)} different ring prints (communicators) in the log; "
+                                    f"the one at this line ({chosen['size']} ranks) is reported")
+        for c in sorted(chosen["rings"]):
+            rings.append({"channel": c, "ranks": chosen["rings"][c], "complete": True, "from": "ring print"})
+    elif st.neigh:
+        for c in sorted(st.neigh):
+            order, complete = _ring_from_neighbours(st.neigh[c])
+            if nranks and complete and len(order) != nranks:
+                complete = False
+            rings.append({"channel": c, "ranks": order, "complete": complete, "from": "ring lines"})
+    return rings, ring_n
+
+
+def _channel_count(st: _State, ring_n: Optional[int], trees: list) -> tuple[Optional[int], Optional[str]]:
+    """Final channel count: the ring print's NN, then "N coll channels", then what the lines show."""
+    channels, channels_from = None, None
+    if ring_n is not None:
+        channels, channels_from = ring_n, "Channel NN/CC lines"
+    elif st.coll is not None:
+        channels, channels_from = st.coll["coll"], "coll channels line"
+    elif trees:
+        channels, channels_from = max(t["channel"] for t in trees) + 1, "tree lines"
+    elif st.neigh:
+        channels, channels_from = max(st.neigh) + 1, "Ring lines"
+    return channels, channels_from
+
+
+def _transport_list(st: _State) -> tuple[list, dict]:
+    """(one entry per connection and transport with its channels, channel count per transport kind)."""
+    transports = []
+    kinds: dict = {}
+    for (a, b, via, d), chans in sorted(st.transports.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2],
+                                                                                 kv[0][3] or "")):
+        t = {"from": a, "to": b, "via": via, "direction": d, "channels": sorted(chans)}
+        t.update(_transport_kind(via))
+        transports.append(t)
+        kinds[t["kind"]] = kinds.get(t["kind"], 0) + len(chans)
+    return transports, kinds
+
+
+def _closing_warnings(st: _State, rings: list, trees: list, graphs: list, channels: Optional[int]) -> None:
+    """Warn about hosts on different NCCL versions, unreadable lines past the cap, and a log without rings/trees."""
+    if len(set(st.host_versions.values())) > 1:
+        st.warn(None, "hosts run different NCCL versions: " +
+                ", ".join(f"{h} {v}" for h, v in sorted(st.host_versions.items())))
+    if st.more_warnings:
+        st.warnings.append(f"{st.path}: ... and {st.more_warnings} more unreadable lines")
+    if not (rings or trees or graphs or channels or st.coll or st.transports):
+        st.warnings.append(f"{st.path}: no ring, tree or graph lines in the log (run with NCCL_DEBUG=INFO "
+                           f"NCCL_DEBUG_SUBSYS=INIT,GRAPH to get them)")
+
+
+def _network_fields(st: _State) -> dict:
+    """The result's network, NVLS, topology-dump, path and warning fields, in their order."""
+    heads = [st.nvls_heads[h] for h in sorted(st.nvls_heads)]
+    paths = [{"host": h, "from": s, "to": d, "hops": v[0], "bw": v[1], "type": v[2]}
+             for (h, s, d), v in sorted(st.paths.items())]
+    return {
         "network": st.network,
         "nics": st.nics,
         "env": dict(sorted(st.env.items())),

@@ -229,117 +229,173 @@ def _run_label(run: dict) -> str:
     return f"{run['test_name'] or run['collective'] or 'unnamed'} (line {run['rows'][0]['line']})"
 
 
+class _Block:
+    """Accumulators while reading one test run."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.warnings: list[str] = []
+        self.devices: list[dict] = []
+        self.params: dict = {}
+        self.version: Optional[str] = None
+        self.library: Optional[str] = None
+        self.starting: Optional[str] = None
+        self.avg: Optional[float] = None
+        self.oob: Optional[int] = None
+        self.cols: Optional[list[str]] = None
+        self.rows: list[dict] = []
+        self.assumed_header = False
+
+
 def _parse_block(lines: list[tuple[int, str]], path: str, collective: Optional[str]) -> Optional[dict]:
     """One test run -> result dict, or None when the block has no result rows."""
-    warnings: list[str] = []
-    devices: list[dict] = []
-    params: dict = {}
-    version: Optional[str] = None
-    library: Optional[str] = None
-    starting: Optional[str] = None
-    avg: Optional[float] = None
-    oob: Optional[int] = None
-    cols: Optional[list[str]] = None
-    rows: list[dict] = []
-    assumed_header = False
+    b = _Block(path)
     for lineno, raw in lines:
         # NBSP from web copies would glue device names; launcher labels hide the '#'.
         line = _LABEL_RE.sub("", _clean(raw)).strip()
         if not line:
             continue
         if line.startswith("#"):
-            m = _DEVICE_RE.match(line)
-            if m:
-                devices.append({
-                    "rank": int(m.group("rank")),
-                    "group": int(m.group("group")) if m.group("group") is not None else None,
-                    "pid": int(m.group("pid")), "host": m.group("host"), "device": int(m.group("device")),
-                    "bus_id": m.group("bus"), "name": m.group("name") or None,
-                })
-                continue
-            m = _STARTING_RE.match(line)
-            if m:
-                starting = m.group("name")
-                continue
-            m = _VERSION_RE.match(line)
-            if m:
-                version = m.group("v")
-                lib = re.search(r"[nr]ccl-library=(\S+)", m.group("rest"))
-                library = lib.group(1) if lib else None
-                continue
-            m = _AVG_RE.match(line)
-            if m:
-                try:
-                    avg = _num(m.group("v"))
-                except ValueError:
-                    warnings.append(f"{path}:{lineno}: unreadable average bus bandwidth {m.group('v')!r}")
-                continue
-            m = _OOB_RE.match(line)
-            if m:
-                oob = int(m.group("v"))
-                continue
-            if re.match(r"^#\s*nThread\b", line):
-                params = _parse_params(line)
-                continue
-            hc = _header_columns(line)
-            if hc is not None:
-                cols = hc
-                continue
+            _comment_line(b, line, lineno)
             continue
         toks = line.split()
         if not _INT_RE.match(toks[0]):
             hc = _header_columns(line) if toks[0].lower() in ("size", "bytes") else None
             if hc is not None:  # a header whose '#' was lost in a copy
-                cols = hc
+                b.cols = hc
             continue  # NCCL INFO lines, MPI chatter, prompts
-        if cols is None:
-            cols = list(DEFAULT_COLUMNS)
-            assumed_header = True
-        try:
-            vals = _row_values(cols, toks)
-        except ValueError as e:
-            warnings.append(f"{path}:{lineno}: skipped a row that does not fit the table ({e})")
-            continue
-        size = vals.get("size")
-        if size is None or size < 0 or size > _MAX_SIZE:
-            warnings.append(f"{path}:{lineno}: skipped a row with an absurd size {size}")
-            continue
-        sets = vals["sets"]
-        bad = [s for s in sets for k in ("time_us", "algbw_GBps", "busbw_GBps")
-               if s.get(k) is not None and (s[k] < 0 or s[k] > (_MAX_BW if k != "time_us" else 1e12))]
-        if bad or not sets or sets[0]["time_us"] is None:
-            warnings.append(f"{path}:{lineno}: skipped a row with missing or absurd time/bandwidth values")
-            continue
-        dtype = vals.get("type")
-        count = vals.get("count")
-        if count is None and "count" in cols:
-            tsize = TYPE_SIZES.get(str(dtype).lower())
-            if tsize:
-                count = size // tsize
-                warnings.append(f"{path}:{lineno}: row has no count cell; count {count} computed from "
-                                f"size {size} and type {dtype}")
-            else:
-                warnings.append(f"{path}:{lineno}: row has no count cell and type {dtype!r} is unknown")
-        rows.append({
-            "line": lineno, "size_bytes": size, "count": count, "type": dtype,
-            "redop": vals.get("redop"), "root": vals.get("root"),
-            "out_of_place": sets[0], "in_place": sets[1] if len(sets) > 1 else None,
-        })
-    if not rows:
+        if b.cols is None:
+            b.cols = list(DEFAULT_COLUMNS)
+            b.assumed_header = True
+        row = _result_row(b, b.cols, toks, lineno)
+        if row is not None:
+            b.rows.append(row)
+    if not b.rows:
         return None
-    if assumed_header:
-        warnings.append(f"{path}: no column header found; assumed the nccl-tests >= 2.10 layout")
+    if b.assumed_header:
+        b.warnings.append(f"{path}: no column header found; assumed the nccl-tests >= 2.10 layout")
+    return _run_result(b, collective)
 
+
+def _comment_line(b: _Block, line: str, lineno: int) -> None:
+    """A ``#`` line (nccl-tests src/common.cu): device list, test name, version, averages, parameters or header."""
+    path = b.path
+    m = _DEVICE_RE.match(line)
+    if m:
+        b.devices.append({
+            "rank": int(m.group("rank")),
+            "group": int(m.group("group")) if m.group("group") is not None else None,
+            "pid": int(m.group("pid")), "host": m.group("host"), "device": int(m.group("device")),
+            "bus_id": m.group("bus"), "name": m.group("name") or None,
+        })
+        return
+    m = _STARTING_RE.match(line)
+    if m:
+        b.starting = m.group("name")
+        return
+    m = _VERSION_RE.match(line)
+    if m:
+        b.version = m.group("v")
+        lib = re.search(r"[nr]ccl-library=(\S+)", m.group("rest"))
+        b.library = lib.group(1) if lib else None
+        return
+    m = _AVG_RE.match(line)
+    if m:
+        try:
+            b.avg = _num(m.group("v"))
+        except ValueError:
+            b.warnings.append(f"{path}:{lineno}: unreadable average bus bandwidth {m.group('v')!r}")
+        return
+    m = _OOB_RE.match(line)
+    if m:
+        b.oob = int(m.group("v"))
+        return
+    if re.match(r"^#\s*nThread\b", line):
+        b.params = _parse_params(line)
+        return
+    hc = _header_columns(line)
+    if hc is not None:
+        b.cols = hc
+
+
+def _result_row(b: _Block, cols: list[str], toks: list[str], lineno: int) -> Optional[dict]:
+    """One result row, or None (with a warning) when it does not fit the table or its values are absurd."""
+    path, warnings = b.path, b.warnings
+    try:
+        vals = _row_values(cols, toks)
+    except ValueError as e:
+        warnings.append(f"{path}:{lineno}: skipped a row that does not fit the table ({e})")
+        return None
+    size = vals.get("size")
+    if size is None or size < 0 or size > _MAX_SIZE:
+        warnings.append(f"{path}:{lineno}: skipped a row with an absurd size {size}")
+        return None
+    sets = vals["sets"]
+    bad = [s for s in sets for k in ("time_us", "algbw_GBps", "busbw_GBps")
+           if s.get(k) is not None and (s[k] < 0 or s[k] > (_MAX_BW if k != "time_us" else 1e12))]
+    if bad or not sets or sets[0]["time_us"] is None:
+        warnings.append(f"{path}:{lineno}: skipped a row with missing or absurd time/bandwidth values")
+        return None
+    dtype = vals.get("type")
+    count = vals.get("count")
+    if count is None and "count" in cols:
+        tsize = TYPE_SIZES.get(str(dtype).lower())
+        if tsize:
+            count = size // tsize
+            warnings.append(f"{path}:{lineno}: row has no count cell; count {count} computed from "
+                            f"size {size} and type {dtype}")
+        else:
+            warnings.append(f"{path}:{lineno}: row has no count cell and type {dtype!r} is unknown")
+    return {
+        "line": lineno, "size_bytes": size, "count": count, "type": dtype,
+        "redop": vals.get("redop"), "root": vals.get("root"),
+        "out_of_place": sets[0], "in_place": sets[1] if len(sets) > 1 else None,
+    }
+
+
+def _run_result(b: _Block, collective: Optional[str]) -> dict:
+    """The ``gpucomm.nccltests/v1`` dict of a block with rows: hosts, rank count and collective."""
     hosts: list[str] = []
-    for d in devices:
+    for d in b.devices:
         if d["host"] not in hosts:
             hosts.append(d["host"])
     n_ranks: Optional[int] = None
     n_ranks_source: Optional[str] = None
-    if devices:
-        n_ranks = len({d["rank"] for d in devices})
+    if b.devices:
+        n_ranks = len({d["rank"] for d in b.devices})
         n_ranks_source = "devices"
+    coll, coll_source, candidates, factor = _block_collective(b, collective, n_ranks)
+    if n_ranks is None and coll is not None and factor is not None:
+        n = _ranks_from_factor(coll, factor)
+        if n is not None:
+            n_ranks, n_ranks_source = n, "inferred from busbw/algbw"
+    starting = b.starting
+    return {
+        "schema": SCHEMA,
+        "source": b.path,
+        "test_name": starting.lower().removesuffix("_perf") if starting else None,
+        "collective": coll,
+        "collective_source": coll_source,
+        "collective_candidates": candidates if coll is None else [coll],
+        "n_ranks": n_ranks,
+        "n_ranks_source": n_ranks_source,
+        "nodes": len(hosts) if hosts else None,
+        "hosts": hosts,
+        "devices": b.devices,
+        "params": b.params,
+        "version": b.version,
+        "nccl_library": b.library,
+        "rows": b.rows,
+        "out_of_bounds": b.oob,
+        "avg_busbw_GBps": b.avg,
+        "warnings": b.warnings,
+    }
 
+
+def _block_collective(b: _Block, collective: Optional[str],
+                      n_ranks: Optional[int]) -> tuple[Optional[str], Optional[str], list[str], Optional[float]]:
+    """(collective, its source, candidates, busbw/algbw): given, else from the header, else inferred from the factor."""
+    path = b.path
     coll: Optional[str] = None
     coll_source: Optional[str] = None
     candidates: list[str] = []
@@ -349,41 +405,18 @@ def _parse_block(lines: list[tuple[int, str]], path: str, collective: Optional[s
             raise InputError(f"unknown collective {collective!r}", path,
                              expected=", ".join(sorted(set(COLLECTIVE_NAMES.values()))))
         coll_source = "given"
-    elif starting:
-        name = starting.lower().removesuffix("_perf")
+    elif b.starting:
+        name = b.starting.lower().removesuffix("_perf")
         coll = COLLECTIVE_NAMES.get(name)
         coll_source = "header" if coll else None
         if coll is None:
-            warnings.append(f"{path}: unknown test {starting!r}")
-    factor = _bus_factor(rows)
+            b.warnings.append(f"{path}: unknown test {b.starting!r}")
+    factor = _bus_factor(b.rows)
     if coll is None:
-        candidates = _infer_collectives(rows, factor, n_ranks)
+        candidates = _infer_collectives(b.rows, factor, n_ranks)
         if len(candidates) == 1:
             coll, coll_source = candidates[0], "inferred"
-    if n_ranks is None and coll is not None and factor is not None:
-        n = _ranks_from_factor(coll, factor)
-        if n is not None:
-            n_ranks, n_ranks_source = n, "inferred from busbw/algbw"
-    return {
-        "schema": SCHEMA,
-        "source": path,
-        "test_name": starting.lower().removesuffix("_perf") if starting else None,
-        "collective": coll,
-        "collective_source": coll_source,
-        "collective_candidates": candidates if coll is None else [coll],
-        "n_ranks": n_ranks,
-        "n_ranks_source": n_ranks_source,
-        "nodes": len(hosts) if hosts else None,
-        "hosts": hosts,
-        "devices": devices,
-        "params": params,
-        "version": version,
-        "nccl_library": library,
-        "rows": rows,
-        "out_of_bounds": oob,
-        "avg_busbw_GBps": avg,
-        "warnings": warnings,
-    }
+    return coll, coll_source, candidates, factor
 
 
 def _best_row(rows: list[dict]) -> Optional[tuple[float, float]]:

@@ -108,46 +108,11 @@ def parse_rocm_text(text: str, path: Optional[str] = None) -> dict:
     or a section is malformed beyond recovery; recoverable oddities become warnings."""
     if not isinstance(text, str):
         raise InputError("not text", path, expected="rocm-smi --showtopo output")
-    lines = _clean(text)
-    sections: dict[str, list[tuple[int, str]]] = {}
-    current: Optional[str] = None
-    for i, line in enumerate(lines, start=1):
-        m = _BANNER.match(line)
-        if m:
-            current = _SECTIONS.get(" ".join(m.group(1).split()).lower())
-            if current is not None and current in sections:
-                raise InputError(f"section {m.group(1).strip()!r} appears twice", path, i,
-                                 expected="one rocm-smi --showtopo output")
-            if current is not None:
-                sections[current] = []
-            continue
-        if current is not None:
-            sections[current].append((i, line))
-    if not sections:
-        raise InputError("no rocm-smi topology section found", path,
-                         expected="'Weight/Hops/Link Type between two GPUs' or 'Numa Nodes' sections")
+    sections = _split_sections(_clean(text), path)
 
     doc = new_document(provenance="rocm-smi")
     mats = {k: _parse_matrix(sections[k], k, path, doc) for k in ("weight", "hops", "type") if k in sections}
-    numa_node: dict[int, Optional[int]] = {}
-    numa_aff: dict[int, Optional[int]] = {}
-    for lineno, line in sections.get("numa", []):
-        if not line.strip():
-            continue
-        m = _NUMA.match(line)
-        if not m:
-            warn(doc, f"{path or 'rocm-smi'}:{lineno}: unrecognised line in the Numa Nodes section ignored")
-            continue
-        gpu, what, value = int(m.group(1)), m.group(2).lower(), m.group(3)
-        if gpu >= _MAX_GPUS:
-            raise InputError(f"GPU index {gpu} is out of range", path, lineno, expected=f"< {_MAX_GPUS}")
-        try:
-            n: Optional[int] = int(value)
-        except ValueError:
-            n = None  # "N/A"
-        if n is not None and n < 0:
-            n = None  # -1 = NUMA_NO_NODE
-        (numa_node if what == "node" else numa_aff)[gpu] = n
+    numa_node, numa_aff = _parse_numa(sections.get("numa", []), path, doc)
 
     indices = sorted({i for cells in mats.values() for pair in cells for i in pair} | set(numa_node) | set(numa_aff))
     if len(indices) > _MAX_GPUS:
@@ -171,12 +136,65 @@ def parse_rocm_text(text: str, path: Optional[str] = None) -> dict:
     for n in sorted({v for v in [*numa_node.values(), *numa_aff.values()] if v is not None}):
         doc["numa_nodes"].append({"id": n, "cpus": None, "memory_bytes": None, "distances": None})
 
+    _link_type_matrix(doc, indices, mats)
+    _xgmi_links(doc, indices, mats, per_link)
+    detail = ", ".join(k for k in ("weight", "hops", "type", "numa") if k in sections)
+    doc["sources"].append(source_record("rocm-smi", "ok", f"rocm-smi --showtopo sections: {detail}"))
+    return finalize(doc)
+
+
+def _split_sections(lines: list[str], path: Optional[str]) -> dict[str, list[tuple[int, str]]]:
+    """Known ``==== title ====`` sections -> their (line number, line) pairs; InputError when none or one repeats."""
+    sections: dict[str, list[tuple[int, str]]] = {}
+    current: Optional[str] = None
+    for i, line in enumerate(lines, start=1):
+        m = _BANNER.match(line)
+        if m:
+            current = _SECTIONS.get(" ".join(m.group(1).split()).lower())
+            if current is not None and current in sections:
+                raise InputError(f"section {m.group(1).strip()!r} appears twice", path, i,
+                                 expected="one rocm-smi --showtopo output")
+            if current is not None:
+                sections[current] = []
+            continue
+        if current is not None:
+            sections[current].append((i, line))
+    if not sections:
+        raise InputError("no rocm-smi topology section found", path,
+                         expected="'Weight/Hops/Link Type between two GPUs' or 'Numa Nodes' sections")
+    return sections
+
+
+def _parse_numa(rows: list[tuple[int, str]], path: Optional[str],
+                doc: dict) -> tuple[dict[int, Optional[int]], dict[int, Optional[int]]]:
+    """Numa Nodes section (``GPU[0] : (Topology) Numa Node: 0`` / ``Numa Affinity: 0``) -> (node, affinity) by GPU."""
+    numa_node: dict[int, Optional[int]] = {}
+    numa_aff: dict[int, Optional[int]] = {}
+    for lineno, line in rows:
+        if not line.strip():
+            continue
+        m = _NUMA.match(line)
+        if not m:
+            warn(doc, f"{path or 'rocm-smi'}:{lineno}: unrecognised line in the Numa Nodes section ignored")
+            continue
+        gpu, what, value = int(m.group(1)), m.group(2).lower(), m.group(3)
+        if gpu >= _MAX_GPUS:
+            raise InputError(f"GPU index {gpu} is out of range", path, lineno, expected=f"< {_MAX_GPUS}")
+        try:
+            n: Optional[int] = int(value)
+        except ValueError:
+            n = None  # "N/A"
+        if n is not None and n < 0:
+            n = None  # -1 = NUMA_NO_NODE
+        (numa_node if what == "node" else numa_aff)[gpu] = n
+    return numa_node, numa_aff
+
+
+def _link_type_matrix(doc: dict, indices: list[int], mats: dict) -> None:
+    """``doc["matrix"]`` from the Link Type section: X on the diagonal, XGMI or PCIE elsewhere, else N/A."""
     types = mats.get("type", {})
-    hops = mats.get("hops", {})
-    weights = mats.get("weight", {})
     matrix: dict = {}
     asym = 0
-    multi_hop = 0
     for a in indices:
         row = {}
         for b in indices:
@@ -199,6 +217,13 @@ def parse_rocm_text(text: str, path: Optional[str] = None) -> dict:
         warn(doc, "capture has no 'Link Type between two GPUs' section: matrix cells are N/A")
     doc["matrix"] = matrix
 
+
+def _xgmi_links(doc: dict, indices: list[int], mats: dict, per_link: float) -> None:
+    """One estimated-bandwidth ``xgmi`` link per XGMI pair one hop apart, with its hops and weight."""
+    hops = mats.get("hops", {})
+    weights = mats.get("weight", {})
+    matrix = doc["matrix"]
+    multi_hop = 0
     for ai, a in enumerate(indices):
         for b in indices[ai + 1:]:
             if matrix[f"GPU{a}"][f"GPU{b}"] != "XGMI":
@@ -212,9 +237,6 @@ def parse_rocm_text(text: str, path: Optional[str] = None) -> dict:
                                             bw_estimated=True))
     if multi_hop:
         warn(doc, f"{multi_hop} XGMI GPU pair(s) are more than one hop apart: no direct link recorded")
-    detail = ", ".join(k for k in ("weight", "hops", "type", "numa") if k in sections)
-    doc["sources"].append(source_record("rocm-smi", "ok", f"rocm-smi --showtopo sections: {detail}"))
-    return finalize(doc)
 
 
 def _num(token: Optional[str]) -> Optional[int]:

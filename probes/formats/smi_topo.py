@@ -314,6 +314,55 @@ def parse_topo_text(text: str, path: Optional[str] = None, gpu_names: Optional[I
     empty, binary or has no ``GPU0`` header.  Damage that leaves part of the matrix readable gives
     a document whose ``sources[0].status`` is ``partial`` and whose ``warnings`` say what was lost.
     """
+    lines = _input_lines(text, path)
+    doc = new_document(provenance="nvidia-smi")
+    h = _find_header(lines, path)
+    partial = _preface_notes(lines, h, doc)
+
+    cols, trailing = _parse_header(lines[h], h + 1, doc, path)
+    if not cols or cols[0] != "GPU0":
+        raise InputError("header has no GPU0 column", path, line=h + 1, expected=EXPECTED)
+    end, (legend, legend_dups, soc_legend), second = _matrix_extent(lines, h, doc)
+    partial |= second
+
+    col_keys, label_pos, legend_bad, lost = _column_keys(cols, lines[h], h, legend, doc)
+    partial |= lost
+    gpu_cols = [int(k[3:]) for k in col_keys if k is not None and _GPU_COL.match(k)]
+    nic_cols = [(cols[i], k) for i, k in enumerate(col_keys) if k is not None and not _GPU_COL.match(k)]
+    partial |= _legend_warnings(nic_cols, legend, legend_bad, legend_dups, doc)
+
+    _reject_p2p_matrix(lines, h, end, label_pos, path)
+    end = _rows_end(lines, h, end, label_pos)
+    rows, row_trailing, soc_seen, lost = _read_rows(lines, h, end, label_pos, col_keys, len(cols), trailing, doc)
+    partial |= lost
+    if not rows:
+        raise InputError("header found but no matrix rows follow it", path, line=min(h + 2, len(lines)),
+                         expected="rows such as 'GPU0  X  NV12 ...'")
+    if soc_seen or soc_legend:
+        warn(doc, "old nvidia-smi legend (SOC = across CPU sockets, drivers before ~384): SOC read as SYS")
+
+    partial |= _build_matrix(doc, col_keys, rows)
+    _asymmetry(doc, [k for k in col_keys if k is not None])
+    partial |= _add_gpus(doc, gpu_cols, row_trailing, gpu_names)
+
+    # ---- NICs ----
+    for _label, key in nic_cols:
+        n = nic_record(key)
+        n["numa_node"] = _nic_numa(doc, key)
+        doc["nics"].append(n)
+
+    _nvlinks(doc)
+    _numa(doc)
+
+    detail = (f"topo -m capture{' ' + os.path.basename(path) if path else ''}: {len(doc['gpus'])} GPU(s), {len(doc['nics'])} NIC(s)")
+    if doc["warnings"]:
+        detail += f"; {len(doc['warnings'])} warning(s)"
+    doc["sources"].append(source_record(SOURCE_NAME, "partial" if partial else "ok", detail))
+    return doc
+
+
+def _input_lines(text: str, path: Optional[str]) -> list:
+    """Cleaned lines of a capture; InputError when it is not text, empty or binary."""
     if not isinstance(text, str):
         raise InputError("not text", path, expected=EXPECTED)
     text = text.lstrip("\ufeff")
@@ -323,29 +372,34 @@ def parse_topo_text(text: str, path: Optional[str] = None, gpu_names: Optional[I
         bad = next((i for i, ch in enumerate(text) if ord(ch) < 32 and ch not in "\t\n\r\x1b\x0c"), 0)
         raise InputError("binary data", path, line=text.count("\n", 0, bad) + 1, expected=EXPECTED)
     raw_lines = _split_lines(text)
-    lines = [_clean_line(l) for l in raw_lines]
-    doc = new_document(provenance="nvidia-smi")
-    partial = False
+    return [_clean_line(l) for l in raw_lines]
 
+
+def _find_header(lines: list, path: Optional[str]) -> int:
+    """Index of the ``GPU0 GPU1 ...`` header line; InputError naming the first GPU0 row (or text) when there is none."""
     h = _header_index(lines)
     if h is None:
         first_row = next((i for i, l in enumerate(lines) if re.match(r"^\s*GPU0\s", l)), None)
         line_no = first_row + 1 if first_row is not None else next(
             (i + 1 for i, l in enumerate(lines) if l.strip()), 1)
         raise InputError("no header line starting with GPU0", path, line=line_no, expected=EXPECTED)
+    return h
 
-    # Lines before the header: nvidia-smi's own notes ("122 NICs found ... only displaying 62").
+
+def _preface_notes(lines: list, h: int, doc: dict) -> bool:
+    """Warn about nvidia-smi's own notes before the header ("122 NICs found ... only displaying 62"); True if any."""
+    partial = False
     for i in range(h):
         m = _PREFACE_NICS.search(lines[i])
         if m:
             warn(doc, f"line {i + 1}: nvidia-smi shows only {m.group(2)} of {m.group(1)} NICs in the matrix; "
                       f"the other {int(m.group(1)) - int(m.group(2))} are missing from this capture")
             partial = True
+    return partial
 
-    cols, trailing = _parse_header(lines[h], h + 1, doc, path)
-    if not cols or cols[0] != "GPU0":
-        raise InputError("header has no GPU0 column", path, line=h + 1, expected=EXPECTED)
 
+def _matrix_extent(lines: list, h: int, doc: dict) -> tuple[int, tuple, bool]:
+    """(end of the matrix, :func:`_legend` of the first capture, whether a second matrix follows and is skipped)."""
     # End of the matrix: the legend, or the end of the text.
     end = next((i for i in range(h + 1, len(lines)) if _LEGEND_START.match(lines[i]) or
                 _LEGEND_ENTRY.match(lines[i]) or _NIC_LEGEND.match(lines[i]) or
@@ -355,14 +409,16 @@ def parse_topo_text(text: str, path: Optional[str] = None, gpu_names: Optional[I
     h2 = _header_index(lines[end:]) if end < len(lines) else None
     if h2 is not None and looks_like("\n".join(lines[end + h2:end + h2 + 8])):
         warn(doc, f"line {end + h2 + 1}: a second topo -m matrix follows; only the first one (line {h + 1}) is read")
-        partial = True
-        legend, legend_dups, soc_legend = _legend(lines[:end + h2], end)
-    else:
-        legend, legend_dups, soc_legend = _legend(lines, end)
+        return end, _legend(lines[:end + h2], end), True
+    return end, _legend(lines, end), False
 
+
+def _column_keys(cols: list, header: str, h: int, legend: dict, doc: dict) -> tuple[list, dict, list, bool]:
+    """Header labels -> (matrix key per column or None, label -> position, garbled legend entries, partial)."""
     # Column labels -> matrix keys (NIC# through the legend).  A label or key seen twice makes
     # its column ambiguous: the NIC falls back to its placeholder, or the column is dropped.
-    header_words = set(lines[h].split())
+    partial = False
+    header_words = set(header.split())
     seen: dict = {}          # label -> position
     col_keys: list = []      # per position: matrix key, or None when the column is dropped
     legend_bad: list = []
@@ -398,8 +454,12 @@ def parse_topo_text(text: str, path: Optional[str] = None, gpu_names: Optional[I
                 col_keys[i] = None
             elif k is not None:
                 used.add(k)
-    gpu_cols = [int(k[3:]) for k in col_keys if k is not None and _GPU_COL.match(k)]
-    nic_cols = [(cols[i], k) for i, k in enumerate(col_keys) if k is not None and not _GPU_COL.match(k)]
+    return col_keys, dict(seen), legend_bad, partial
+
+
+def _legend_warnings(nic_cols: list, legend: dict, legend_bad: list, legend_dups: dict, doc: dict) -> bool:
+    """Warn about a garbled, repeated, missing or surplus NIC Legend entry; True when a NIC name is lost."""
+    partial = False
     if legend_bad:
         shown = ", ".join(f"{lab}: {' '.join(val.split())[:24]!r}" for lab, val, _ in legend_bad[:6])
         more = f" and {len(legend_bad) - 6} more" if len(legend_bad) > 6 else ""
@@ -421,17 +481,24 @@ def parse_topo_text(text: str, path: Optional[str] = None, gpu_names: Optional[I
     if extra_legend:
         warn(doc, f"NIC Legend names {len(extra_legend)} NIC(s) that have no matrix column "
                   f"({', '.join('NIC%d' % i for i in extra_legend[:8])})")
+    return partial
 
-    ncols = len(cols)
-    label_pos = dict(seen)
-    _reject_p2p_matrix(lines, h, end, label_pos, path)
+
+def _rows_end(lines: list, h: int, end: int, label_pos: dict) -> int:
+    """End of the matrix rows: the line after the last row, at most ``end``."""
     # Without a legend the matrix runs to the end of the text, which in pasted reports is followed
     # by unrelated text (a closing ``` fence, the rest of a vLLM collect_env report): lines after
     # the last row are not part of the matrix, so they are dropped without a warning (nothing is
     # lost; a row missing from the end is reported by "no row for ..." below).
     last_row = max((i for i in range(h + 1, end) if lines[i].split() and lines[i].split()[0] in label_pos),
                    default=h)
-    end = min(end, last_row + 1)
+    return min(end, last_row + 1)
+
+
+def _read_rows(lines: list, h: int, end: int, label_pos: dict, col_keys: list, ncols: int, trailing: list,
+               doc: dict) -> tuple[dict, dict, bool, bool]:
+    """Matrix rows -> (key -> cells, GPU key -> trailing values, whether SOC was seen, partial)."""
+    partial = False
     rows: dict = {}        # matrix key -> list of cells (len ncols) or None entries for unknown
     row_trailing: dict = {}
     soc_seen = False
@@ -483,14 +550,12 @@ def parse_topo_text(text: str, path: Optional[str] = None, gpu_names: Optional[I
     if glued_lines:
         warn(doc, f"line(s) {', '.join(map(str, glued_lines[:8]))}: cells glued together (no space between them); "
                   "split by the cell vocabulary")
-    if not rows:
-        raise InputError("header found but no matrix rows follow it", path, line=min(h + 2, len(lines)),
-                         expected="rows such as 'GPU0  X  NV12 ...'")
-    if soc_seen or soc_legend:
-        warn(doc, "old nvidia-smi legend (SOC = across CPU sockets, drivers before ~384): SOC read as SYS")
+    return rows, row_trailing, soc_seen, partial
 
-    # ---- matrix (exactly as captured; unknown cells N/A so that it stays square) ----
-    keys = [k for k in col_keys if k is not None]
+
+def _build_matrix(doc: dict, col_keys: list, rows: dict) -> bool:
+    """``doc["matrix"]`` exactly as captured, unknown cells N/A so that it stays square; True if a row is missing."""
+    partial = False
     matrix: dict = {}
     missing_rows = []
     for pos_r, kr in enumerate(col_keys):
@@ -515,37 +580,17 @@ def parse_topo_text(text: str, path: Optional[str] = None, gpu_names: Optional[I
                   "(truncated capture?); its cells are unknown (N/A)")
         partial = True
     doc["matrix"] = matrix
+    return partial
 
-    _asymmetry(doc, keys)
 
-    # ---- GPUs ----
+def _add_gpus(doc: dict, gpu_cols: list, row_trailing: dict, gpu_names: Optional[Iterable]) -> bool:
+    """One GPU record per GPU column, with affinities from its trailing values; True when a value was unreadable."""
+    partial = False
     names = _names_by_index(gpu_names)
     for idx in sorted(set(gpu_cols)):
         key = f"GPU{idx}"
-        vals = row_trailing.get(key, {})
         g = gpu_record(idx)
-        cpu = vals.get("cpu")
-        if cpu is not None:
-            try:
-                g["cpu_affinity"] = canonical_cpulist(cpu)
-            except ValueError:
-                warn(doc, f"{key}: CPU Affinity {cpu!r} is not a cpulist; left unknown")
-                partial = True
-        numa = vals.get("numa")
-        if numa is not None:
-            try:
-                g["numa_affinity"] = parse_cpulist(numa)
-            except ValueError:
-                warn(doc, f"{key}: NUMA Affinity {numa!r} is not a node list; left unknown")
-                partial = True
-        gnuma = vals.get("gpunuma")
-        g["gpu_numa_id"] = None
-        if gnuma is not None:
-            if _INT.match(gnuma):
-                g["gpu_numa_id"] = int(gnuma)
-            else:
-                warn(doc, f"{key}: GPU NUMA ID {gnuma!r} is not a number; left unknown")
-                partial = True
+        partial |= _gpu_affinities(g, key, row_trailing.get(key, {}), doc)
         if g["gpu_numa_id"] is not None:
             g["numa_node"] = g["gpu_numa_id"]
         elif len(g["numa_affinity"]) == 1:
@@ -556,21 +601,35 @@ def parse_topo_text(text: str, path: Optional[str] = None, gpu_names: Optional[I
             g["name"], g["arch"] = name, arch
             g["compute_capability"] = f"{sm // 10}.{sm % 10}" if sm else None
         doc["gpus"].append(g)
+    return partial
 
-    # ---- NICs ----
-    for _label, key in nic_cols:
-        n = nic_record(key)
-        n["numa_node"] = _nic_numa(doc, key)
-        doc["nics"].append(n)
 
-    _nvlinks(doc)
-    _numa(doc)
-
-    detail = (f"topo -m capture{' ' + os.path.basename(path) if path else ''}: {len(doc['gpus'])} GPU(s), {len(doc['nics'])} NIC(s)")
-    if doc["warnings"]:
-        detail += f"; {len(doc['warnings'])} warning(s)"
-    doc["sources"].append(source_record(SOURCE_NAME, "partial" if partial else "ok", detail))
-    return doc
+def _gpu_affinities(g: dict, key: str, vals: dict, doc: dict) -> bool:
+    """Fill CPU Affinity, NUMA Affinity and GPU NUMA ID of GPU record ``g``; True when one is unreadable."""
+    partial = False
+    cpu = vals.get("cpu")
+    if cpu is not None:
+        try:
+            g["cpu_affinity"] = canonical_cpulist(cpu)
+        except ValueError:
+            warn(doc, f"{key}: CPU Affinity {cpu!r} is not a cpulist; left unknown")
+            partial = True
+    numa = vals.get("numa")
+    if numa is not None:
+        try:
+            g["numa_affinity"] = parse_cpulist(numa)
+        except ValueError:
+            warn(doc, f"{key}: NUMA Affinity {numa!r} is not a node list; left unknown")
+            partial = True
+    gnuma = vals.get("gpunuma")
+    g["gpu_numa_id"] = None
+    if gnuma is not None:
+        if _INT.match(gnuma):
+            g["gpu_numa_id"] = int(gnuma)
+        else:
+            warn(doc, f"{key}: GPU NUMA ID {gnuma!r} is not a number; left unknown")
+            partial = True
+    return partial
 
 
 _P2P_CODES = {"OK", "CNS", "GNS", "TNS", "NS", "U"}
