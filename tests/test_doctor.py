@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -77,7 +78,7 @@ def test_every_rule_is_proven_by_a_planted_fault():
 
 
 # --------------------------------------------------------------------------------------------
-# fixture hosts (helper D's recorded machines); faulty ones list their planted faults
+# the recorded hosts; faulty ones list their planted faults
 HOST_EXPECTED = {
     "hgx-h100": set(),
     "dgx-a100": set(),
@@ -124,36 +125,13 @@ def test_degraded_host_findings_name_the_faults():
 
 # --------------------------------------------------------------------------------------------
 # real captures: what they really show, and nothing else
-CAPTURE_EXPECTED = {
-    # rocep49s0 (an rdma-core RoCE name: RDMA by facts.nic_is_rdma) is on the other socket
-    "topo/01_a100-sxm4-80gb-x4_rocep.txt": {("nic-numa-mismatch", "info", f"GPU{i}") for i in range(4)},
-    # the only NIC(s) sit on socket 0: GPUs on the other socket reach them through SYS (info)
-    "topo/06_v100-sxm2-x8_18nic-mlx5_drv450.txt": {("nic-numa-mismatch", "info", f"GPU{i}") for i in range(4, 8)},
-    "topo/07_v100-sxm2-x8_nv1nv2_1nic.txt": {("nic-numa-mismatch", "info", f"GPU{i}") for i in range(8)},
-    "topo/13_a100-pcie-80gb-x2_nv12-bridge_1nic.txt": {("nic-numa-mismatch", "info", "GPU1")},
-    # A800 PCIe: two bridged pairs have NV8, the others NV6 (GPU4-GPU7) and NV4 (GPU5-GPU6)
-    "topo/15_a800-pcie-x8_nv4-nv6-nv8-bridges_2nic.txt":
-        {("nvlink-inactive", "warning", f"GPU{i}") for i in range(4, 8)}
-        | {("nic-numa-mismatch", "info", f"GPU{i}") for i in range(4, 8)},
-    # MIG on GPU2: its row lost NVLink while the others still show NV6 to it
-    "topo/20_h100-x4_nv6_mig-enabled.txt": {("matrix-asymmetric", "warning", "GPU0-GPU2"),
-                                            ("matrix-asymmetric", "warning", "GPU1-GPU2"),
-                                            ("matrix-asymmetric", "warning", "GPU2-GPU3"),
-                                            ("nic-numa-mismatch", "info", "GPU0"),
-                                            ("nic-numa-mismatch", "info", "GPU2")},
-    # one NVLink bridge (GPU2-GPU3) among four RTX 3090
-    "topo/30_rtx3090-x4_nv4-bridges_noindent-legend.txt": {("nvlink-inactive", "info", "GPU0"),
-                                                           ("nvlink-inactive", "info", "GPU1")},
-    # the degraded link the capture is known for: GPU2<->GPU3 NV17 instead of NV18
-    "topo/47_h100-x8_nv17-nv18-mixed_node.txt": {("nvlink-inactive", "warning", "GPU2"),
-                                                 ("nvlink-inactive", "warning", "GPU3")},
-    "topo/48_b200-x8_2nic_tabs.txt": {("nic-numa-mismatch", "info", f"GPU{i}") for i in range(4, 8)},
-    "topo/50_l20-x2_62of122nic_garbled-nic-legend.txt": {("nic-numa-mismatch", "info", "GPU1")},
-    "topo/76_k40m-x4_mlx4_SOC-legend_tensorflow-gdr.txt": {("nic-numa-mismatch", "info", "GPU0"),
-                                                           ("nic-numa-mismatch", "info", "GPU1")},
-    "ncclxml/azure-ndv2-topo.xml": {("nic-numa-mismatch", "info", f"GPU{i}") for i in range(4, 8)},
-    "ncclxml/panlichen-rtx3090-8gpu-topo.xml": {("nic-numa-mismatch", "info", f"GPU{i}") for i in range(4)},
-}
+def _capture_expected() -> dict:
+    """fixtures/captures/doctor-expected.yaml: per capture, the findings it must give and why."""
+    data = yaml.safe_load((CAPTURES / "doctor-expected.yaml").read_text(encoding="utf-8"))
+    return {rel: {tuple(f) for f in entry["findings"]} for rel, entry in data.items()}
+
+
+CAPTURE_EXPECTED = _capture_expected()
 CAPTURE_FILES = sorted(str(p.relative_to(CAPTURES)) for p in
                        list((CAPTURES / "topo").glob("*.txt")) + list((CAPTURES / "ncclxml").glob("*.xml")))
 

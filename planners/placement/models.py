@@ -247,7 +247,7 @@ STEPS = {"all_reduce": lambda n: 2 * (n - 1), "all_gather": lambda n: n - 1, "re
 
 
 def _cost_model_time(view, kind: str, nbytes: float, tier: dict, dtype_bytes: int) -> Optional[float]:
-    """Time from E2's cost model (``gpucomm.planners.collectives.cost.summarize`` + ``predict``: NCCL's tuner over
+    """Time from the cost model (``gpucomm.planners.collectives.cost.summarize`` + ``predict``: NCCL's tuner over
     NCCL's own graph search, calibrated on nccl-tests captures) for a group of ``tier['gpus']``
     on each of ``tier['nodes']`` nodes; None when that model cannot say (module missing, no NIC
     for a multi-node group, ...)."""
