@@ -431,76 +431,7 @@ def nvml_to_partial(rec: dict, host: Optional[Host] = None, provenance: str = "l
         if idx is None or idx in used_idx:
             idx = pos if pos not in used_idx else max(used_idx) + 1
         used_idx.add(idx)
-        label = f"GPU{idx}"
-        for call, err in sorted((d.get("errors") or {}).items()) if isinstance(d.get("errors"), dict) else []:
-            if not (str(err) in BENIGN_ERRORS and call in OPTIONAL_CALLS):
-                warn(doc, f"nvml: {label}: {call} failed: {err}")
-        name = _s(d.get("name"))
-        sm = facts.compute_capability(d.get("compute_capability"))   # NVML's (major, minor)
-        cc_s = facts.format_compute_capability(sm)
-        arch, sm_name = arch_from_name(name)
-        if sm is None:
-            sm = sm_name
-        arch = arch or facts.arch_from_sm(sm)
-        bus = normalize_bus_id(d.get("pci_bus_id"))
-        if d.get("pci_bus_id") is not None and bus is None:
-            warn(doc, f"nvml: {label}: pci_bus_id {str(d.get('pci_bus_id'))[:40]!r} is not a PCI bus id")
-        numa = _i(d.get("numa_node"), 0, 4095)
-        try:
-            aff = canonical_cpulist(d.get("cpu_affinity")) if isinstance(d.get("cpu_affinity"), str) else None
-        except ValueError:
-            aff = None
-            warn(doc, f"nvml: {label}: cpu_affinity {str(d.get('cpu_affinity'))[:40]!r} is not a cpu list")
-        numa_aff = [numa] if numa is not None else []
-        if isinstance(d.get("memory_affinity"), str):
-            try:
-                numa_aff = parse_cpulist(d["memory_affinity"]) or numa_aff
-            except ValueError:
-                warn(doc, f"nvml: {label}: memory_affinity {d['memory_affinity'][:40]!r} is not a node list")
-        pcie = None
-        if isinstance(d.get("pcie"), dict):
-            pc = d["pcie"]
-            pcie = {k: _i(pc.get(k), 1, 64) for k in ("gen", "width", "max_gen", "max_width")}
-            if all(v is None for v in pcie.values()):
-                pcie = None
-        per_link = nvlink_bw_per_link(sm)
-        nvl = []
-        for l in d["nvlinks"] if isinstance(d.get("nvlinks"), list) else []:
-            if not isinstance(l, dict):
-                continue
-            active = _b(l.get("active"))
-            remote_raw = l.get("remote_bus_id")
-            remote = normalize_bus_id(remote_raw) if isinstance(remote_raw, str) else None
-            if remote is None and isinstance(remote_raw, str) and remote_raw.strip().lower().startswith("fffffff"):
-                remote = "fffffff:ff:ff.0"  # NCCL 2.30's sentinel spelling, normalised
-            entry = {"link": _i(l.get("link"), 0, 63),
-                     "state": "active" if active else ("inactive" if active is False else None),
-                     "remote": remote, "version": _i(l.get("version"), 0, 99),
-                     "bw_GBps": per_link if active else 0.0,
-                     "remote_type": l.get("remote_device_type") if isinstance(l.get("remote_device_type"), str) else None}
-            if _b(l.get("p2p_supported")) is not None:
-                entry["p2p_supported"] = l["p2p_supported"]
-            nvl.append(entry)
-        g = gpu_record(idx, uuid=_s(d.get("uuid")), name=name, pci_bus_id=bus, arch=arch, compute_capability=cc_s,
-                       memory_bytes=_i(d.get("memory_bytes")), numa_node=numa,
-                       numa_affinity=numa_aff, cpu_affinity=aff, pcie=pcie,
-                       nvlink=nvl, mig=_b(d.get("mig_mode")), vendor="nvidia")
-        g["p2p"] = {}
-        if isinstance(d.get("p2p"), dict):
-            for other, st in sorted(d["p2p"].items()):
-                ob = normalize_bus_id(other)
-                if ob is None or not isinstance(st, dict):
-                    continue
-                r, w = st.get("read"), st.get("write")
-                vals = [v for v in (r, w) if isinstance(v, str)]
-                g["p2p"][ob] = "OK" if vals and all(v == "OK" for v in vals) else \
-                    next((v for v in vals if v != "OK"), "UNKNOWN")
-        if isinstance(d.get("c2c"), dict):
-            c = d["c2c"]
-            g["c2c"] = {"count": _i(c.get("count"), 0, 64), "bw_MBps": _i(c.get("bw_MBps"))}
-        if isinstance(d.get("fabric"), dict):
-            g["fabric"] = {k: d["fabric"].get(k) for k in ("cluster_uuid", "clique_id", "state")
-                           if isinstance(d["fabric"].get(k), (str, int)) and not isinstance(d["fabric"].get(k), bool)}
+        g, sm = _gpu_from_device(doc, d, idx)
         gpus.append(g)
         sms[idx] = sm
     doc["gpus"] = gpus
@@ -515,6 +446,91 @@ def nvml_to_partial(rec: dict, host: Optional[Host] = None, provenance: str = "l
         detail += f"; {n_warn} NVML error(s)"
     doc["sources"] = [source_record("nvml", "partial" if n_warn else "ok", detail)]
     return doc
+
+
+def _gpu_from_device(doc: dict, d: dict, idx: int) -> tuple[dict, Optional[int]]:
+    """(GPU record, sm) of one recorded NVML device; bad values become unknown with a warning."""
+    label = f"GPU{idx}"
+    for call, err in sorted((d.get("errors") or {}).items()) if isinstance(d.get("errors"), dict) else []:
+        if not (str(err) in BENIGN_ERRORS and call in OPTIONAL_CALLS):
+            warn(doc, f"nvml: {label}: {call} failed: {err}")
+    name = _s(d.get("name"))
+    sm = facts.compute_capability(d.get("compute_capability"))   # NVML's (major, minor)
+    cc_s = facts.format_compute_capability(sm)
+    arch, sm_name = arch_from_name(name)
+    if sm is None:
+        sm = sm_name
+    arch = arch or facts.arch_from_sm(sm)
+    bus = normalize_bus_id(d.get("pci_bus_id"))
+    if d.get("pci_bus_id") is not None and bus is None:
+        warn(doc, f"nvml: {label}: pci_bus_id {str(d.get('pci_bus_id'))[:40]!r} is not a PCI bus id")
+    numa = _i(d.get("numa_node"), 0, 4095)
+    try:
+        aff = canonical_cpulist(d.get("cpu_affinity")) if isinstance(d.get("cpu_affinity"), str) else None
+    except ValueError:
+        aff = None
+        warn(doc, f"nvml: {label}: cpu_affinity {str(d.get('cpu_affinity'))[:40]!r} is not a cpu list")
+    numa_aff = [numa] if numa is not None else []
+    if isinstance(d.get("memory_affinity"), str):
+        try:
+            numa_aff = parse_cpulist(d["memory_affinity"]) or numa_aff
+        except ValueError:
+            warn(doc, f"nvml: {label}: memory_affinity {d['memory_affinity'][:40]!r} is not a node list")
+    pcie = None
+    if isinstance(d.get("pcie"), dict):
+        pc = d["pcie"]
+        pcie = {k: _i(pc.get(k), 1, 64) for k in ("gen", "width", "max_gen", "max_width")}
+        if all(v is None for v in pcie.values()):
+            pcie = None
+    g = gpu_record(idx, uuid=_s(d.get("uuid")), name=name, pci_bus_id=bus, arch=arch, compute_capability=cc_s,
+                   memory_bytes=_i(d.get("memory_bytes")), numa_node=numa,
+                   numa_affinity=numa_aff, cpu_affinity=aff, pcie=pcie,
+                   nvlink=_nvlinks_of_device(d, nvlink_bw_per_link(sm)), mig=_b(d.get("mig_mode")), vendor="nvidia")
+    g["p2p"] = _p2p_of_device(d)
+    if isinstance(d.get("c2c"), dict):
+        c = d["c2c"]
+        g["c2c"] = {"count": _i(c.get("count"), 0, 64), "bw_MBps": _i(c.get("bw_MBps"))}
+    if isinstance(d.get("fabric"), dict):
+        g["fabric"] = {k: d["fabric"].get(k) for k in ("cluster_uuid", "clique_id", "state")
+                       if isinstance(d["fabric"].get(k), (str, int)) and not isinstance(d["fabric"].get(k), bool)}
+    return g, sm
+
+
+def _nvlinks_of_device(d: dict, per_link: float) -> list:
+    """Per-link NVLink records (state, remote bus id, version; NCCL xml.cc:954-1060 asks the same)."""
+    nvl = []
+    for l in d["nvlinks"] if isinstance(d.get("nvlinks"), list) else []:
+        if not isinstance(l, dict):
+            continue
+        active = _b(l.get("active"))
+        remote_raw = l.get("remote_bus_id")
+        remote = normalize_bus_id(remote_raw) if isinstance(remote_raw, str) else None
+        if remote is None and isinstance(remote_raw, str) and remote_raw.strip().lower().startswith("fffffff"):
+            remote = "fffffff:ff:ff.0"  # NCCL 2.30's sentinel spelling, normalised
+        entry = {"link": _i(l.get("link"), 0, 63),
+                 "state": "active" if active else ("inactive" if active is False else None),
+                 "remote": remote, "version": _i(l.get("version"), 0, 99),
+                 "bw_GBps": per_link if active else 0.0,
+                 "remote_type": l.get("remote_device_type") if isinstance(l.get("remote_device_type"), str) else None}
+        if _b(l.get("p2p_supported")) is not None:
+            entry["p2p_supported"] = l["p2p_supported"]
+        nvl.append(entry)
+    return nvl
+
+
+def _p2p_of_device(d: dict) -> dict:
+    """{peer bus id: "OK" or the first non-OK read/write status} (nvmlDeviceGetP2PStatus)."""
+    out: dict = {}
+    if isinstance(d.get("p2p"), dict):
+        for other, st in sorted(d["p2p"].items()):
+            ob = normalize_bus_id(other)
+            if ob is None or not isinstance(st, dict):
+                continue
+            r, w = st.get("read"), st.get("write")
+            vals = [v for v in (r, w) if isinstance(v, str)]
+            out[ob] = "OK" if vals and all(v == "OK" for v in vals) else \
+                next((v for v in vals if v != "OK"), "UNKNOWN")
+    return out
 
 
 def _remote_class(host: Optional[Host], bdf: str) -> Optional[int]:
