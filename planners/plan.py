@@ -19,7 +19,7 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
                     ep=None, order: str = "tp-cp-ep-dp-pp", model: Optional[str] = None, top: int = 5,
                     gpus_per_node: Optional[int] = None, gpus: Optional[List[int]] = None, cluster=None,
                     command: str = "train.py", topo_file_path: Optional[str] = None, port: int = 29500,
-                    hosts: Optional[List[str]] = None) -> dict:
+                    hosts: Optional[List[str]] = None, etp: Optional[int] = None, vpp: Optional[int] = None) -> dict:
     """Everything ``gpucomm plan`` computes, as the ``gpucomm.plan/v1`` document (no I/O): the
     factorization (given, or ranked for ``model``), the rank layout, env settings with reasons, launch
     artefacts, and with ``cluster`` the host order and cross-switch traffic."""
@@ -50,9 +50,9 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
     if nodes is None:
         if hosts_pool is not None:
             if tp and pp and dp:
-                total_req = tp * pp * dp * (cp or 1) * (ep or 1)
+                total_req = tp * pp * dp * (cp or 1)
                 if total_req % gpn:
-                    raise PlanInfeasible(f"tp*cp*ep*dp*pp = {total_req} is not a whole number of {gpn}-GPU nodes")
+                    raise PlanInfeasible(f"tp*cp*dp*pp = {total_req} is not a whole number of {gpn}-GPU nodes")
                 nodes = total_req // gpn
             else:
                 nodes = len(hosts_pool)
@@ -66,7 +66,7 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
     candidates = None
     warnings: List[str] = []
     if mspec is not None and tp is None and pp is None and dp is None:
-        fixed = {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep}
+        fixed = {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "etp": etp}
         rows = model_specs.rank_factorizations(view, nodes, gpn, mspec, order, fixed, top=top, gpus=gpus)
         candidates = [{"rank": r["rank"], "parallelism": r["parallelism"],
                        "step_time_s": r["estimate"]["step_time_s"], "comm_s": r["estimate"]["comm_s"],
@@ -74,11 +74,11 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
                        "memory_per_gpu_bytes": r["estimate"]["memory"]["per_gpu_bytes"],
                        "fits": r["estimate"]["memory"]["fits"]} for r in rows]
         best = rows[0]["parallelism"]
-        axes = {k: best[k] for k in placement.AXES}
+        axes = {k: best[k] for k in placement.AXES + ("etp",)}
     else:
         if mspec is None and tp is None and pp is None and dp is None and cp is None and ep is None:
             warnings.append("no --tp/--pp/--dp/--model given: plain data parallelism over all GPUs")
-        axes = placement.resolve_axes(total, tp, pp, dp, cp, ep, gpn)
+        axes = placement.resolve_axes(total, tp, pp, dp, cp, ep, gpn, etp=etp)
     weights = model_specs.axis_weights(mspec, axes) if mspec else None
     layout = placement.make_layout(view, nodes, gpn, axes, order, weights, gpus)
     node_docs = None
@@ -91,7 +91,7 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
     estimate = model_specs.step_estimate(mspec, layout) if mspec is not None else None
     host_order = None
     if hosts_pool is not None:
-        skeleton = {"groups": {a: layout.gen.get_ranks(a) for a in placement.AXES}, "nodes": nodes,
+        skeleton = {"groups": {a: layout.groups(a) for a in placement.AXES}, "nodes": nodes,
                     "gpus_per_node": gpn, "estimate": estimate}
         hosts, host_order = choose_host_order(cluster, hosts_pool, nodes, layout.gen, gpn, skeleton)
         node_docs = [cluster.doc(h) for h in hosts]

@@ -97,7 +97,7 @@ def test_output_file(hgx_file, tmp_path):
 
 @pytest.mark.parametrize("args,code,msg", [
     (["--tp", "3"], 4, "tp=3 does not divide 8 GPUs per node"),
-    (["--tp", "8", "--dp", "3"], 4, "tp*cp*ep*dp*pp = 24"),
+    (["--tp", "8", "--dp", "3"], 4, "tp*cp*dp*pp = 24"),
     (["--model", "llama-405b", "--tp", "8", "--pp", "1", "--dp", "1"], 0, "needs about"),
     (["--model", "llama-405b"], 4, "does not fit on 8 GPUs"),
     (["--model", "layers=80,hidden=x"], 1, "hidden='x' is not a number"),
@@ -295,7 +295,10 @@ def test_moe_needs_experts_for_ep():
     m = ms.parse_model_spec("layers=16,hidden=4096,heads=32,experts=8,topk=2,ffn=14336,gbs=64")
     assert any(a["ep"] > 1 for a in ms.candidate_axes(m, 16, 8, {}))
     rows = ms.rank_factorizations(v, 2, 8, m, pl.DEFAULT_ORDER, {"ep": 4}, top=2)
-    assert rows and all(r["parallelism"]["ep"] == 4 and r["parallelism"]["cp"] == 1 for r in rows)
+    # Megatron: ep comes out of dp*cp (the world is tp*cp*dp*pp), and cp may be > 1 beside ep.
+    assert rows and all(r["parallelism"]["ep"] == 4 for r in rows)
+    assert all((p["tp"] * p["cp"] * p["dp"] * p["pp"], (p["dp"] * p["cp"] * p["tp"]) % (p["ep"] * p["etp"]))
+               == (16, 0) for p in (r["parallelism"] for r in rows))
     assert rows[0]["estimate"]["comm"]["ep"]["collective"] == "all_to_all"
     dense = ms.parse_model_spec("llama-8b")
     assert all(a["ep"] == 1 for a in ms.candidate_axes(dense, 16, 8, {}))

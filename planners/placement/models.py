@@ -184,6 +184,10 @@ def memory_per_gpu(model: dict, axes: Dict[str, int], micro_batches: Optional[in
       ``4*s*b*h*(1 + vocab/h)``; all divided by ``t`` (and by ``cp``: each rank holds s/cp tokens).
     ZeRO-2/3 variants are [recalled], not Megatron's."""
     t, p, d, c, e = axes["tp"], axes["pp"], axes["dp"], axes["cp"], axes["ep"]
+    et = axes.get("etp") or t
+    # Megatron: expert weights are sharded over etp*ep and their optimizer state over the expert
+    # data-parallel group, edp = tp*cp*dp / (etp*ep) (parallel_state.py's expert generator).
+    edp = max(1, (t * c * d) // (et * e))
     layers = model["layers"]
     # Layers on the most loaded stage: l/p, or ceil(l/p) when the split is uneven (Megatron
     # --decoder-first/last-pipeline-num-layers); p stages of it in flight on the first stage.
@@ -194,18 +198,21 @@ def memory_per_gpu(model: dict, axes: Dict[str, int], micro_batches: Optional[in
     # Presets and count_params() have untied input/output embeddings (Llama 3).
     transformer = max(0.0, model["params"] - psi_e - 2.0 * embedding)
     dense_shard = (transformer * stage_share + embedding + (embedding if p == 1 else 0.0)) / t
-    shard = dense_shard + psi_e * stage_share / (t * e)
+    expert_shard = psi_e * stage_share / (et * e)
+    shard = dense_shard + expert_shard
     zero = model["zero"]
-    dd = d * c  # Megatron shards the optimizer over the dp*cp group
-    if zero == 0:
-        per_param = 18.0
-    elif zero == 1:
-        per_param = 6.0 + 12.0 / dd        # Megatron distributed optimizer
-    elif zero == 2:
-        per_param = 2.0 + 16.0 / dd        # ZeRO-2: grads sharded too [recalled]
-    else:
-        per_param = 18.0 / dd              # ZeRO-3 / FSDP: everything sharded [recalled]
-    weights = shard * per_param
+
+    def bytes_per_param(dd: int) -> float:
+        if zero == 0:
+            return 18.0
+        if zero == 1:
+            return 6.0 + 12.0 / dd         # Megatron distributed optimizer
+        if zero == 2:
+            return 2.0 + 16.0 / dd         # ZeRO-2: grads sharded too [recalled]
+        return 18.0 / dd                   # ZeRO-3 / FSDP: everything sharded [recalled]
+
+    per_param = bytes_per_param(d * c)  # Megatron shards the dense optimizer over the dp*cp group
+    weights = dense_shard * per_param + expert_shard * bytes_per_param(edp)
     s, b, h = model["seq"] / c, model["mbs"], model["hidden"]
     activations = s * b * h * (18.0 + 4.0 * model["ffn"] / h) * p * stage_layers
     activations += 8.0 * s * b * p + s * b * h * p
@@ -308,16 +315,18 @@ def step_estimate(model: dict, layout, use_cost_model: bool = True) -> dict:
     ``use_cost_model=False`` times collectives with the alpha-beta model only (fast screening)."""
     axes = layout.axes
     t, p, d, c, e = axes["tp"], axes["pp"], axes["dp"], axes["cp"], axes["ep"]
+    et = axes.get("etp") or t
     g = DTYPE_BYTES[model["dtype"]]
     b, s, h, l = model["mbs"], model["seq"], model["hidden"], model["layers"]
-    world = t * p * d * c * e
+    world = t * p * d * c      # Megatron: experts are carved out of dp*cp, not a factor of the world
+    edp = max(1, world // (et * e * p))
     if model["gbs"] % (b * d):
         raise PlanInfeasible(f"global batch {model['gbs']} is not a multiple of mbs*dp = {b * d}")
     m = model["gbs"] // (b * d)
     s_local = s / c
     # the slowest stage sets the pace: ceil when layers do not divide evenly across stages
     layers_per_stage = math.ceil(l / p)
-    tiers = {a: layout.axis_tier(a) for a in ("tp", "cp", "ep", "dp", "pp")}
+    tiers = {a: layout.axis_tier(a) for a in ("tp", "cp", "ep", "dp", "pp", "edp")}
     cview = layout.view if use_cost_model else None
     comm: Dict[str, dict] = {}
     # TP: 4 all-reduces of b*s*h per layer per micro-batch.
@@ -342,13 +351,18 @@ def step_estimate(model: dict, layout, use_cost_model: bool = True) -> dict:
         comm["ep"] = _entry("all_to_all", size, count, tiers["ep"], "dispatch+combine per MoE layer, fwd+bwd", cview, g)
     # DP: gradients of one model-parallel shard over the dp*cp group once per step.
     dd = d * c
+    psi_e = expert_params(model)
+    factor = 1.5 if model["zero"] >= 3 else 1.0
     if dd > 1:
-        psi_e = expert_params(model)
-        shard = (model["params"] - psi_e) / (t * p) + psi_e / (t * p * e)
-        factor = 1.5 if model["zero"] >= 3 else 1.0
+        shard = (model["params"] - psi_e) / (t * p) + (psi_e / (et * p * e) if edp == dd and et == t else 0.0)
         tier = layout.axis_tier("dp-cp") if c > 1 else tiers["dp"]
         comm["dp"] = _entry("all_reduce", shard * g * factor, 1, tier,
                             "gradient all-reduce (or RS+AG) of one model shard" + (", x1.5 ZeRO-3" if factor > 1 else ""), cview, g)
+    if psi_e and edp > 1 and not (edp == dd and et == t):
+        # Expert weights reduce over the expert data-parallel group (Megatron's EXPERT_DATA_PARALLEL_GROUP).
+        comm["edp"] = _entry("all_reduce", psi_e / (et * p * e) * g * factor, 1, tiers["edp"],
+                             "gradient all-reduce (or RS+AG) of one expert shard over the expert data-parallel group",
+                             cview, g)
     comm_s = sum(v["time_s"] for v in comm.values())
     peak = peak_tflops(layout.view)
     tokens = model["gbs"] * s
@@ -421,7 +435,7 @@ def _divisors(n: int) -> List[int]:
 
 def candidate_axes(model: dict, total: int, gpn: int, fixed: Dict[str, Optional[int]],
                    uneven_pp: bool = False) -> List[Dict[str, int]]:
-    """Every (tp, cp, ep, dp, pp) with product ``total`` that Megatron accepts for ``model``:
+    """Every (tp, cp, ep, dp, pp) with ``tp*cp*dp*pp = total`` and ``ep | dp*cp`` that Megatron accepts for ``model``:
     tp divides the GPUs per node and the heads and KV groups, pp divides the layers (or, with
     ``uneven_pp``, leaves every stage at least one layer: Megatron's
     --decoder-first/last-pipeline-num-layers), cp keeps 2*cp | seq (load-balanced causal CP), ep
@@ -449,21 +463,21 @@ def candidate_axes(model: dict, total: int, gpn: int, fixed: Dict[str, Optional[
                     continue
                 if cp > 1 and model["seq"] % (2 * cp):
                     continue
-                rest_cp = rest_pp // cp
-                eps = _divisors(rest_cp) if model.get("experts") else [1]
+                dp = rest_pp // cp
+                if fixed.get("dp") and dp != fixed["dp"]:
+                    continue
+                if model["gbs"] % (model["mbs"] * dp):
+                    continue
+                # Megatron carves the expert-parallel ranks out of dp*cp: etp*ep | tp*dp*cp.
+                etp = fixed.get("etp") or tp
+                eps = [e for e in _divisors(tp * dp * cp) if (tp * dp * cp) % (e * etp) == 0] \
+                    if model.get("experts") else [1]
                 for ep in eps:
                     if fixed.get("ep") and ep != fixed["ep"]:
                         continue
                     if model.get("experts") and model["experts"] % ep:
                         continue
-                    if ep > 1 and cp > 1:
-                        continue
-                    dp = rest_cp // ep
-                    if fixed.get("dp") and dp != fixed["dp"]:
-                        continue
-                    if model["gbs"] % (model["mbs"] * dp):
-                        continue
-                    out.append({"tp": tp, "cp": cp, "ep": ep, "dp": dp, "pp": pp})
+                    out.append({"tp": tp, "cp": cp, "ep": ep, "dp": dp, "pp": pp, "etp": etp})
     return out
 
 
@@ -492,7 +506,7 @@ def rank_factorizations(view, nodes: int, gpn: int, model: dict, order: str,
                 est = step_estimate(model, layout, use_cost_model=False)
             except (PlanInfeasible, InputError):
                 continue
-            par = dict(axes, order=layout.gen.order)
+            par = dict(layout.axes, order=layout.gen.order)
             if tuple(sorted(par.items())) in seen:
                 continue
             rows.append({"parallelism": par, "estimate": est, "local_gpus": layout.local_gpus})
