@@ -19,7 +19,8 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
                     ep=None, order: str = "tp-cp-ep-dp-pp", model: Optional[str] = None, top: int = 5,
                     gpus_per_node: Optional[int] = None, gpus: Optional[List[int]] = None, cluster=None,
                     command: str = "train.py", topo_file_path: Optional[str] = None, port: int = 29500,
-                    hosts: Optional[List[str]] = None, etp: Optional[int] = None, vpp: Optional[int] = None) -> dict:
+                    hosts: Optional[List[str]] = None, etp: Optional[int] = None, vpp: Optional[int] = None,
+                    torch_version: Optional[str] = None) -> dict:
     """Everything ``gpucomm plan`` computes, as the ``gpucomm.plan/v1`` document (no I/O): the
     factorization (given, or ranked for ``model``), the rank layout, env settings with reasons, launch
     artefacts, and with ``cluster`` the host order and cross-switch traffic."""
@@ -113,6 +114,9 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
         traffic = traffic_report(plan, cluster.fabric if cluster is not None else None)
     plan["traffic"] = traffic
     switches = traffic["leaf_switches"] if traffic and traffic.get("leaf_switches") else None
+    plan["megatron"] = model_specs.megatron_arguments(plan["parallelism"], mspec, vpp)
+    plan["deepspeed"] = model_specs.deepspeed_config(plan["parallelism"], mspec)
     launch.build_launch(plan, command=command, all_cpus=view.all_cpus, node_gpus=len(topo.gpus),
-                        switches=switches, port=port, n_cores=len(set(placement.core_map(view).values())) or None)
+                        switches=switches, port=port, n_cores=len(set(placement.core_map(view).values())) or None,
+                        torch_version=torch_version, view=placement.node_view(topo))
     return plan

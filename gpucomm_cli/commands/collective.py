@@ -10,10 +10,10 @@ from typing import Optional
 
 import typer
 
+from gpucomm.commands.common import TOPO_HELP, from_option, load_topo, topo_argument, usage_error
 from gpucomm.settings import diag
 
-TOPO_HELP = ("Topology: a saved topology, snapshot, `nvidia-smi topo -m` output, NCCL topology XML, "
-             "rocm-smi output, or example:<name>.")
+__all__ = ["TOPO_HELP", "parse_gpu_list"]
 
 
 # ASCII digits only: str.isdigit() accepts superscripts that int() rejects.
@@ -155,10 +155,11 @@ def render_rings_log(console, sec: dict, out: dict) -> None:
 
 
 def rings(
-    topo: str = typer.Argument(..., help=TOPO_HELP),
+    topo: Optional[str] = topo_argument(),
+    src: Optional[str] = from_option(),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU indices to use, e.g. 0,1,2,3 or 0-3 (default: all)."),
     channels: str = typer.Option("auto", "--channels", help="auto, or the number of channels (1-64)."),
-    nodes: int = typer.Option(1, "--nodes", "-N", help="Identical nodes joined through their NICs "
+    nodes: int = typer.Option(1, "--nodes", "-N", min=1, help="Identical nodes joined through their NICs "
                               "(> 1: every channel enters and leaves each node through a NIC)."),
     compare: Optional[str] = typer.Option(None, "--compare", metavar="LOG", help=COMPARE_HELP),
 ) -> None:
@@ -168,12 +169,14 @@ def rings(
     shared between channels.  Formats: table (default), json (schema gpucomm.rings/v1), yaml."""
     from gpucomm.planners.collectives.rings import rings_report
     from gpucomm.probes.formats.nccllog import load_nccl_log
-    from gpucomm.probes.load import load_topology
     from gpucomm.render.output import emit
 
+    ch = (channels or "").strip().lower()
+    if ch != "auto" and not (ch.isascii() and ch.isdigit() and 1 <= int(ch) <= 64):
+        usage_error(f"{channels!r} is not auto or a channel count 1-64", "--channels")
     gpu_list = parse_gpu_list(gpus)
     log = load_nccl_log(compare) if compare else None
-    doc = load_topology(topo)
+    doc, _ = load_topo(topo, src)
     out = rings_report(doc, gpus=gpu_list, channels=channels, nodes=nodes, log=log)
 
     def table(console) -> None:
@@ -255,9 +258,10 @@ def render_trees_log(console, sec: dict, out: dict) -> None:
 
 
 def trees(
-    topo: str = typer.Argument(..., help=TOPO_HELP),
-    nodes: int = typer.Option(1, "--nodes", "-N", help="Number of identical nodes."),
-    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", "-g",
+    topo: Optional[str] = topo_argument(),
+    src: Optional[str] = from_option(),
+    nodes: int = typer.Option(1, "--nodes", "-N", min=1, help="Number of identical nodes."),
+    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", "-g", min=1,
                                                 help="GPUs per node (default: all; the first G by index)."),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU indices used per node, e.g. 0,1,2,3 or 0-3."),
     compare: Optional[str] = typer.Option(None, "--compare", metavar="LOG", help=COMPARE_HELP),
@@ -268,14 +272,13 @@ def trees(
     from gpucomm.planners.collectives.trees import trees_report
     from gpucomm.probes.errors import InputError
     from gpucomm.probes.formats.nccllog import load_nccl_log
-    from gpucomm.probes.load import load_topology
     from gpucomm.render.output import emit
 
     gpu_list = parse_gpu_list(gpus)
     if gpu_list is not None and gpus_per_node is not None and gpus_per_node != len(gpu_list):
         raise InputError(f"--gpus lists {len(gpu_list)} GPUs but --gpus-per-node is {gpus_per_node}")
     log = load_nccl_log(compare) if compare else None
-    doc = load_topology(topo)
+    doc, _ = load_topo(topo, src)
     out = trees_report(doc, nodes=nodes, gpus_per_node=gpus_per_node, gpus=gpu_list, log=log)
 
     def table(console) -> None:

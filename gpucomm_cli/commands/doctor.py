@@ -10,6 +10,7 @@ from typing import List, Optional
 
 import typer
 
+from gpucomm.commands.common import from_option, load_topo, topo_argument, usage_error
 from gpucomm.exitcodes import ExitCode
 
 _SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -38,8 +39,8 @@ def short_names(inputs: List[str]) -> List[str]:
 
 
 def doctor(
-    src: Optional[str] = typer.Option(None, "--from", help="Check a recorded input (saved topology, snapshot, "
-                                      "nvidia-smi topo -m, NCCL XML, example:<name>) instead of this node."),
+    topo: Optional[str] = topo_argument(),
+    src: Optional[str] = from_option(),
     rules: Optional[str] = typer.Option(None, "--rules", help="Comma list of rules to run (default: all): "
                                         "pcie-downtrained, nvlink-inactive, ib-port-down, ib-rate-low, "
                                         "nic-numa-mismatch, p2p-blocked, cpu-affinity-mismatch, measured-bw-low, "
@@ -52,17 +53,9 @@ def doctor(
     from gpucomm.render.output import emit
 
     only = parse_rules(rules)
-    if src:
-        from gpucomm.probes.load import load_topology
-
-        doc = load_topology(src)
-    else:
-        from gpucomm.probes.sources.host import Host
-        from gpucomm.probes.sources.probe import probe_host
-
-        doc = probe_host(Host())
+    doc, name = load_topo(topo, src)
     report = run_doctor(doc, only)
-    title = _describe(doc, src)
+    title = _describe(doc, name)
 
     def table(console):
         from rich.table import Table
@@ -88,20 +81,25 @@ def doctor(
 
 
 def diff(
-    inputs: List[str] = typer.Argument(..., metavar="A B [C ...]", help="Two or more topologies (any --from "
-                                       "source: saved JSON/YAML, snapshot, topo -m capture, NCCL XML, example:<name>)."),
+    inputs: Optional[List[str]] = typer.Argument(None, metavar="A B [C ...]", help="Two or more topologies (any "
+                                                 "TOPO: saved JSON/YAML, snapshot, topo -m capture, NCCL XML, "
+                                                 "example:<name>, - for standard input once)."),
+    more: Optional[List[str]] = typer.Option(None, "--from", metavar="TOPO", help="One more input (repeatable; "
+                                             "the same as a positional one)."),
     all_attrs: bool = typer.Option(False, "--all", help="Table: also list attributes that are equal."),
 ) -> None:
     """What differs between nodes (GPU models/count, NVLink counts, PCIe width, NICs and rates, NUMA, driver);
     with 3 or more inputs, the odd node out. Exits 0 when identical, 5 when they differ."""
     from gpucomm.planners.health.diff import diff_documents, fingerprint, format_value
-    from gpucomm.probes.errors import InputError
     from gpucomm.probes.load import load_topology
 
     from gpucomm.render.output import emit
 
+    inputs = list(inputs or []) + list(more or [])
     if len(inputs) < 2:
-        raise InputError("diff needs at least two inputs", expected="gpucomm diff A B [C ...]")
+        usage_error(f"diff needs at least two inputs, got {len(inputs)} (gpucomm diff A B [C ...])")
+    if inputs.count("-") > 1:
+        usage_error("standard input (-) can be read once")
     named = list(zip(short_names(inputs), [load_topology(src) for src in inputs]))
     report = diff_documents(named)
 

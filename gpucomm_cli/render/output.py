@@ -18,9 +18,12 @@ def chosen_format(default: str = "table") -> str:
 
 
 def check_format(fmt: str, allowed: Iterable[str]) -> None:
+    """A --format the command does not have is a usage error (exit 2)."""
     allowed = list(allowed)
     if fmt not in allowed:
-        raise InputError(f"--format {fmt} is not available for this command", expected=", ".join(allowed))
+        from gpucomm.commands.common import usage_error
+
+        usage_error(f"{fmt!r} is not a format of this command (it has {', '.join(allowed)})", "--format")
 
 
 def make_console(file=None, width: Optional[int] = None):

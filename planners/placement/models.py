@@ -551,3 +551,103 @@ def rank_factorizations(view, nodes: int, gpn: int, model: dict, order: str,
                              f"{best['per_gpu_bytes'] / 2**30:.1f} GiB per GPU, "
                              f"{best['capacity_bytes'] / 2**30:.1f} GiB available")
     return rows[:max(1, top)]
+
+
+# --------------------------------------------------------------------------------------------
+# Megatron-LM and DeepSpeed arguments for a plan
+def megatron_arguments(parallelism: dict, model: Optional[dict] = None, vpp: Optional[int] = None) -> dict:
+    """The Megatron-LM command-line arguments (``megatron/training/arguments.py``) that give the
+    plan's layout: ``{"args": [[flag, value or None], ...], "notes": [...]}``.
+
+    Megatron derives the data-parallel size (world / (tp*cp*pp)) and the expert data-parallel size
+    itself; the order is ``tp-cp-ep-dp-pp`` unless ``--use-tp-pp-dp-mapping`` (``tp-cp-ep-pp-dp``,
+    which Megatron allows only without CP and EP).  MoE with TP needs ``--sequence-parallel``;
+    ``--num-experts`` must be a multiple of EP.  Interleaving (``vpp`` virtual stages per pipeline
+    rank) needs pp > 2 (without ``--overlap-p2p-comm``) and, with a model, layers/pp divisible by
+    vpp: then ``--num-layers-per-virtual-pipeline-stage``, else ``--num-virtual-stages-per-pipeline-rank``.
+
+    >>> a = megatron_arguments({"tp": 2, "cp": 1, "ep": 4, "dp": 4, "pp": 1, "etp": 2, "edp": 1,
+    ...                         "order": "tp-cp-ep-dp-pp"})
+    >>> [" ".join(str(x) for x in kv if x is not None) for kv in a["args"]][:4]
+    ['--tensor-model-parallel-size 2', '--pipeline-model-parallel-size 1', '--context-parallel-size 1', '--expert-model-parallel-size 4']
+    """
+    p = parallelism
+    t, c, e, pp = p["tp"], p["cp"], p["ep"], p["pp"]
+    et = p.get("etp") or t
+    args: List[list] = [["--tensor-model-parallel-size", t], ["--pipeline-model-parallel-size", pp],
+                        ["--context-parallel-size", c], ["--expert-model-parallel-size", e]]
+    notes: List[str] = []
+    if e > 1 or et != t:
+        args.append(["--expert-tensor-parallel-size", et])
+    order = p.get("order") or "tp-cp-ep-dp-pp"
+    canonical = order.split("-")
+    if canonical == ["tp", "cp", "ep", "pp", "dp"]:
+        if c > 1 or e > 1:
+            raise PlanInfeasible("Megatron's --use-tp-pp-dp-mapping (order tp-cp-ep-pp-dp) does not allow CP or EP "
+                                 f"(cp={c}, ep={e})")
+        args.append(["--use-tp-pp-dp-mapping", None])
+    elif canonical != ["tp", "cp", "ep", "dp", "pp"]:
+        notes.append(f"order {order}: Megatron's command line offers tp-cp-ep-dp-pp and --use-tp-pp-dp-mapping "
+                     f"only; pass order={order!r} to megatron.core.parallel_state.initialize_model_parallel")
+    moe = e > 1 or bool(model and model.get("experts"))
+    if moe and t > 1:
+        args.append(["--sequence-parallel", None])   # Megatron: MoE + TP needs sequence parallelism
+    if model and model.get("experts"):
+        if model["experts"] % e:
+            raise PlanInfeasible(f"{model['experts']} experts are not a multiple of ep={e} (Megatron)")
+        args += [["--num-experts", model["experts"]], ["--moe-router-topk", model["topk"]]]
+    elif e > 1:
+        notes.append(f"add --num-experts N (a multiple of ep={e}) for your MoE model")
+    if vpp is not None and vpp > 1:
+        if pp <= 2:
+            raise PlanInfeasible(f"--vpp {vpp} (interleaved pipeline) needs pp > 2 in Megatron (pp={pp}; with "
+                                 "--overlap-p2p-comm pp > 1)")
+        if model:
+            layers = model["layers"]
+            if layers % pp or (layers // pp) % vpp:
+                raise PlanInfeasible(f"--vpp {vpp}: {layers} layers over pp={pp} do not split into {vpp} equal "
+                                     "virtual stages per pipeline rank (Megatron)")
+            args.append(["--num-layers-per-virtual-pipeline-stage", layers // pp // vpp])
+        else:
+            args.append(["--num-virtual-stages-per-pipeline-rank", vpp])
+    elif vpp is not None and vpp < 1:
+        raise InputError(f"--vpp {vpp}", expected="an integer >= 1")
+    if model:
+        args += [["--num-layers", model["layers"]], ["--hidden-size", model["hidden"]],
+                 ["--ffn-hidden-size", model["ffn"]], ["--num-attention-heads", model["heads"]]]
+        if model["kv_heads"] != model["heads"]:
+            args += [["--group-query-attention", None], ["--num-query-groups", model["kv_heads"]]]
+        args += [["--seq-length", model["seq"]], ["--max-position-embeddings", model["seq"]],
+                 ["--micro-batch-size", model["mbs"]], ["--global-batch-size", model["gbs"]]]
+        if model["dtype"] in ("bf16", "bfloat16"):
+            args.append(["--bf16", None])
+        elif model["dtype"] in ("fp16", "float16"):
+            args.append(["--fp16", None])
+        if model.get("zero", 1) >= 1:
+            args.append(["--use-distributed-optimizer", None])
+    return {"args": args, "notes": notes}
+
+
+def deepspeed_config(parallelism: dict, model: Optional[dict] = None) -> dict:
+    """A DeepSpeed config (``ds_config.json``) consistent with the plan: DeepSpeed's batch rule
+    ``train_batch_size = train_micro_batch_size_per_gpu * gradient_accumulation_steps * data-parallel
+    size`` with the plan's dp (DeepSpeed counts dp*cp ranks as data parallel when no sequence/context
+    engine is used, so the plan's dp is what it divides by), ZeRO stage and precision from
+    ``--model`` (defaults: micro-batch 1, no accumulation, ZeRO-1, bf16)."""
+    dp = parallelism["dp"] * parallelism["cp"]
+    mbs = (model or {}).get("mbs", 1)
+    gbs = (model or {}).get("gbs", mbs * dp)
+    if gbs % (mbs * dp):
+        raise PlanInfeasible(f"global batch {gbs} is not a multiple of micro-batch*dp = {mbs * dp}")
+    dtype = (model or {}).get("dtype", "bf16")
+    cfg = {
+        "train_batch_size": gbs,
+        "train_micro_batch_size_per_gpu": mbs,
+        "gradient_accumulation_steps": gbs // (mbs * dp),
+        "zero_optimization": {"stage": min(3, (model or {}).get("zero", 1))},
+        "bf16": {"enabled": dtype in ("bf16", "bfloat16")},
+        "fp16": {"enabled": dtype in ("fp16", "float16")},
+        "gradient_clipping": 1.0,
+        "steps_per_print": 100,
+    }
+    return cfg
