@@ -597,7 +597,9 @@ def megatron_arguments(parallelism: dict, model: Optional[dict] = None, vpp: Opt
             raise PlanInfeasible(f"{model['experts']} experts are not a multiple of ep={e} (Megatron)")
         args += [["--num-experts", model["experts"]], ["--moe-router-topk", model["topk"]]]
     elif e > 1:
-        notes.append(f"add --num-experts N (a multiple of ep={e}) for your MoE model")
+        notes.append(f"add --num-experts N (a multiple of ep={e}) for your MoE model"
+                     + ("; Megatron-Core allows linear biases in MoE layers only with expert TP 1: "
+                        "add --disable-bias-linear" if et > 1 else ""))
     if vpp is not None and vpp > 1:
         if pp <= 2:
             raise PlanInfeasible(f"--vpp {vpp} (interleaved pipeline) needs pp > 2 in Megatron (pp={pp}; with "
@@ -617,6 +619,9 @@ def megatron_arguments(parallelism: dict, model: Optional[dict] = None, vpp: Opt
                  ["--ffn-hidden-size", model["ffn"]], ["--num-attention-heads", model["heads"]]]
         if model["kv_heads"] != model["heads"]:
             args += [["--group-query-attention", None], ["--num-query-groups", model["kv_heads"]]]
+        # the Llama-style decoder count_params() describes: SwiGLU MLP, RMSNorm, no linear biases
+        # (Megatron-Core also refuses MoE biases with expert TP > 1)
+        args += [["--swiglu", None], ["--normalization", "RMSNorm"], ["--disable-bias-linear", None]]
         args += [["--seq-length", model["seq"]], ["--max-position-embeddings", model["seq"]],
                  ["--micro-batch-size", model["mbs"]], ["--global-batch-size", model["gbs"]]]
         if model["dtype"] in ("bf16", "bfloat16"):
