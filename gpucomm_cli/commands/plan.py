@@ -326,7 +326,7 @@ def synth(
         except OSError as e:
             raise InputError(f"cannot write: {e.strerror}", str(out_dir)) from None
         diag(f"gpucomm: wrote {out_dir / 'cluster.yaml'} and {out_dir / 'topology.conf'} ({nodes} nodes)")
-        summary = {"cluster": str(out_dir / "cluster.yaml"), "topology_conf": str(out_dir / "topology.conf"),
+        summary = {"schema": "gpucomm.synth/v1", "cluster": str(out_dir / "cluster.yaml"), "topology_conf": str(out_dir / "topology.conf"),
                    "nodes": nodes, "levels": fat_tree}
         from gpucomm.probes.model import dumps_json
 
