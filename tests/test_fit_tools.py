@@ -124,6 +124,26 @@ def test_deepspeed_config_follows_deepspeeds_batch_rule():
     assert cfg["bf16"]["enabled"] and cfg["zero_optimization"]["stage"] == 1
 
 
+def test_deepspeed_accepts_the_config(monkeypatch):
+    """DeepSpeed's own DeepSpeedConfig (batch assertion, ZeRO/precision sections) reads the emitted
+    config with the plan's data-parallel size as its world (mpu), as under Megatron-DeepSpeed."""
+    dc = pytest.importorskip("deepspeed.runtime.config")
+    monkeypatch.setattr(dc.dist, "get_rank", lambda *a, **k: 0)   # no process group in this test
+    r = run_cli("plan", "example:hgx-h100", "--nodes", "2", "--tp", "4", "--model", "llama-8b,gbs=256,mbs=2",
+                "--emit", "deepspeed")
+    cfg = json.loads(r.stdout)
+
+    class MPU:
+        def get_data_parallel_world_size(self):
+            return 4
+
+    c = dc.DeepSpeedConfig(cfg, mpu=MPU())
+    assert (c.train_batch_size, c.gradient_accumulation_steps, c.zero_optimization_stage) == (256, 32, 1)
+    cfg["train_batch_size"] = 250
+    with pytest.raises(AssertionError):
+        dc.DeepSpeedConfig(cfg, mpu=MPU())
+
+
 def test_hostfile_and_machinefile_name_the_plans_hosts():
     r = run_cli("plan", "example:hgx-h100", "--hosts", "n[3,1,2]", "--tp", "8", "--emit", "hostfile")
     assert r.code == 0, r.stderr
