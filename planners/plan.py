@@ -103,8 +103,11 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
         plan["estimate"] = estimate
         mem = plan["estimate"]["memory"]
         if mem["fits"] is False:
-            plan["warnings"].append(f"{mspec['name']} needs about {mem['per_gpu_bytes'] / 2**30:.1f} GiB per GPU; "
-                                    f"the GPUs have {mem['capacity_bytes'] / 2**30:.1f} GiB")
+            need, cap = mem["per_gpu_bytes"] / 2**30, mem["capacity_bytes"] / 2**30
+            plan["warnings"].append(f"{mspec['name']} needs about {need:.1f} GiB per GPU; the GPUs have {cap:.1f} GiB "
+                                    f"({need - cap:.1f} GiB short); "
+                                    + model_specs.fit_suggestion(mspec, gpn, nodes, mem["capacity_bytes"],
+                                                                 {"cp": cp, "ep": ep, "etp": etp}))
         elif mem["fits"] is None:
             plan["warnings"].append("GPU memory unknown: memory fit not checked")
     plan["candidates"] = candidates

@@ -11,6 +11,7 @@ from typing import Optional
 import typer
 
 from gpucomm.commands.common import TOPO_HELP, from_option, load_topo, topo_argument, usage_error
+from gpucomm.render.tables import plural, print_table
 from gpucomm.settings import diag
 
 __all__ = ["TOPO_HELP", "parse_gpu_list"]
@@ -137,7 +138,7 @@ def render_rings_log(console, sec: dict, out: dict) -> None:
     t.add_row("channel 0 (GPUs)", _order(oc["nccl"], [f"NET/{n}" for n in nets] if nets else None),
               _order(oc["model"]), _order(oc["ours"]))
     t.add_row("transports", _transports_text(sec), "", "")
-    console.print(t)
+    print_table(console, t)
     rings = sec.get("rings") or []
     if rings:
         rt = Table(title="NCCL rings (log; node 0 as GPU indices)", title_justify="left")
@@ -150,7 +151,7 @@ def render_rings_log(console, sec: dict, out: dict) -> None:
             rt.add_row(str(r["channel"]), ranks, _order(r["node0_gpus"]))
         if len(rings) > 32:
             rt.add_row("...", f"({len(rings) - 32} more)", "")
-        console.print(rt)
+        print_table(console, rt)
     _print_log_notes(console, sec)
 
 
@@ -183,7 +184,7 @@ def rings(
         from rich.table import Table
 
         multi = out["nodes"] > 1
-        t = Table(title=f"Rings: {len(out['channels'])} channels, {out['total_bw_GBps']:g} GB/s total "
+        t = Table(title=f"Rings: {plural(len(out['channels']), 'channel')}, {out['total_bw_GBps']:g} GB/s total "
                         f"({'%d nodes' % out['nodes'] if multi else '1 node'}, GPUs "
                         f"{','.join(map(str, out['gpus']))})", title_justify="left")
         t.add_column("channel", justify="right")
@@ -199,7 +200,7 @@ def rings(
             worst = min(ch["links"], key=lambda l: (l["path_bw_GBps"], l["type"])) if ch["links"] else None
             hop = f"{worst['from']}->{worst['to']} {worst['type']} {worst['path_bw_GBps']:g}" if worst else "-"
             t.add_row(str(ch["channel"]), order, f"{ch['bw_GBps']:g}", hop)
-        console.print(t)
+        print_table(console, t)
         ref = out["nccl_reference"]
         if ref:
             console.print(f"NCCL reference: {ref['channels']} channels ({ref['search_channels']} searched x "
@@ -249,7 +250,7 @@ def render_trees_log(console, sec: dict, out: dict) -> None:
     if rb:
         t.add_row("  rebuilt from NCCL's chains", "", "", f"{rb['match']} of {rb['checked']} agree")
     t.add_row("transports", _transports_text(sec), "", "")
-    console.print(t)
+    print_table(console, t)
     diffs = lv.get("differ") or []
     for d in diffs[:3]:
         console.print(f"differs: channel {d['channel']} rank {d['rank']}: NCCL up {d['nccl']['up']} down "
@@ -285,7 +286,7 @@ def trees(
         from rich.table import Table
 
         gpn = out["gpus_per_node"]
-        t = Table(title=f"Trees: {len(out['channels'])} channels, {out['nranks']} ranks "
+        t = Table(title=f"Trees: {plural(len(out['channels']), 'channel')}, {plural(out['nranks'], 'rank')} "
                         f"({out['nodes']} x {gpn}), pattern {out['pattern']}, depth {out['depth']}",
                   title_justify="left")
         for c, j in (("channel", "right"), ("tree", "right"), ("root", "right"), ("chain (GPUs)", "left"),
@@ -298,7 +299,7 @@ def trees(
             chain = chains[ch["channel"] % len(chains)]
             shown = ", ".join(cross[:12]) + (f", ... ({len(cross)})" if len(cross) > 12 else "")
             t.add_row(str(ch["channel"]), str(ch["tree"]), str(ch["root"]), ">".join(map(str, chain)), shown or "-")
-        console.print(t)
+        print_table(console, t)
         ref = out["nccl_reference"]
         if ref:
             console.print(f"NCCL reference: {ref['channels']} channels (tree graph {ref['search_channels']} x "

@@ -12,6 +12,7 @@ import typer
 
 from gpucomm.commands.common import from_option, load_topo, topo_argument, usage_error
 from gpucomm.exitcodes import ExitCode
+from gpucomm.render.tables import plural, print_table
 
 _SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -19,7 +20,7 @@ _SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 def _describe(doc: dict, src: Optional[str]) -> str:
     h = doc.get("host") or {}
     name = src or f"this node ({h.get('hostname') or 'unknown host'})"
-    return f"{name}: {len(doc.get('gpus', []))} GPU(s), {len(doc.get('nics', []))} NIC(s)"
+    return f"{name}: {plural(len(doc.get('gpus', [])), 'GPU')}, {plural(len(doc.get('nics', [])), 'NIC')}"
 
 
 def short_names(inputs: List[str]) -> List[str]:
@@ -58,10 +59,11 @@ def doctor(
     title = _describe(doc, name)
 
     def table(console):
+        from rich.markup import escape
         from rich.table import Table
 
         c = report["counts"]
-        summary = f"{c['error']} error(s), {c['warning']} warning(s), {c['info']} info"
+        summary = f"{plural(c['error'], 'error')}, {plural(c['warning'], 'warning')}, {c['info']} info"
         if not report["findings"]:
             console.print(f"gpucomm doctor: {title}: no problems found ({len(report['checked'])} rules checked)")
             return
@@ -73,7 +75,13 @@ def doctor(
         for f in report["findings"]:
             t.add_row(f"[{_SEV_STYLE[f['severity']]}]{f['severity']}[/]", f["rule"], f["subject"],
                       f"{f['message']}\nfix: {f['fix']}")
-        console.print(t)
+        def lines(c) -> None:   # too narrow for the whole table: one finding per block, no line broken
+            for f in report["findings"]:
+                c.print(f"[{_SEV_STYLE[f['severity']]}]{f['severity']}[/] {f['rule']} {escape(f['subject'])}")
+                c.print(f"  {escape(f['message'])}")
+                c.print(f"  fix: {escape(f['fix'])}")
+
+        print_table(console, t, narrow=lines)
         console.print(f"checked: {', '.join(report['checked'])}")
 
     emit(report, table=table)
@@ -119,7 +127,7 @@ def diff(
                      "same": k not in differing} for k in keys]
         if not rows:
             return
-        title = f"gpucomm diff: {len(report['differences'])} difference(s)"
+        title = f"gpucomm diff: {plural(len(report['differences']), 'difference')}"
         if report["outlier"]:
             title += f"; outlier: {report['outlier']} ({report['counts'][report['outlier']]} attributes differ " \
                      "from the majority)"
@@ -136,7 +144,7 @@ def diff(
                 cells.append(f"[bold]{txt}[/]" if n in r.get("differs", []) and len(names) > 2 else txt)
             extra = [format_value(r.get("majority"))] if any(x.get("majority") is not None for x in rows) else []
             t.add_row(r["attribute"], *cells, *extra)
-        console.print(t)
+        print_table(console, t)
 
     emit(report, table=table)
     raise typer.Exit(int(ExitCode.OK) if report["identical"] else int(ExitCode.DEGRADED))

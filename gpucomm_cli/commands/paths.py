@@ -7,6 +7,7 @@ from typing import Optional, Tuple
 import typer
 
 from gpucomm.commands.common import from_option, load_topo, topo_argument, usage_error
+from gpucomm.render.tables import print_table
 from gpucomm.settings import diag
 
 PATHS_SCHEMA = "gpucomm.paths/v1"
@@ -53,7 +54,7 @@ def paths(
             t.add_column(c, justify=j, no_wrap=True)
         for r in out["rows"]:
             t.add_row(r["src"], r["dst"], r["type"], str(r["hops"]), f"{r['bw_GBps']:g}", r["via"] or "-")
-        console.print(t)
+        print_table(console, t)
         for a in out["assumptions"]:
             console.print(f"assumed: {a}")
 

@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 
 from gpucomm.commands.common import TOPO_HELP, from_option, load_topo, pick_source, topo_argument, usage_error
+from gpucomm.render.tables import plural, print_table
 from gpucomm.settings import diag
 
 EMITS = ("torchrun", "slurm", "rankfile", "env", "wrapper", "json", "nccl-xml", "megatron", "deepspeed",
@@ -36,7 +37,8 @@ def draw_plan(plan: dict, console) -> None:
     from rich.table import Table
 
     p = plan["parallelism"]
-    console.print(f"gpucomm plan: {plan['nodes']} node(s) x {plan['gpus_per_node']} GPUs = {plan['world_size']} ranks; "
+    console.print(f"gpucomm plan: {plural(plan['nodes'], 'node')} x {plural(plan['gpus_per_node'], 'GPU')} = "
+                  f"{plural(plan['world_size'], 'rank')}; "
                   f"tp={p['tp']} cp={p['cp']} ep={p['ep']} dp={p['dp']} pp={p['pp']} (order {p['order']})")
     console.print(f"  torch: {plan['mesh']['device_mesh']['code']};  DeepSpeed axes "
                   f"{plan['mesh']['deepspeed_axes']} dims {plan['mesh']['deepspeed_dims']}")
@@ -49,7 +51,7 @@ def draw_plan(plan: dict, console) -> None:
             t.add_row(str(c["rank"]), str(q["tp"]), str(q["cp"]), str(q["ep"]), str(q["dp"]), str(q["pp"]),
                       str(c["micro_batches"]), _fmt_s(c["step_time_s"]), _fmt_s(c["comm_s"]), _fmt_s(c["bubble_s"]),
                       _fmt_bytes(c["memory_per_gpu_bytes"]), {True: "yes", False: "no", None: "?"}[c["fits"]])
-        console.print(t)
+        print_table(console, t)
     t = Table(title="Local ranks (the same on every node)")
     for c in ("local rank", "GPU", "bus id", "NUMA", "CPUs", "NICs"):
         t.add_column(c)
@@ -57,7 +59,7 @@ def draw_plan(plan: dict, console) -> None:
         t.add_row(str(lr["local_rank"]), str(lr["gpu"]), lr.get("pci_bus_id") or "-",
                   "-" if lr.get("numa_node") is None else str(lr["numa_node"]), lr.get("cpus") or "-",
                   ",".join(lr.get("nics") or []) or "-")
-    console.print(t)
+    print_table(console, t)
     t = Table(title="Groups")
     for c in ("axis", "groups", "size", "spans", "link", "first groups"):
         t.add_column(c)
@@ -69,8 +71,8 @@ def draw_plan(plan: dict, console) -> None:
         bw = tier.get("inter_GBps") if tier.get("nodes", 1) > 1 else tier.get("intra_GBps")
         link = tier["where"] + (f" ~{bw:g} GB/s" if bw else "")
         first = " ".join(str(g) for g in groups[:2]) + (" ..." if len(groups) > 2 else "")
-        t.add_row(axis, str(len(groups)), str(tier["size"]), f"{tier['nodes']} node(s)", link, first)
-    console.print(t)
+        t.add_row(axis, str(len(groups)), str(tier["size"]), plural(tier['nodes'], 'node'), link, first)
+    print_table(console, t)
     if plan.get("estimate"):
         e = plan["estimate"]
         t = Table(title=f"Estimate per step ({e['model']['name']}, {e['micro_batches']} micro-batches; {e['cost_model']})")
@@ -79,10 +81,10 @@ def draw_plan(plan: dict, console) -> None:
         t.add_row("compute", "-", "-", "-", "-", _fmt_s(e["compute_s"]))
         t.add_row("pipeline bubble", "-", "-", "-", f"{e['bubble_fraction']:.3f} of ideal", _fmt_s(e["bubble_s"]))
         for axis, c in e["comm"].items():
-            t.add_row(axis, c["collective"], f"{c['group_size']} ranks / {c['nodes_per_group']} node(s)",
+            t.add_row(axis, c["collective"], f"{plural(c['group_size'], 'rank')} / {plural(c['nodes_per_group'], 'node')}",
                       c["where"] or "-", _fmt_bytes(c["bytes_per_gpu"]), _fmt_s(c["time_s"]))
         t.add_row("step", "", "", "", "", _fmt_s(e["step_time_s"]))
-        console.print(t)
+        print_table(console, t)
         m = e["memory"]
         console.print(f"  memory per GPU: {_fmt_bytes(m['per_gpu_bytes'])} (weights+optimizer "
                       f"{_fmt_bytes(m['weights_optimizer_bytes'])}, activations {_fmt_bytes(m['activation_bytes'])}) "
@@ -95,13 +97,15 @@ def draw_plan(plan: dict, console) -> None:
             t.add_column(c)
         for lvl, v in tr["by_level"].items():
             t.add_row(lvl, str(v["edges"]), _fmt_bytes(v["bytes_per_step"]) if v["bytes_per_step"] is not None else "-")
-        console.print(t)
+        print_table(console, t)
     t = Table(title="Environment")
     for c in ("variable", "value", "why"):
         t.add_column(c, overflow="fold")
     for k, v in plan["env"].items():
         t.add_row(k, v["value"], v["reason"])
-    console.print(t)
+    print_table(console, t, prose=("why",), narrow=lambda c: [
+        (c.print(f"# {v['reason']}", soft_wrap=True, highlight=False, markup=False),
+         c.print(f"{k}={v['value']}", soft_wrap=True, highlight=False, markup=False)) for k, v in plan["env"].items()])
     console.print("  launch: --emit torchrun | slurm | rankfile | wrapper | env | json"
                   + (" | nccl-xml" if plan.get("files") else ""))
 
@@ -236,7 +240,7 @@ def draw_select(res: dict, console) -> None:
         g = ga["details"]
         t.add_row("go-gpuallocator", str(ga["gpus"]), _g(g["ring_GBps"]), str(g["numa_nodes"]),
                   ",".join(g["nearby_nics"]) or "-", str(g["fragmented_free_gpus"]), str(ga["score"]))
-    console.print(t)
+    print_table(console, t)
     console.print("  links: " + ", ".join(f"{k} {v}" for k, v in d["links"].items()) if d["links"] else "")
 
 

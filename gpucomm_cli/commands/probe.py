@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 
 from gpucomm.commands.common import from_option, load_topo, topo_argument
+from gpucomm.render.tables import print_table
 from gpucomm.settings import SETTINGS, diag
 
 TOPO_FORMATS = ["table", "json", "yaml", "matrix", "tree", "dot", "nccl-xml", "k8s-labels", "nfd"]
@@ -142,7 +143,7 @@ def examples() -> None:
         t.add_column("description")
         for r in rows:
             t.add_row(r["name"], r["description"])
-        console.print(t)
+        print_table(console, t, prose=("description",))
 
     emit({"schema": "gpucomm.examples/v1", "examples": rows}, table=table)
 

@@ -35,7 +35,7 @@ def make_console(file=None, width: Optional[int] = None):
         width = int(os.environ.get("COLUMNS", "0") or 0) or 240
     return Console(file=target, width=width, force_terminal=is_tty if is_tty else False,
                    no_color=not is_tty or bool(os.environ.get("NO_COLOR")), highlight=False,
-                   soft_wrap=False)
+                   soft_wrap=True)   # text lines are never broken; tables fit themselves (render/tables.py)
 
 
 def write_text(text: str) -> None:
@@ -52,11 +52,18 @@ def write_text(text: str) -> None:
 
 
 def render_rich(draw: Callable) -> None:
-    """Call ``draw(console)``; to a file the output is captured without colour."""
-    if SETTINGS.output and SETTINGS.output != "-":
+    """Call ``draw(console)``; to a file or a pipe the output is captured without colour and
+    without the padding rich leaves at the end of lines."""
+    to_file = SETTINGS.output and SETTINGS.output != "-"
+    if to_file or not (hasattr(sys.stdout, "isatty") and sys.stdout.isatty()):
         buf = io.StringIO()
         draw(make_console(buf))
-        write_text(buf.getvalue())
+        text = "\n".join(line.rstrip() for line in buf.getvalue().split("\n"))
+        if to_file:
+            write_text(text)
+        else:
+            sys.stdout.write(text)
+            sys.stdout.flush()
     else:
         draw(make_console())
 

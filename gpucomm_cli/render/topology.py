@@ -20,6 +20,8 @@ from gpucomm.probes.facts import nic_rate_gbps, pcie_bw_GBps
 from gpucomm.probes.model import cpu_id, format_cpulist, gpu_id, matrix_order, nic_id
 from gpucomm.probes.model import natural_key as _natural
 
+from gpucomm.render.tables import print_table
+
 _GPU_KEY = re.compile(r"^GPU(\d+)$")
 
 # nvidia-smi's own legend (driver >= 418 wording), printed under the matrix.
@@ -134,14 +136,20 @@ def matrix_rich(doc: dict, console) -> None:
         row += [Text(cells[r][c], style=level_style(cells[r][c])) for c in order]
         row += [Text(v) for v in p["trailing"].get(r, ("", "", ""))]
         t.add_row(*row)
-    console.print(t)
+    if console.measure(t).minimum > console.width:
+        # Too wide for this terminal: nvidia-smi's own text layout, each row one unbroken line.
+        console.print("Topology matrix (nvidia-smi topo -m)", soft_wrap=True)
+        for line in matrix_text(doc).rstrip("\n").split("\n"):
+            console.print(Text(line), soft_wrap=True)
+        return
+    print_table(console, t)
     legend = Text("Legend: ")
     for code, text in SHORT_LEGEND:
         legend.append(code, style=level_style("NV1" if code == "NV#" else code))
         legend.append(f" {text}" + ("  " if code != SHORT_LEGEND[-1][0] else ""))
-    console.print(legend)
+    console.print(legend, soft_wrap=True)
     if p["nics"]:
-        console.print("NIC Legend: " + ", ".join(f"{label[k]}={k}" for k in p["nics"]))
+        console.print("NIC Legend: " + ", ".join(f"{label[k]}={k}" for k in p["nics"]), soft_wrap=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -185,10 +193,11 @@ def _gpu_nvlink_text(doc: dict, g: dict) -> str:
     switches = peers & nvs
     parts = []
     if peers - switches:
-        parts.append(f"{len(peers - switches)} GPU peer(s)")
+        n = len(peers - switches)
+        parts.append(f"{n} GPU peer{'' if n == 1 else 's'}")
     if switches:
         parts.append(f"{len(switches)} NVSwitch(es)")
-    return f"{total} link(s) to " + " + ".join(parts)
+    return f"{total} link{'' if total == 1 else 's'} to " + " + ".join(parts)
 
 
 def _ports_text(nic: dict) -> str:
@@ -211,7 +220,7 @@ def summary_table(doc: dict, console) -> None:
               "cpu_arch", "sockets", "collected_at"):
         if k in host:
             t.add_row(k, _dash(host.get(k)))
-    console.print(t)
+    print_table(console, t)
 
     if doc.get("sources"):
         t = Table(title="Sources", title_justify="left")
@@ -222,7 +231,7 @@ def summary_table(doc: dict, console) -> None:
             st = s.get("status", "")
             t.add_row(s.get("name", ""), f"[{colour.get(st, '')}]{st}[/]" if colour.get(st) else st,
                       _escape(s.get("detail", "")))
-        console.print(t)
+        print_table(console, t, prose=("detail",))
 
     if doc.get("numa_nodes"):
         t = Table(title="NUMA nodes", title_justify="left")
@@ -232,7 +241,7 @@ def summary_table(doc: dict, console) -> None:
             mem = n.get("memory_bytes")
             t.add_row(str(n.get("id")), _dash(n.get("cpus")), f"{mem / 2**30:.1f} GiB" if mem else "-",
                       " ".join(map(str, n.get("distances") or [])) or "-")
-        console.print(t)
+        print_table(console, t)
 
     t = Table(title=f"GPUs ({len(doc.get('gpus', []))})", title_justify="left")
     for c in ("GPU", "name", "bus id", "NUMA", "CPUs", "PCIe cur / max", "NVLink"):
@@ -243,7 +252,7 @@ def summary_table(doc: dict, console) -> None:
         numa_s = str(numa) if numa is not None else (format_cpulist(aff) if aff else "-")
         t.add_row(str(g["index"]), _escape(_dash(g.get("name"))), _dash(g.get("pci_bus_id")), numa_s,
                   _dash(g.get("cpu_affinity")), _pcie_text(g.get("pcie")), _gpu_nvlink_text(doc, g))
-    console.print(t)
+    print_table(console, t, prose=("name", "NVLink"))
 
     if doc.get("nics"):
         t = Table(title=f"NICs ({len(doc['nics'])})", title_justify="left")
@@ -252,7 +261,7 @@ def summary_table(doc: dict, console) -> None:
         for n in doc["nics"]:
             t.add_row(_escape(n["name"]), _dash(n.get("netdev")), _dash(n.get("pci_bus_id")), _dash(n.get("numa_node")),
                       _dash(n.get("link_layer")), _ports_text(n))
-        console.print(t)
+        print_table(console, t, prose=("ports",))
 
     # Other PCI functions (a GPU-less host still shows what it has).  Only when there are no GPUs,
     # or with --verbose, to keep the GPU-node view short.
@@ -266,16 +275,17 @@ def summary_table(doc: dict, console) -> None:
         for p in pci:
             t.add_row(_dash(p.get("bdf")), _dash(p.get("class")), f"{p.get('vendor') or '-'}:{p.get('device') or '-'}",
                       _dash(p.get("role")), _dash(p.get("numa_node")))
-        console.print(t)
+        print_table(console, t)
     other_net = [n for n in doc.get("net_interfaces") or [] if n.get("kind") != "physical"]
     if other_net:
         console.print("Other network interfaces: " + ", ".join(
-            f"{_escape(n.get('name', '?'))} ({n.get('kind', '?')}, {n.get('operstate') or '-'})" for n in other_net))
+            f"{_escape(n.get('name', '?'))} ({n.get('kind', '?')}, {n.get('operstate') or '-'})" for n in other_net),
+            soft_wrap=True)
 
     if doc.get("warnings"):
         console.print("[bold yellow]Warnings[/]")
         for w in doc["warnings"]:
-            console.print(f"  [yellow]![/] {_escape(w)}")
+            console.print(f"  [yellow]![/] {_escape(w)}", soft_wrap=True)
     matrix_rich(doc, console)
 
 
@@ -433,7 +443,8 @@ def tree(doc: dict, console) -> None:
             ls = [l for l in nv if s["id"] in (l["a"], l["b"])]
             gpus = {l["a"] if l["b"] == s["id"] else l["b"] for l in ls}
             count = sum(int(l.get("count") or 1) for l in ls)
-            b.add(f"NVSwitch {s['id']}: {len(gpus)} GPU(s), {count} link(s)")
+            b.add(f"NVSwitch {s['id']}: {len(gpus)} GPU{'' if len(gpus) == 1 else 's'}, "
+                  f"{count} link{'' if count == 1 else 's'}")
         by_gpu: dict = {}
         for l in nv:
             a, z = l["a"], l["b"]

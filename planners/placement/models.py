@@ -481,6 +481,39 @@ def candidate_axes(model: dict, total: int, gpn: int, fixed: Dict[str, Optional[
     return out
 
 
+def fits_somewhere(model: dict, total: int, gpn: int, capacity: int, fixed: Optional[Dict[str, Optional[int]]] = None
+                   ) -> Optional[Dict[str, int]]:
+    """The leanest factorization of ``total`` GPUs whose memory fits ``capacity`` bytes per GPU
+    (Megatron's theoretical memory, :func:`memory_per_gpu`), or None -- arithmetic only, no layout."""
+    best = None
+    for uneven in (False, True):
+        for axes in candidate_axes(model, total, gpn, fixed or {}, uneven_pp=uneven):
+            m = model["gbs"] // (model["mbs"] * axes["dp"])
+            mem = memory_per_gpu(model, axes, m)["total"]
+            if mem <= capacity * (1 - MEMORY_RESERVE) and (best is None or mem < best[0]):
+                best = (mem, axes)
+        if best:
+            return best[1]
+    return None
+
+
+def fit_suggestion(model: dict, gpn: int, nodes: int, capacity: Optional[int],
+                   fixed: Optional[Dict[str, Optional[int]]] = None) -> str:
+    """What would fit: the fewest whole nodes (up to 64 times as many) on which some factorization
+    of ``model`` fits in ``capacity`` bytes per GPU."""
+    if not capacity:
+        return "GPU memory unknown"
+    free = {k: v for k, v in (fixed or {}).items() if k in ("cp", "ep", "etp") and v}
+    n = nodes + 1
+    while n <= max(64 * nodes, 64):
+        axes = fits_somewhere(model, n * gpn, gpn, capacity, free)
+        if axes:
+            return (f"it would fit on {n} nodes of {gpn} GPUs ({n * gpn} GPUs), e.g. --nodes {n} --tp {axes['tp']} "
+                    f"--pp {axes['pp']} --dp {axes['dp']}")
+        n = n + 1 if n < nodes + 8 else n * 2
+    return f"nothing up to {max(64 * nodes, 64)} nodes fits: lower seq/mbs, or raise zero"
+
+
 def rank_factorizations(view, nodes: int, gpn: int, model: dict, order: str,
                         fixed: Optional[Dict[str, Optional[int]]] = None, top: int = 5,
                         gpus: Optional[List[int]] = None) -> List[dict]:
@@ -547,9 +580,10 @@ def rank_factorizations(view, nodes: int, gpn: int, model: dict, order: str,
         r["rank"] = i
     if all(r["estimate"]["memory"]["fits"] is False for r in rows):
         best = rows[0]["estimate"]["memory"]
+        need, cap = best["per_gpu_bytes"] / 2**30, best["capacity_bytes"] / 2**30
         raise PlanInfeasible(f"{model['name']} does not fit on {total} GPUs: the leanest layout needs "
-                             f"{best['per_gpu_bytes'] / 2**30:.1f} GiB per GPU, "
-                             f"{best['capacity_bytes'] / 2**30:.1f} GiB available")
+                             f"{need:.1f} GiB per GPU, {cap:.1f} GiB available ({need - cap:.1f} GiB short); "
+                             + fit_suggestion(model, gpn, nodes, best["capacity_bytes"], fixed))
     return rows[:max(1, top)]
 
 
