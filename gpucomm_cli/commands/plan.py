@@ -39,7 +39,9 @@ def draw_plan(plan: dict, console) -> None:
     p = plan["parallelism"]
     console.print(f"gpucomm plan: {plural(plan['nodes'], 'node')} x {plural(plan['gpus_per_node'], 'GPU')} = "
                   f"{plural(plan['world_size'], 'rank')}; "
-                  f"tp={p['tp']} cp={p['cp']} ep={p['ep']} dp={p['dp']} pp={p['pp']} (order {p['order']})")
+                  f"tp={p['tp']} cp={p['cp']} ep={p['ep']} dp={p['dp']} pp={p['pp']} (order {p['order']})"
+                  + (f"; expert layers etp={p['etp']} ep={p['ep']} edp={p['edp']}" if p["ep"] > 1 or p["etp"] != p["tp"]
+                     else ""))
     console.print(f"  torch: {plan['mesh']['device_mesh']['code']};  DeepSpeed axes "
                   f"{plan['mesh']['deepspeed_axes']} dims {plan['mesh']['deepspeed_dims']}")
     if plan.get("candidates"):
@@ -63,10 +65,11 @@ def draw_plan(plan: dict, console) -> None:
     t = Table(title="Groups")
     for c in ("axis", "groups", "size", "spans", "link", "first groups"):
         t.add_column(c)
-    for axis in ("tp", "cp", "ep", "dp", "pp"):
+    expert = p["ep"] > 1 or p["etp"] != p["tp"]
+    for axis in ("tp", "cp", "ep", "dp", "pp", "etp", "edp"):
         groups = plan["groups"][axis]
-        tier = plan["tiers"][axis]
-        if tier["size"] <= 1:
+        tier = plan["tiers"].get(axis) or {"size": 1}
+        if tier["size"] <= 1 or (axis in ("etp", "edp") and not expert) or (axis == "etp" and p["etp"] == p["tp"]):
             continue
         bw = tier.get("inter_GBps") if tier.get("nodes", 1) > 1 else tier.get("intra_GBps")
         link = tier["where"] + (f" ~{bw:g} GB/s" if bw else "")
@@ -106,7 +109,7 @@ def draw_plan(plan: dict, console) -> None:
     print_table(console, t, prose=("why",), narrow=lambda c: [
         (c.print(f"# {v['reason']}", soft_wrap=True, highlight=False, markup=False),
          c.print(f"{k}={v['value']}", soft_wrap=True, highlight=False, markup=False)) for k, v in plan["env"].items()])
-    console.print("  launch: --emit torchrun | slurm | rankfile | wrapper | env | json"
+    console.print("  launch: --emit " + " | ".join(e for e in EMITS if e != "nccl-xml" and (e != "gres" or "gres" in plan["launch"]))
                   + (" | nccl-xml" if plan.get("files") else ""))
 
 

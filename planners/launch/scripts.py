@@ -31,7 +31,8 @@ WRAPPER_NAME = "gpucomm-rank.sh"
 def _header(plan: dict) -> List[str]:
     p = plan["parallelism"]
     lines = [
-        f"# gpucomm plan: {plan['nodes']} node(s) x {plan['gpus_per_node']} GPUs = {plan['world_size']} ranks;"
+        f"# gpucomm plan: {plan['nodes']} node{'' if plan['nodes'] == 1 else 's'} x {plan['gpus_per_node']} GPUs = "
+        f"{plan['world_size']} ranks;"
         f" tp={p['tp']} cp={p['cp']} ep={p['ep']} dp={p['dp']} pp={p['pp']} (Megatron order {p['order']})",
         f"# {plan['mesh']['device_mesh']['code']}",
     ]
