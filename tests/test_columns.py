@@ -104,3 +104,12 @@ def test_does_not_fit_says_by_how_much_and_what_would(monkeypatch):
     assert r.code == 4
     assert re.search(r"needs [\d.]+ GiB per GPU, [\d.]+ GiB available \([\d.]+ GiB short\)", r.stderr), r.stderr
     assert re.search(r"at least \d+ GPUs|--nodes \d+", r.stderr), r.stderr
+
+
+def test_bus_ids_are_not_emoji_and_tree_lines_are_whole(monkeypatch):
+    # rich would read ":cd:" in 0000:cd:00.0 as the emoji code for a disc
+    for fmt in ("tree",):
+        r, _ = _render(monkeypatch, 120, "show", "example:dgx-a100", "--format", fmt)
+        assert "0000:cd:00.0" in r.stdout and "\U0001f4bf" not in r.stdout
+    r, _ = _render(monkeypatch, 240, "show", "example:dgx-a100", "--format", "tree")
+    assert all("0000:cf:00.0" in l or "NV2" not in l or l.rstrip().endswith(")") for l in r.stdout.splitlines())

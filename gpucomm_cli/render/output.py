@@ -35,7 +35,8 @@ def make_console(file=None, width: Optional[int] = None):
         width = int(os.environ.get("COLUMNS", "0") or 0) or 240
     return Console(file=target, width=width, force_terminal=is_tty if is_tty else False,
                    no_color=not is_tty or bool(os.environ.get("NO_COLOR")), highlight=False,
-                   soft_wrap=True)   # text lines are never broken; tables fit themselves (render/tables.py)
+                   soft_wrap=True,   # text lines are never broken; tables fit themselves (render/tables.py)
+                   emoji=False)      # ":cd:" in a bus id (0000:cd:00.0) is not an emoji
 
 
 def write_text(text: str) -> None:

@@ -463,7 +463,7 @@ def tree(doc: dict, console) -> None:
         b = root.add("[bold]Other links[/]")
         for l in sorted(other, key=lambda l: (l["kind"], _natural(l["a"]), _natural(l["b"]))):
             b.add(f"{l['kind']}: {g.display(l['a'])} -- {g.display(l['b'])}, {l.get('bw_GBps'):g} GB/s")
-    console.print(root)
+    console.print(root, soft_wrap=False)   # long items continue on the next line, broken at spaces
 
 
 # --------------------------------------------------------------------------------------------
