@@ -12,11 +12,18 @@ from support import CAPTURES, run_cli
 WIDTHS = (80, 120)
 
 
+_JSON: dict = {}
+
+
 def _render(monkeypatch, width, *args):
     monkeypatch.setenv("COLUMNS", str(width))
     r = run_cli(*args)
-    j = run_cli(*args, "--format", "json") if "--format" not in args and "--emit" not in args else None
-    return r, (j.json() if j is not None and j.code in (0, 5) else None)
+    if "--format" in args or "--emit" in args:
+        return r, None
+    if args not in _JSON:   # the document does not depend on the width: one run per command
+        j = run_cli(*args, "--format", "json")
+        _JSON[args] = j.json() if j.code in (0, 5) else None
+    return r, _JSON[args]
 
 
 def _check_common(text: str, width: int):
