@@ -44,8 +44,6 @@ def print_table(console, table, prose: Iterable[str] = (), narrow=None) -> None:
     for col in table.columns:
         if _plain(col.header) not in prose:
             col.no_wrap = True
-            col.overflow = "ignore"
-            col.min_width = None
     if _min_width(table, prose) <= console.width:
         console.print(table, soft_wrap=False)
         return
