@@ -112,6 +112,29 @@ def _click_module():
     return click
 
 
+def share_global_options(group) -> None:
+    """Show the global options (``--format``, ``-o``, ``-q``, ``-v``, ... every option of the app
+    callback but ``--version``) in each subcommand's ``--help`` too.  They are parsed before the
+    command name (:func:`hoist_globals`), so the copies only document them: ``expose_value=False``."""
+    import copy
+
+    shared = [p for p in group.params if p.name != "version" and getattr(p, "opts", None)]
+
+    def walk(cmd) -> None:
+        for sub in (getattr(cmd, "commands", None) or {}).values():
+            taken = {o for p in sub.params for o in getattr(p, "opts", [])}
+            for p in shared:
+                if p.name in {q.name for q in sub.params} or any(o in taken for o in p.opts):
+                    continue
+                clone = copy.copy(p)
+                clone.expose_value = False
+                clone.callback = None
+                sub.params.append(clone)
+            walk(sub)
+
+    walk(group)
+
+
 def run(argv: Optional[List[str]] = None) -> int:
     """Run the CLI and return an exit code (used by main() and by tests)."""
     from gpucomm.probes.errors import GpucommError
@@ -121,6 +144,7 @@ def run(argv: Optional[List[str]] = None) -> int:
     reset()
     args = hoist_globals(list(sys.argv[1:] if argv is None else argv))
     command = typer.main.get_command(app)
+    share_global_options(command)
     try:
         rv = command.main(args=args, prog_name="gpucomm", standalone_mode=False)
         return int(rv) if isinstance(rv, int) else 0

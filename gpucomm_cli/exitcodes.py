@@ -4,8 +4,8 @@ from enum import IntEnum
 
 class ExitCode(IntEnum):
     OK = 0
-    ERROR = 1          # a source the user can fix: bad file, bad flag value
-    USAGE = 2          # typer/click usage error
+    ERROR = 1          # an input the user can fix: a bad file, a value that does not parse
+    USAGE = 2          # usage: a flag value out of range, an unknown --format/--emit, a missing input
     NOTHING = 3        # nothing to work on (e.g. plan with no GPUs)
     INFEASIBLE = 4     # plan infeasible
     DEGRADED = 5       # doctor found problems

@@ -19,7 +19,8 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
                     ep=None, order: str = "tp-cp-ep-dp-pp", model: Optional[str] = None, top: int = 5,
                     gpus_per_node: Optional[int] = None, gpus: Optional[List[int]] = None, cluster=None,
                     command: str = "train.py", topo_file_path: Optional[str] = None, port: int = 29500,
-                    hosts: Optional[List[str]] = None) -> dict:
+                    hosts: Optional[List[str]] = None, etp: Optional[int] = None, vpp: Optional[int] = None,
+                    torch_version: Optional[str] = None) -> dict:
     """Everything ``gpucomm plan`` computes, as the ``gpucomm.plan/v1`` document (no I/O): the
     factorization (given, or ranked for ``model``), the rank layout, env settings with reasons, launch
     artefacts, and with ``cluster`` the host order and cross-switch traffic."""
@@ -50,9 +51,9 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
     if nodes is None:
         if hosts_pool is not None:
             if tp and pp and dp:
-                total_req = tp * pp * dp * (cp or 1) * (ep or 1)
+                total_req = tp * pp * dp * (cp or 1)
                 if total_req % gpn:
-                    raise PlanInfeasible(f"tp*cp*ep*dp*pp = {total_req} is not a whole number of {gpn}-GPU nodes")
+                    raise PlanInfeasible(f"tp*cp*dp*pp = {total_req} is not a whole number of {gpn}-GPU nodes")
                 nodes = total_req // gpn
             else:
                 nodes = len(hosts_pool)
@@ -66,7 +67,7 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
     candidates = None
     warnings: List[str] = []
     if mspec is not None and tp is None and pp is None and dp is None:
-        fixed = {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep}
+        fixed = {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "etp": etp}
         rows = model_specs.rank_factorizations(view, nodes, gpn, mspec, order, fixed, top=top, gpus=gpus)
         candidates = [{"rank": r["rank"], "parallelism": r["parallelism"],
                        "step_time_s": r["estimate"]["step_time_s"], "comm_s": r["estimate"]["comm_s"],
@@ -74,11 +75,11 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
                        "memory_per_gpu_bytes": r["estimate"]["memory"]["per_gpu_bytes"],
                        "fits": r["estimate"]["memory"]["fits"]} for r in rows]
         best = rows[0]["parallelism"]
-        axes = {k: best[k] for k in placement.AXES}
+        axes = {k: best[k] for k in placement.AXES + ("etp",)}
     else:
         if mspec is None and tp is None and pp is None and dp is None and cp is None and ep is None:
             warnings.append("no --tp/--pp/--dp/--model given: plain data parallelism over all GPUs")
-        axes = placement.resolve_axes(total, tp, pp, dp, cp, ep, gpn)
+        axes = placement.resolve_axes(total, tp, pp, dp, cp, ep, gpn, etp=etp)
     weights = model_specs.axis_weights(mspec, axes) if mspec else None
     layout = placement.make_layout(view, nodes, gpn, axes, order, weights, gpus)
     node_docs = None
@@ -91,7 +92,7 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
     estimate = model_specs.step_estimate(mspec, layout) if mspec is not None else None
     host_order = None
     if hosts_pool is not None:
-        skeleton = {"groups": {a: layout.gen.get_ranks(a) for a in placement.AXES}, "nodes": nodes,
+        skeleton = {"groups": {a: layout.groups(a) for a in placement.AXES}, "nodes": nodes,
                     "gpus_per_node": gpn, "estimate": estimate}
         hosts, host_order = choose_host_order(cluster, hosts_pool, nodes, layout.gen, gpn, skeleton)
         node_docs = [cluster.doc(h) for h in hosts]
@@ -102,8 +103,11 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
         plan["estimate"] = estimate
         mem = plan["estimate"]["memory"]
         if mem["fits"] is False:
-            plan["warnings"].append(f"{mspec['name']} needs about {mem['per_gpu_bytes'] / 2**30:.1f} GiB per GPU; "
-                                    f"the GPUs have {mem['capacity_bytes'] / 2**30:.1f} GiB")
+            need, cap = mem["per_gpu_bytes"] / 2**30, mem["capacity_bytes"] / 2**30
+            plan["warnings"].append(f"{mspec['name']} needs about {need:.1f} GiB per GPU; the GPUs have {cap:.1f} GiB "
+                                    f"({need - cap:.1f} GiB short); "
+                                    + model_specs.fit_suggestion(mspec, gpn, nodes, mem["capacity_bytes"],
+                                                                 {"cp": cp, "ep": ep, "etp": etp}))
         elif mem["fits"] is None:
             plan["warnings"].append("GPU memory unknown: memory fit not checked")
     plan["candidates"] = candidates
@@ -113,6 +117,9 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
         traffic = traffic_report(plan, cluster.fabric if cluster is not None else None)
     plan["traffic"] = traffic
     switches = traffic["leaf_switches"] if traffic and traffic.get("leaf_switches") else None
+    plan["megatron"] = model_specs.megatron_arguments(plan["parallelism"], mspec, vpp)
+    plan["deepspeed"] = model_specs.deepspeed_config(plan["parallelism"], mspec)
     launch.build_launch(plan, command=command, all_cpus=view.all_cpus, node_gpus=len(topo.gpus),
-                        switches=switches, port=port, n_cores=len(set(placement.core_map(view).values())) or None)
+                        switches=switches, port=port, n_cores=len(set(placement.core_map(view).values())) or None,
+                        torch_version=torch_version, view=placement.node_view(topo))
     return plan

@@ -138,8 +138,44 @@ def resolve_example(name: str) -> Path:
     return example_path(name)
 
 
+STDIN = "-"
+
+
+def _load_stdin() -> dict:
+    """``-``: a topology, capture or XML on standard input (a snapshot .tar.gz too), read bounded."""
+    import sys
+    import tempfile
+
+    stream = getattr(sys.stdin, "buffer", None)
+    data = stream.read(MAX_INPUT_BYTES + 1) if stream is not None else (sys.stdin.read(MAX_INPUT_BYTES + 1) or "").encode()
+    if len(data) > MAX_INPUT_BYTES:
+        raise InputError(f"standard input is larger than the {MAX_INPUT_BYTES} byte limit", "<stdin>")
+    if data[:2] == b"\x1f\x8b":
+        from gpucomm.probes.sources.snapshot import load_snapshot
+
+        with tempfile.TemporaryDirectory(prefix="gpucomm-stdin-") as tmp:
+            path = Path(tmp) / "stdin.tar.gz"
+            path.write_bytes(data)
+            return finalize(load_snapshot(path))
+    with tempfile.NamedTemporaryFile(prefix="gpucomm-stdin-", suffix=".txt") as f:
+        f.write(data)
+        f.flush()
+        try:
+            text = read_text_input(f.name)
+        except InputError as e:
+            raise InputError(str(e).replace(f.name, "<stdin>", 1)) from None
+    kind = detect_kind(text)
+    if kind is None:
+        raise InputError("unrecognised content", "<stdin>",
+                         expected="a gpucomm topology (JSON/YAML), `nvidia-smi topo -m` output, an NCCL topology XML, "
+                                  "`rocm-smi --showtopo` output or a snapshot .tar.gz")
+    return finalize(load_document(text, "<stdin>", kind))
+
+
 def load_topology(src: str) -> dict:
-    """Any supported input -> topology document (finalised)."""
+    """Any supported input -> topology document (finalised); ``-`` reads standard input."""
+    if src == STDIN:
+        return _load_stdin()
     if src.startswith("example:"):
         p = resolve_example(src.split(":", 1)[1])
         src_path = str(p)

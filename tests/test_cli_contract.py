@@ -61,10 +61,10 @@ def test_output_file(cli, saved, tmp_path):
     assert yaml.safe_load(out.read_text())["schema"] == "gpucomm.topology/v1"
 
 
-def test_unknown_format_is_exit_1(cli, saved):
+def test_unknown_format_is_a_usage_error(cli, saved):
     r = cli("show", saved, "--format", "pdf")
-    assert r.code == 1
-    assert r.stderr.startswith("gpucomm: error:") and r.stderr.count("\n") == 1
+    assert r.code == 2
+    assert "Usage: gpucomm show" in r.stderr and "'pdf' is not a format of this command" in r.stderr
 
 
 @pytest.mark.parametrize("content,needle", [

@@ -286,8 +286,9 @@ def test_synth_prints_yaml_without_out_dir():
     d = yaml.safe_load(r.stdout)
     assert d["nodes"][0]["names"] == "node[01-04]"
     assert cl.parse_topology_conf(d["fabric"]["topology_conf_text"]).roots() == ["core"]
-    assert run_cli("synth", "--nodes", "4", "--node", "example:hgx-h100", "--fat-tree", "5").code == 1
-    assert run_cli("synth", "--nodes", "0", "--node", "example:hgx-h100").code == 1
+    assert run_cli("synth", "--nodes", "4", "--node", "example:hgx-h100", "--fat-tree", "5").code == 2   # usage
+    assert run_cli("synth", "--nodes", "0", "--node", "example:hgx-h100").code == 2
+    assert run_cli("synth", "--nodes", "4").code == 2
 
 
 json_values = st.recursive(st.none() | st.booleans() | st.integers(-5, 5) | st.text("node[1-3],x:", max_size=8),

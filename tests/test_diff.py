@@ -126,7 +126,7 @@ def test_cli_table_and_exit_codes():
 
 def test_cli_bad_inputs():
     r = run_cli("diff", FAULTS / "pcie-4gpu-healthy.json")
-    assert r.code == 1 and "at least two" in r.stderr
+    assert r.code == 2 and "at least two" in r.stderr   # a usage error
     r = run_cli("diff", FAULTS / "pcie-4gpu-healthy.json", FAULTS / "no-such.json")
     assert r.code == 1 and "no-such.json" in r.stderr and "Traceback" not in r.stderr
 

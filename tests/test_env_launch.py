@@ -244,8 +244,15 @@ def test_wrapper_runs_and_binds(tmp_path):
     assert r.returncode == 2 and "not in this plan" in r.stderr
 
 
-def test_torchrun_script_runs_with_a_stub_torchrun(tmp_path):
-    plan = build_full_plan(hgx_doc(), nodes=2, tp=8, hosts=["n1", "n2"], command="train.py --lr 3e-4")
+@pytest.mark.parametrize("torch_version,bind", [
+    ("2.13.0+cpu", ["--numa-binding=exclusive", "train.py"]),
+    ("2.5.1", ["--no-python", "./gpucomm-rank.sh", "python", "train.py"]),
+    (None, ["--no-python", "./gpucomm-rank.sh", "python", "train.py"]),
+])
+def test_torchrun_script_runs_with_a_stub_torchrun(tmp_path, torch_version, bind):
+    # --numa-binding only where the torch the plan is made with has it (torch >= 2.9), else the wrapper
+    plan = build_full_plan(hgx_doc(), nodes=2, tp=8, hosts=["n1", "n2"], command="train.py --lr 3e-4",
+                           torch_version=torch_version)
     bindir = tmp_path / "bin"
     bindir.mkdir()
     stub = bindir / "torchrun"
@@ -259,7 +266,9 @@ def test_torchrun_script_runs_with_a_stub_torchrun(tmp_path):
     out = r.stdout.splitlines()
     assert out[0] == "0,1,2,3,4,5,6,7 " + plan["env"]["NCCL_IB_HCA"]["value"]
     assert out[1:] == ["--nnodes=2", "--nproc-per-node=8", "--node-rank=1", "--master-addr=n1", "--master-port=29500",
-                       "--numa-binding=exclusive", "train.py", "--lr", "3e-4"]
+                       *bind, "--lr", "3e-4"]
+    if torch_version is None:
+        assert "needs torch >= 2.9" in plan["launch"]["torchrun"]
 
 
 def _slurm_env(tmp_path):

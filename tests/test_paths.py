@@ -265,13 +265,13 @@ def test_cli_paths_json_and_table():
 
 @pytest.mark.parametrize("args,code,text", [
     (("paths", "example:hgx-h100", "--between", "GPU0", "GPU9"), 1, "no GPU 9 in topology (has 0-7)"),
-    (("paths", "example:hgx-h100", "--rule", "shortest"), 1, "--rule"),
+    (("paths", "example:hgx-h100", "--rule", "shortest"), 2, "--rule"),
     (("paths", "example:cpu-only"), 3, "no GPUs"),
 ])
 def test_cli_paths_errors(args, code, text):
     r = run_cli(*args)
     assert r.code == code and text in r.stderr and "Traceback" not in r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1
+    assert len(r.stderr.strip().splitlines()) == 1 if code != 2 else "Usage: gpucomm paths" in r.stderr
 
 
 def test_paths_json_is_deterministic(tmp_path: Path):

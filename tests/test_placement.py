@@ -189,9 +189,10 @@ def test_tp_prefers_same_switch_without_nvlink():
 @pytest.mark.parametrize("kw,msg", [
     (dict(tp=3), "tp=3 does not divide 8 GPUs per node"),
     (dict(tp=16), "does not fit in 8 GPUs per node"),
-    (dict(tp=2, dp=3), "tp\\*cp\\*ep\\*dp\\*pp = 6 but the plan has 8 GPUs"),
-    (dict(tp=2, pp=3), "not divisible by tp\\*cp\\*ep\\*pp = 6"),
-    (dict(tp=2, cp=2, ep=2), "ep == 1 or cp == 1"),
+    (dict(tp=2, dp=3), "tp\\*cp\\*dp\\*pp = 6 but the plan has 8 GPUs"),
+    (dict(tp=2, pp=3), "not divisible by tp\\*cp\\*pp = 6"),
+    (dict(tp=2, ep=8), r"etp\*ep\*pp = 2\*8\*1 = 16 does not divide the 8 GPUs"),
+    (dict(tp=1, dp=4, pp=2, ep=2, order="tp-cp-ep-pp-dp"), r"expert data-parallel size \(2\) to equal"),
     (dict(tp=2, gpus_per_node=9), "9 GPUs per node requested but the topology has 8"),
     (dict(tp=4, dp=4, order="dp-tp-pp", nodes=2), "TP groups span nodes"),
 ])

@@ -149,7 +149,7 @@ def test_tree_hierarchy_and_speeds():
     assert "ib0" in lines[nic[0]] and "400 Gb/s" in lines[nic[0]]
     gpu1 = at("GPU1 NVIDIA H100")
     assert "Gen4 x8, 12 GB/s" in lines[gpu1[0]] and at("CPU1 NUMA 1")[0] < at("host bridge pci0000:80")[0] < gpu1[0]
-    assert any("NVSwitch NVS0: 2 GPU(s), 36 link(s)" in l for l in lines)
+    assert any("NVSwitch NVS0: 2 GPUs, 36 links" in l for l in lines)
     assert any("GPU0 -> NVS0 NV18" in l for l in lines)
     assert any("smp: CPU0 -- CPU1, 20 GB/s" in l for l in lines)
     assert "no PCI tree" not in lines[0]
@@ -165,40 +165,53 @@ def test_tree_without_parents_is_flat_and_handles_orphans():
     assert "CPU0" in out and "GPU0" in out and "no known parent" in out and "GPU1" in out and "mlx5_0" in out
 
 
-_STMT = re.compile(r'^  (?:"(?:[^"\\]|\\.)*"(?: -- "(?:[^"\\]|\\.)*")?|graph|node|edge) ?(?:\[(.*)\])?;$')
+_STMT = re.compile(r'^ +(?:"(?:[^"\\]|\\.)*"(?: -> "(?:[^"\\]|\\.)*")?|graph|node|edge) ?(?:\[(.*)\])?;$')
+_SUB = re.compile(r'^  subgraph "cluster_CPU\d+" \{$')
 
 
 def _dot_structure(text: str):
     lines = text.splitlines()
-    assert lines[0] == "graph gpucomm {" and lines[-1] == "}"
-    nodes, edges = set(), []
+    assert lines[0] == "digraph gpucomm {" and lines[-1] == "}"
+    nodes, edges, clusters, current = set(), [], {}, None
     for l in lines[1:-1]:
+        if _SUB.match(l):
+            current = l.split('"')[1][len("cluster_"):]
+            continue
+        if l == "  }":
+            current = None
+            continue
         assert _STMT.match(l), l
-        ids = re.findall(r'^  "((?:[^"\\]|\\.)*)"(?: -- "((?:[^"\\]|\\.)*)")?', l)
+        ids = re.findall(r'^ +"((?:[^"\\]|\\.)*)"(?: -> "((?:[^"\\]|\\.)*)")?', l)
         if ids:
             a, b = ids[0]
             if b:
                 edges.append((a, b, l))
             else:
                 nodes.add(a)
+                if current:
+                    clusters[a] = current
     for a, b, _ in edges:
         assert a in nodes and b in nodes, (a, b)
-    return nodes, edges
+    return nodes, edges, clusters
 
 
 def test_dot_hand_built():
     d = hand_built()
     text = dot(d)
-    nodes, edges = _dot_structure(text)
+    nodes, edges, clusters = _dot_structure(text)
     assert {"CPU0", "CPU1", "pci0000:00", "0000:01:00.0", "0000:03:00.0", "0000:81:00.0", "0000:04:00.0",
-            "NVS0"} <= nodes
+            "NVSwitch"} <= nodes
     labels = {(a, b): l for a, b, l in edges}
-    assert 'label="NV18 370.8 GB/s"' in labels[("0000:03:00.0", "NVS0")]
-    assert 'label="Gen5 x16 48 GB/s"' in labels[("0000:01:00.0", "0000:03:00.0")]
-    assert "smp 20 GB/s" in labels[("CPU0", "CPU1")]
-    # parent edges that have a pcie link are not drawn twice; CPU->host bridge has none: dotted
+    # NVSwitches are one hub below the GPUs; the PCIe tree is drawn parent -> child
+    assert 'label="NV18 370.8 GB/s"' in labels[("0000:03:00.0", "NVSwitch")] or "NV18 370.8 GB/s" in text
+    assert ("0000:01:00.0", "0000:03:00.0") in labels and ("0000:03:00.0", "0000:01:00.0") not in labels
+    for child, parent in (("0000:03:00.0", "0000:01:00.0"), ("pci0000:00", "CPU0")):
+        assert (parent, child) in labels
+    assert "SMP 20 GB/s" in labels[("CPU0", "CPU1")] and "constraint=false" in labels[("CPU0", "CPU1")]
+    # CPU -> host bridge has no link record: dotted, and never a placeholder bandwidth
     assert "style=dotted" in labels[("CPU0", "pci0000:00")]
-    assert len([e for e in edges if {e[0], e[1]} == {"0000:01:00.0", "0000:03:00.0"}]) == 1
+    assert not re.search(r"\b\d{4,} GB/s", text)
+    assert clusters["0000:03:00.0"] == "CPU0"
     # deterministic whatever the order of the input lists
     shuffled = copy.deepcopy(d)
     rnd = random.Random(7)
@@ -210,9 +223,17 @@ def test_dot_hand_built():
 @pytest.mark.parametrize("path", FILES[::4], ids=[p.name[:40] for p in FILES[::4]])
 def test_dot_on_captures(path):
     d = parse(path)
-    nodes, edges = _dot_structure(dot(d))
+    nodes, edges, _ = _dot_structure(dot(d))
     assert {f"GPU{g['index']}" for g in d["gpus"]} <= nodes
-    assert len([e for e in edges if "NV" in e[2]]) == len([l for l in d["links"] if l["kind"] == "nvlink"])
+    nv = [l for l in d["links"] if l["kind"] == "nvlink"]
+    nvs = {s["id"] for s in d.get("switches") or [] if s.get("kind") == "nvswitch"}
+    direct = [l for l in nv if l["a"] not in nvs and l["b"] not in nvs]
+    via_hub = {l["a"] if l["b"] in nvs else l["b"] for l in nv if l["a"] in nvs or l["b"] in nvs}
+    assert len([e for e in edges if "forestgreen" in e[2]]) == len(direct) + len(via_hub)
+
+
+EXAMPLES = ["hgx-h100", "dgx-a100", "dgx1-v100", "pcie-8x-consumer", "a100-pcie-4x-nvbridge", "gb200-tray",
+            "cpu-only", "hgx-h100-degraded", "dgx-a100-numa-mismatch"]
 
 
 @pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz dot not installed")
@@ -220,6 +241,29 @@ def test_dot_accepted_by_graphviz():
     for d in (hand_built(), parse(FILES[0])):
         r = subprocess.run(["dot", "-Tsvg"], input=dot(d), capture_output=True, text=True, timeout=30)
         assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz dot not installed")
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_every_example_draws_a_tree_graphviz_accepts(name, tmp_path):
+    """dot -Tpng takes every bundled example; the tree hangs from the CPUs (every PCIe edge goes
+    parent -> child, so no CPU is below anything), the NVSwitches are one hub, and the picture is
+    not a strip (the 11:1 HGX picture of earlier versions)."""
+    from gpucomm.probes.load import load_topology
+
+    doc = load_topology(f"example:{name}")
+    text = dot(doc)
+    nodes, edges, clusters = _dot_structure(text)
+    assert not any(b.startswith("CPU") and "SMP" not in l and "firebrick" not in l for a, b, l in edges)
+    assert sum(1 for n in nodes if n == "NVSwitch") <= 1
+    png = tmp_path / f"{name}.png"
+    r = subprocess.run(["dot", "-Tpng", "-o", str(png)], input=text, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and png.stat().st_size > 1000, r.stderr
+    import struct
+
+    w, h = struct.unpack(">II", png.read_bytes()[16:24])
+    if doc["gpus"] and name in ("hgx-h100", "dgx-a100", "a100-pcie-4x-nvbridge", "pcie-8x-consumer"):
+        assert w / h < 6, (w, h)
 
 
 # --------------------------------------------------------------------------------------------

@@ -217,4 +217,4 @@ def test_select_cli(tmp_path):
     assert run_cli("select", str(p), "--count", "5").code == 4
     r = run_cli("select", str(p), "--count", "1", "--free", "0,x")
     assert r.code == 1 and "Traceback" not in r.stderr
-    assert run_cli("select", str(p), "--count", "1", "--policy", "nope").code == 1
+    assert run_cli("select", str(p), "--count", "1", "--policy", "nope").code == 2

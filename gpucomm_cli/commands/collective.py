@@ -10,10 +10,11 @@ from typing import Optional
 
 import typer
 
+from gpucomm.commands.common import TOPO_HELP, from_option, load_topo, topo_argument, usage_error
+from gpucomm.render.tables import plural, print_table
 from gpucomm.settings import diag
 
-TOPO_HELP = ("Topology: a saved topology, snapshot, `nvidia-smi topo -m` output, NCCL topology XML, "
-             "rocm-smi output, or example:<name>.")
+__all__ = ["TOPO_HELP", "parse_gpu_list"]
 
 
 # ASCII digits only: str.isdigit() accepts superscripts that int() rejects.
@@ -137,7 +138,7 @@ def render_rings_log(console, sec: dict, out: dict) -> None:
     t.add_row("channel 0 (GPUs)", _order(oc["nccl"], [f"NET/{n}" for n in nets] if nets else None),
               _order(oc["model"]), _order(oc["ours"]))
     t.add_row("transports", _transports_text(sec), "", "")
-    console.print(t)
+    print_table(console, t)
     rings = sec.get("rings") or []
     if rings:
         rt = Table(title="NCCL rings (log; node 0 as GPU indices)", title_justify="left")
@@ -150,15 +151,16 @@ def render_rings_log(console, sec: dict, out: dict) -> None:
             rt.add_row(str(r["channel"]), ranks, _order(r["node0_gpus"]))
         if len(rings) > 32:
             rt.add_row("...", f"({len(rings) - 32} more)", "")
-        console.print(rt)
+        print_table(console, rt)
     _print_log_notes(console, sec)
 
 
 def rings(
-    topo: str = typer.Argument(..., help=TOPO_HELP),
+    topo: Optional[str] = topo_argument(),
+    src: Optional[str] = from_option(),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU indices to use, e.g. 0,1,2,3 or 0-3 (default: all)."),
     channels: str = typer.Option("auto", "--channels", help="auto, or the number of channels (1-64)."),
-    nodes: int = typer.Option(1, "--nodes", "-N", help="Identical nodes joined through their NICs "
+    nodes: int = typer.Option(1, "--nodes", "-N", min=1, help="Identical nodes joined through their NICs "
                               "(> 1: every channel enters and leaves each node through a NIC)."),
     compare: Optional[str] = typer.Option(None, "--compare", metavar="LOG", help=COMPARE_HELP),
 ) -> None:
@@ -168,19 +170,21 @@ def rings(
     shared between channels.  Formats: table (default), json (schema gpucomm.rings/v1), yaml."""
     from gpucomm.planners.collectives.rings import rings_report
     from gpucomm.probes.formats.nccllog import load_nccl_log
-    from gpucomm.probes.load import load_topology
     from gpucomm.render.output import emit
 
+    ch = (channels or "").strip().lower()
+    if ch != "auto" and not (ch.isascii() and ch.isdigit() and 1 <= int(ch) <= 64):
+        usage_error(f"{channels!r} is not auto or a channel count 1-64", "--channels")
     gpu_list = parse_gpu_list(gpus)
     log = load_nccl_log(compare) if compare else None
-    doc = load_topology(topo)
+    doc, _ = load_topo(topo, src)
     out = rings_report(doc, gpus=gpu_list, channels=channels, nodes=nodes, log=log)
 
     def table(console) -> None:
         from rich.table import Table
 
         multi = out["nodes"] > 1
-        t = Table(title=f"Rings: {len(out['channels'])} channels, {out['total_bw_GBps']:g} GB/s total "
+        t = Table(title=f"Rings: {plural(len(out['channels']), 'channel')}, {out['total_bw_GBps']:g} GB/s total "
                         f"({'%d nodes' % out['nodes'] if multi else '1 node'}, GPUs "
                         f"{','.join(map(str, out['gpus']))})", title_justify="left")
         t.add_column("channel", justify="right")
@@ -196,7 +200,7 @@ def rings(
             worst = min(ch["links"], key=lambda l: (l["path_bw_GBps"], l["type"])) if ch["links"] else None
             hop = f"{worst['from']}->{worst['to']} {worst['type']} {worst['path_bw_GBps']:g}" if worst else "-"
             t.add_row(str(ch["channel"]), order, f"{ch['bw_GBps']:g}", hop)
-        console.print(t)
+        print_table(console, t)
         ref = out["nccl_reference"]
         if ref:
             console.print(f"NCCL reference: {ref['channels']} channels ({ref['search_channels']} searched x "
@@ -246,7 +250,7 @@ def render_trees_log(console, sec: dict, out: dict) -> None:
     if rb:
         t.add_row("  rebuilt from NCCL's chains", "", "", f"{rb['match']} of {rb['checked']} agree")
     t.add_row("transports", _transports_text(sec), "", "")
-    console.print(t)
+    print_table(console, t)
     diffs = lv.get("differ") or []
     for d in diffs[:3]:
         console.print(f"differs: channel {d['channel']} rank {d['rank']}: NCCL up {d['nccl']['up']} down "
@@ -255,9 +259,10 @@ def render_trees_log(console, sec: dict, out: dict) -> None:
 
 
 def trees(
-    topo: str = typer.Argument(..., help=TOPO_HELP),
-    nodes: int = typer.Option(1, "--nodes", "-N", help="Number of identical nodes."),
-    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", "-g",
+    topo: Optional[str] = topo_argument(),
+    src: Optional[str] = from_option(),
+    nodes: int = typer.Option(1, "--nodes", "-N", min=1, help="Number of identical nodes."),
+    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", "-g", min=1,
                                                 help="GPUs per node (default: all; the first G by index)."),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU indices used per node, e.g. 0,1,2,3 or 0-3."),
     compare: Optional[str] = typer.Option(None, "--compare", metavar="LOG", help=COMPARE_HELP),
@@ -268,21 +273,20 @@ def trees(
     from gpucomm.planners.collectives.trees import trees_report
     from gpucomm.probes.errors import InputError
     from gpucomm.probes.formats.nccllog import load_nccl_log
-    from gpucomm.probes.load import load_topology
     from gpucomm.render.output import emit
 
     gpu_list = parse_gpu_list(gpus)
     if gpu_list is not None and gpus_per_node is not None and gpus_per_node != len(gpu_list):
         raise InputError(f"--gpus lists {len(gpu_list)} GPUs but --gpus-per-node is {gpus_per_node}")
     log = load_nccl_log(compare) if compare else None
-    doc = load_topology(topo)
+    doc, _ = load_topo(topo, src)
     out = trees_report(doc, nodes=nodes, gpus_per_node=gpus_per_node, gpus=gpu_list, log=log)
 
     def table(console) -> None:
         from rich.table import Table
 
         gpn = out["gpus_per_node"]
-        t = Table(title=f"Trees: {len(out['channels'])} channels, {out['nranks']} ranks "
+        t = Table(title=f"Trees: {plural(len(out['channels']), 'channel')}, {plural(out['nranks'], 'rank')} "
                         f"({out['nodes']} x {gpn}), pattern {out['pattern']}, depth {out['depth']}",
                   title_justify="left")
         for c, j in (("channel", "right"), ("tree", "right"), ("root", "right"), ("chain (GPUs)", "left"),
@@ -295,7 +299,7 @@ def trees(
             chain = chains[ch["channel"] % len(chains)]
             shown = ", ".join(cross[:12]) + (f", ... ({len(cross)})" if len(cross) > 12 else "")
             t.add_row(str(ch["channel"]), str(ch["tree"]), str(ch["root"]), ">".join(map(str, chain)), shown or "-")
-        console.print(t)
+        print_table(console, t)
         ref = out["nccl_reference"]
         if ref:
             console.print(f"NCCL reference: {ref['channels']} channels (tree graph {ref['search_channels']} x "

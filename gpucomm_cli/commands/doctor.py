@@ -10,7 +10,9 @@ from typing import List, Optional
 
 import typer
 
+from gpucomm.commands.common import from_option, load_topo, topo_argument, usage_error
 from gpucomm.exitcodes import ExitCode
+from gpucomm.render.tables import plural, print_table
 
 _SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -18,7 +20,7 @@ _SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 def _describe(doc: dict, src: Optional[str]) -> str:
     h = doc.get("host") or {}
     name = src or f"this node ({h.get('hostname') or 'unknown host'})"
-    return f"{name}: {len(doc.get('gpus', []))} GPU(s), {len(doc.get('nics', []))} NIC(s)"
+    return f"{name}: {plural(len(doc.get('gpus', [])), 'GPU')}, {plural(len(doc.get('nics', [])), 'NIC')}"
 
 
 def short_names(inputs: List[str]) -> List[str]:
@@ -38,8 +40,8 @@ def short_names(inputs: List[str]) -> List[str]:
 
 
 def doctor(
-    src: Optional[str] = typer.Option(None, "--from", help="Check a recorded input (saved topology, snapshot, "
-                                      "nvidia-smi topo -m, NCCL XML, example:<name>) instead of this node."),
+    topo: Optional[str] = topo_argument(),
+    src: Optional[str] = from_option(),
     rules: Optional[str] = typer.Option(None, "--rules", help="Comma list of rules to run (default: all): "
                                         "pcie-downtrained, nvlink-inactive, ib-port-down, ib-rate-low, "
                                         "nic-numa-mismatch, p2p-blocked, cpu-affinity-mismatch, measured-bw-low, "
@@ -52,23 +54,16 @@ def doctor(
     from gpucomm.render.output import emit
 
     only = parse_rules(rules)
-    if src:
-        from gpucomm.probes.load import load_topology
-
-        doc = load_topology(src)
-    else:
-        from gpucomm.probes.sources.host import Host
-        from gpucomm.probes.sources.probe import probe_host
-
-        doc = probe_host(Host())
+    doc, name = load_topo(topo, src)
     report = run_doctor(doc, only)
-    title = _describe(doc, src)
+    title = _describe(doc, name)
 
     def table(console):
+        from rich.markup import escape
         from rich.table import Table
 
         c = report["counts"]
-        summary = f"{c['error']} error(s), {c['warning']} warning(s), {c['info']} info"
+        summary = f"{plural(c['error'], 'error')}, {plural(c['warning'], 'warning')}, {c['info']} info"
         if not report["findings"]:
             console.print(f"gpucomm doctor: {title}: no problems found ({len(report['checked'])} rules checked)")
             return
@@ -80,7 +75,13 @@ def doctor(
         for f in report["findings"]:
             t.add_row(f"[{_SEV_STYLE[f['severity']]}]{f['severity']}[/]", f["rule"], f["subject"],
                       f"{f['message']}\nfix: {f['fix']}")
-        console.print(t)
+        def lines(c) -> None:   # too narrow for the whole table: one finding per block, no line broken
+            for f in report["findings"]:
+                c.print(f"[{_SEV_STYLE[f['severity']]}]{f['severity']}[/] {f['rule']} {escape(f['subject'])}")
+                c.print(f"  {escape(f['message'])}")
+                c.print(f"  fix: {escape(f['fix'])}")
+
+        print_table(console, t, narrow=lines)
         console.print(f"checked: {', '.join(report['checked'])}")
 
     emit(report, table=table)
@@ -88,20 +89,25 @@ def doctor(
 
 
 def diff(
-    inputs: List[str] = typer.Argument(..., metavar="A B [C ...]", help="Two or more topologies (any --from "
-                                       "source: saved JSON/YAML, snapshot, topo -m capture, NCCL XML, example:<name>)."),
+    inputs: Optional[List[str]] = typer.Argument(None, metavar="A B [C ...]", help="Two or more topologies (any "
+                                                 "TOPO: saved JSON/YAML, snapshot, topo -m capture, NCCL XML, "
+                                                 "example:<name>, - for standard input once)."),
+    more: Optional[List[str]] = typer.Option(None, "--from", metavar="TOPO", help="One more input (repeatable; "
+                                             "the same as a positional one)."),
     all_attrs: bool = typer.Option(False, "--all", help="Table: also list attributes that are equal."),
 ) -> None:
     """What differs between nodes (GPU models/count, NVLink counts, PCIe width, NICs and rates, NUMA, driver);
     with 3 or more inputs, the odd node out. Exits 0 when identical, 5 when they differ."""
     from gpucomm.planners.health.diff import diff_documents, fingerprint, format_value
-    from gpucomm.probes.errors import InputError
     from gpucomm.probes.load import load_topology
 
     from gpucomm.render.output import emit
 
+    inputs = list(inputs or []) + list(more or [])
     if len(inputs) < 2:
-        raise InputError("diff needs at least two inputs", expected="gpucomm diff A B [C ...]")
+        usage_error(f"diff needs at least two inputs, got {len(inputs)} (gpucomm diff A B [C ...])")
+    if inputs.count("-") > 1:
+        usage_error("standard input (-) can be read once")
     named = list(zip(short_names(inputs), [load_topology(src) for src in inputs]))
     report = diff_documents(named)
 
@@ -121,7 +127,7 @@ def diff(
                      "same": k not in differing} for k in keys]
         if not rows:
             return
-        title = f"gpucomm diff: {len(report['differences'])} difference(s)"
+        title = f"gpucomm diff: {plural(len(report['differences']), 'difference')}"
         if report["outlier"]:
             title += f"; outlier: {report['outlier']} ({report['counts'][report['outlier']]} attributes differ " \
                      "from the majority)"
@@ -138,7 +144,7 @@ def diff(
                 cells.append(f"[bold]{txt}[/]" if n in r.get("differs", []) and len(names) > 2 else txt)
             extra = [format_value(r.get("majority"))] if any(x.get("majority") is not None for x in rows) else []
             t.add_row(r["attribute"], *cells, *extra)
-        console.print(t)
+        print_table(console, t)
 
     emit(report, table=table)
     raise typer.Exit(int(ExitCode.OK) if report["identical"] else int(ExitCode.DEGRADED))

@@ -6,6 +6,8 @@ from typing import Optional, Tuple
 
 import typer
 
+from gpucomm.commands.common import from_option, load_topo, topo_argument, usage_error
+from gpucomm.render.tables import print_table
 from gpucomm.settings import diag
 
 PATHS_SCHEMA = "gpucomm.paths/v1"
@@ -23,8 +25,8 @@ def build_paths(doc: dict, between: Optional[Tuple[str, str]] = None, rule: str 
 
 
 def paths(
-    topo: str = typer.Argument(..., help="Topology: a saved topology, snapshot, `nvidia-smi topo -m` output, "
-                               "NCCL topology XML, rocm-smi output, or example:<name>."),
+    topo: Optional[str] = topo_argument(),
+    src: Optional[str] = from_option(),
     between: Optional[Tuple[str, str]] = typer.Option(None, "--between", help="Only the path between two devices: "
                                                       "GPU<index>, an index, a GPU bus id or a NIC name."),
     rule: str = typer.Option("widest", "--rule", help="widest: the widest route (ties: fewer hops); nccl: the route "
@@ -35,15 +37,12 @@ def paths(
     Types follow NCCL (LOC NVL NVB C2C PIX PXB P2C PXN PHB SYS); bandwidths are NCCL's per-link
     constants (PCIe width*speed, NVLink count*per-link) unless the topology carries measured values.
     Formats: table (default), json (schema gpucomm.paths/v1), yaml."""
-    from gpucomm.probes.errors import InputError
-    from gpucomm.probes.load import load_topology
-
     from gpucomm.render.output import emit
 
     rule_l = (rule or "").strip().lower()
     if rule_l not in ("widest", "nccl"):
-        raise InputError(f"--rule {rule!r} is not a path rule", expected="widest or nccl")
-    doc = load_topology(topo)
+        usage_error(f"{rule!r} is not a path rule (widest or nccl)", "--rule")
+    doc, _ = load_topo(topo, src)
     out = build_paths(doc, between=between, rule=rule_l)
 
     def table(console) -> None:
@@ -55,7 +54,7 @@ def paths(
             t.add_column(c, justify=j, no_wrap=True)
         for r in out["rows"]:
             t.add_row(r["src"], r["dst"], r["type"], str(r["hops"]), f"{r['bw_GBps']:g}", r["via"] or "-")
-        console.print(t)
+        print_table(console, t)
         for a in out["assumptions"]:
             console.print(f"assumed: {a}")
 

@@ -9,9 +9,12 @@ from typing import Optional
 
 import typer
 
+from gpucomm.commands.common import TOPO_HELP, from_option, load_topo, pick_source, topo_argument, usage_error
+from gpucomm.render.tables import plural, print_table
 from gpucomm.settings import diag
 
-EMITS = ("torchrun", "slurm", "rankfile", "env", "wrapper", "json", "nccl-xml")
+EMITS = ("torchrun", "slurm", "rankfile", "env", "wrapper", "json", "nccl-xml", "megatron", "deepspeed",
+         "hostfile", "machinefile", "gres")
 
 
 # ============================================================================================
@@ -34,8 +37,11 @@ def draw_plan(plan: dict, console) -> None:
     from rich.table import Table
 
     p = plan["parallelism"]
-    console.print(f"gpucomm plan: {plan['nodes']} node(s) x {plan['gpus_per_node']} GPUs = {plan['world_size']} ranks; "
-                  f"tp={p['tp']} cp={p['cp']} ep={p['ep']} dp={p['dp']} pp={p['pp']} (order {p['order']})")
+    console.print(f"gpucomm plan: {plural(plan['nodes'], 'node')} x {plural(plan['gpus_per_node'], 'GPU')} = "
+                  f"{plural(plan['world_size'], 'rank')}; "
+                  f"tp={p['tp']} cp={p['cp']} ep={p['ep']} dp={p['dp']} pp={p['pp']} (order {p['order']})"
+                  + (f"; expert layers etp={p['etp']} ep={p['ep']} edp={p['edp']}" if p["ep"] > 1 or p["etp"] != p["tp"]
+                     else ""))
     console.print(f"  torch: {plan['mesh']['device_mesh']['code']};  DeepSpeed axes "
                   f"{plan['mesh']['deepspeed_axes']} dims {plan['mesh']['deepspeed_dims']}")
     if plan.get("candidates"):
@@ -47,7 +53,7 @@ def draw_plan(plan: dict, console) -> None:
             t.add_row(str(c["rank"]), str(q["tp"]), str(q["cp"]), str(q["ep"]), str(q["dp"]), str(q["pp"]),
                       str(c["micro_batches"]), _fmt_s(c["step_time_s"]), _fmt_s(c["comm_s"]), _fmt_s(c["bubble_s"]),
                       _fmt_bytes(c["memory_per_gpu_bytes"]), {True: "yes", False: "no", None: "?"}[c["fits"]])
-        console.print(t)
+        print_table(console, t)
     t = Table(title="Local ranks (the same on every node)")
     for c in ("local rank", "GPU", "bus id", "NUMA", "CPUs", "NICs"):
         t.add_column(c)
@@ -55,20 +61,21 @@ def draw_plan(plan: dict, console) -> None:
         t.add_row(str(lr["local_rank"]), str(lr["gpu"]), lr.get("pci_bus_id") or "-",
                   "-" if lr.get("numa_node") is None else str(lr["numa_node"]), lr.get("cpus") or "-",
                   ",".join(lr.get("nics") or []) or "-")
-    console.print(t)
+    print_table(console, t)
     t = Table(title="Groups")
     for c in ("axis", "groups", "size", "spans", "link", "first groups"):
         t.add_column(c)
-    for axis in ("tp", "cp", "ep", "dp", "pp"):
+    expert = p["ep"] > 1 or p["etp"] != p["tp"]
+    for axis in ("tp", "cp", "ep", "dp", "pp", "etp", "edp"):
         groups = plan["groups"][axis]
-        tier = plan["tiers"][axis]
-        if tier["size"] <= 1:
+        tier = plan["tiers"].get(axis) or {"size": 1}
+        if tier["size"] <= 1 or (axis in ("etp", "edp") and not expert) or (axis == "etp" and p["etp"] == p["tp"]):
             continue
         bw = tier.get("inter_GBps") if tier.get("nodes", 1) > 1 else tier.get("intra_GBps")
         link = tier["where"] + (f" ~{bw:g} GB/s" if bw else "")
         first = " ".join(str(g) for g in groups[:2]) + (" ..." if len(groups) > 2 else "")
-        t.add_row(axis, str(len(groups)), str(tier["size"]), f"{tier['nodes']} node(s)", link, first)
-    console.print(t)
+        t.add_row(axis, str(len(groups)), str(tier["size"]), plural(tier['nodes'], 'node'), link, first)
+    print_table(console, t)
     if plan.get("estimate"):
         e = plan["estimate"]
         t = Table(title=f"Estimate per step ({e['model']['name']}, {e['micro_batches']} micro-batches; {e['cost_model']})")
@@ -77,10 +84,10 @@ def draw_plan(plan: dict, console) -> None:
         t.add_row("compute", "-", "-", "-", "-", _fmt_s(e["compute_s"]))
         t.add_row("pipeline bubble", "-", "-", "-", f"{e['bubble_fraction']:.3f} of ideal", _fmt_s(e["bubble_s"]))
         for axis, c in e["comm"].items():
-            t.add_row(axis, c["collective"], f"{c['group_size']} ranks / {c['nodes_per_group']} node(s)",
+            t.add_row(axis, c["collective"], f"{plural(c['group_size'], 'rank')} / {plural(c['nodes_per_group'], 'node')}",
                       c["where"] or "-", _fmt_bytes(c["bytes_per_gpu"]), _fmt_s(c["time_s"]))
         t.add_row("step", "", "", "", "", _fmt_s(e["step_time_s"]))
-        console.print(t)
+        print_table(console, t)
         m = e["memory"]
         console.print(f"  memory per GPU: {_fmt_bytes(m['per_gpu_bytes'])} (weights+optimizer "
                       f"{_fmt_bytes(m['weights_optimizer_bytes'])}, activations {_fmt_bytes(m['activation_bytes'])}) "
@@ -93,40 +100,70 @@ def draw_plan(plan: dict, console) -> None:
             t.add_column(c)
         for lvl, v in tr["by_level"].items():
             t.add_row(lvl, str(v["edges"]), _fmt_bytes(v["bytes_per_step"]) if v["bytes_per_step"] is not None else "-")
-        console.print(t)
+        print_table(console, t)
     t = Table(title="Environment")
     for c in ("variable", "value", "why"):
         t.add_column(c, overflow="fold")
     for k, v in plan["env"].items():
         t.add_row(k, v["value"], v["reason"])
-    console.print(t)
-    console.print("  launch: --emit torchrun | slurm | rankfile | wrapper | env | json"
+    print_table(console, t, prose=("why",), narrow=lambda c: [
+        (c.print(f"# {v['reason']}", soft_wrap=True, highlight=False, markup=False),
+         c.print(f"{k}={v['value']}", soft_wrap=True, highlight=False, markup=False)) for k, v in plan["env"].items()])
+    console.print("  launch: --emit " + " | ".join(e for e in EMITS if e != "nccl-xml" and (e != "gres" or "gres" in plan["launch"]))
                   + (" | nccl-xml" if plan.get("files") else ""))
 
 
+def installed_torch_version() -> Optional[str]:
+    """The torch installed here, from its metadata (importing torch would take seconds)."""
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        return version("torch")
+    except (ImportError, PackageNotFoundError, ValueError):
+        return None
+
+
+MODEL_HELP = ("A model: a preset (llama-8b, llama-70b, llama-405b) optionally followed by ,key=value overrides, "
+              "or key=value pairs alone. Keys: layers (transformer layers), hidden (hidden size), heads (attention "
+              "heads), kv_heads (KV heads, GQA; default heads), ffn (MLP hidden size; default 4*hidden), vocab "
+              "(vocabulary; default 32000), params (total parameters; default counted from the shape), seq "
+              "(sequence length; default 8192), mbs (micro-batch size; default 1), gbs (global batch size; "
+              "default 1024), dtype (bf16, fp16, fp32, fp8; default bf16), zero (0 = plain DDP, 1 = Megatron "
+              "distributed optimizer / ZeRO-1, 2, 3; default 1), experts (MoE experts per layer; default 0 = "
+              "dense), topk (experts per token; default 2), mfu (fraction of dense peak FLOP/s reached; default "
+              "0.4), name (a label). E.g. llama-70b,seq=4096,gbs=512 or layers=32,hidden=4096,heads=32,experts=8.")
+
+
 def plan(
-    topo: Optional[str] = typer.Argument(None, help="Node topology: a saved topology, snapshot, `nvidia-smi topo -m` "
-                                         "output, NCCL XML, or example:<name> (optional with --cluster)."),
-    tp: Optional[int] = typer.Option(None, "--tp", help="Tensor-parallel size (kept inside a node's NVLink domain)."),
-    pp: Optional[int] = typer.Option(None, "--pp", help="Pipeline-parallel size."),
-    dp: Optional[int] = typer.Option(None, "--dp", help="Data-parallel size (default: what is left)."),
-    cp: Optional[int] = typer.Option(None, "--cp", help="Context-parallel size."),
-    ep: Optional[int] = typer.Option(None, "--ep", help="Expert-parallel size."),
-    nodes: Optional[int] = typer.Option(None, "--nodes", "-N", help="Number of identical nodes (default 1)."),
+    topo: Optional[str] = typer.Argument(None, metavar="[TOPO]", show_default=False,
+                                         help=TOPO_HELP + " Required unless --cluster names the nodes."),
+    src: Optional[str] = from_option(),
+    tp: Optional[int] = typer.Option(None, "--tp", min=1, help="Tensor-parallel size (kept inside a node's NVLink "
+                                     "domain)."),
+    pp: Optional[int] = typer.Option(None, "--pp", min=1, help="Pipeline-parallel size."),
+    dp: Optional[int] = typer.Option(None, "--dp", min=1, help="Data-parallel size (default: what is left; the world "
+                                     "is tp*cp*dp*pp, as in Megatron-LM)."),
+    cp: Optional[int] = typer.Option(None, "--cp", min=1, help="Context-parallel size."),
+    ep: Optional[int] = typer.Option(None, "--ep", min=1, help="Expert-parallel size: carved out of dp*cp as in "
+                                     "Megatron-LM (etp*ep must divide tp*dp*cp), not a factor of the world size."),
+    etp: Optional[int] = typer.Option(None, "--etp", min=1, help="Expert tensor-parallel size (Megatron's "
+                                      "--expert-tensor-parallel-size; default: tp)."),
+    vpp: Optional[int] = typer.Option(None, "--vpp", min=1, help="Virtual pipeline stages per pipeline rank "
+                                      "(interleaved 1F1B; Megatron needs pp > 2)."),
+    nodes: Optional[int] = typer.Option(None, "--nodes", "-N", min=1, help="Number of identical nodes (default 1)."),
     cluster: Optional[str] = typer.Option(None, "--cluster", help="Cluster file (YAML/JSON: nodes + fabric)."),
     order: str = typer.Option("tp-cp-ep-dp-pp", "--order", help="Megatron rank order, leftmost = adjacent ranks "
                               "(tp-cp-ep-pp-dp = Megatron's --use-tp-pp-dp-mapping)."),
-    model: Optional[str] = typer.Option(None, "--model", help="llama-8b|llama-70b|llama-405b[,key=value...] or "
-                                        "layers=80,hidden=8192,heads=64,seq=8192,mbs=1,gbs=1024,dtype=bf16,params=70e9"),
+    model: Optional[str] = typer.Option(None, "--model", help=MODEL_HELP),
     emit: Optional[str] = typer.Option(None, "--emit", help="Print one artifact: " + ", ".join(EMITS) + "."),
-    top: int = typer.Option(5, "--top", help="Candidate factorizations to show (with --model and free axes)."),
-    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", "-g",
+    top: int = typer.Option(5, "--top", min=1, help="Candidate factorizations to show (with --model and free axes)."),
+    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", "-g", min=1,
                                                 help="Use K GPUs per node (the best K, as `gpucomm select`)."),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU indices to use on each node, e.g. 0-3."),
     command: str = typer.Option("train.py", "--command", help="Training script and its arguments for the launch files."),
     topo_file_path: Optional[str] = typer.Option(None, "--topo-file-path",
                                                  help="Where NCCL_TOPO_FILE will live on the nodes (VMs)."),
-    port: int = typer.Option(29500, "--master-port", help="Rendezvous port."),
+    port: int = typer.Option(29500, "--master-port", min=1, max=65535, help="Rendezvous port."),
     hosts: Optional[str] = typer.Option(None, "--hosts", help="Host names of the nodes in node-rank order "
                                         "(Slurm hostlist, e.g. node[01-04]); default: relative/allocated hosts."),
 ) -> None:
@@ -143,11 +180,10 @@ def plan(
     from gpucomm.render.output import write_text
 
     if emit is not None and emit not in EMITS:
-        raise InputError(f"--emit {emit}", expected=", ".join(EMITS))
+        usage_error(f"{emit!r} is not one of {', '.join(EMITS)}", "--emit")
+    topo = pick_source(topo, src)
     if topo is None and cluster is None:
-        raise InputError("give a topology (TOPO) or --cluster FILE", expected="gpucomm plan TOPO --tp 8 ...")
-    if top < 1:
-        raise InputError(f"--top {top}", expected="an integer >= 1")
+        usage_error("give a topology (TOPO, - for standard input) or --cluster FILE: gpucomm plan TOPO --tp 8 ...")
     gpu_list = parse_index_list(gpus, "--gpus")
     if gpus is not None and not gpu_list:
         raise InputError("--gpus is empty", expected="e.g. 0-3")
@@ -165,7 +201,8 @@ def plan(
     doc = load_topology(topo) if (topo and cl is None) else None
     result = build_full_plan(doc, nodes=nodes, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, order=order, model=model,
                              top=top, gpus_per_node=gpus_per_node, gpus=gpu_list, cluster=cl, command=command,
-                             topo_file_path=topo_file_path, port=port, hosts=host_list)
+                             topo_file_path=topo_file_path, port=port, hosts=host_list, etp=etp, vpp=vpp,
+                             torch_version=installed_torch_version())
     if emit is not None:
         from gpucomm.probes.model import dumps_json
 
@@ -206,7 +243,7 @@ def draw_select(res: dict, console) -> None:
         g = ga["details"]
         t.add_row("go-gpuallocator", str(ga["gpus"]), _g(g["ring_GBps"]), str(g["numa_nodes"]),
                   ",".join(g["nearby_nics"]) or "-", str(g["fragmented_free_gpus"]), str(ga["score"]))
-    console.print(t)
+    print_table(console, t)
     console.print("  links: " + ", ".join(f"{k} {v}" for k, v in d["links"].items()) if d["links"] else "")
 
 
@@ -215,8 +252,9 @@ def _g(x) -> str:
 
 
 def select(
-    topo: str = typer.Argument(..., help="Node topology (file, snapshot, capture or example:<name>)."),
-    count: int = typer.Option(..., "--count", "-k", help="How many GPUs to allocate."),
+    topo: Optional[str] = topo_argument(),
+    src: Optional[str] = from_option(),
+    count: int = typer.Option(..., "--count", "-k", min=1, help="How many GPUs to allocate."),
     free: Optional[str] = typer.Option(None, "--free", help="Free GPU indices, e.g. 0,1,3 or 0-3,6 (default: all)."),
     policy: str = typer.Option("gpucomm", "--policy", help="gpucomm (default) or gpuallocator (NVIDIA "
                                "go-gpuallocator's best-effort policy, as the Kubernetes device plugin)."),
@@ -226,20 +264,19 @@ def select(
     Formats: table, json (gpucomm.select/v1), yaml, list (just the indices, comma-separated)."""
     from gpucomm.planners.placement.select import parse_index_list, select_gpus
     from gpucomm.probes.errors import InputError
-    from gpucomm.probes.load import load_topology
 
     from gpucomm.render.output import emit as emit_doc
 
     if policy not in ("gpucomm", "gpuallocator"):
-        raise InputError(f"--policy {policy}", expected="gpucomm or gpuallocator")
+        usage_error(f"{policy!r} is not a policy (gpucomm or gpuallocator)", "--policy")
     free_list = parse_index_list(free, "--free")
-    doc = load_topology(topo)
+    doc, _ = load_topo(topo, src)
     res = select_gpus(doc, count, free_list, compare=True)
     if policy == "gpuallocator":
         ga = res.get("gpuallocator")
         if not ga or not ga.get("gpus"):
             raise InputError("go-gpuallocator's policy returns no devices for this request")
-        res = dict(res, policy="gpuallocator", gpus=ga["gpus"], details=ga["details"])
+        res = dict(res, policy="gpuallocator", gpus=ga["gpus"], devices=ga["devices"], details=ga["details"])
     emit_doc(res, table=lambda console: draw_select(res, console),
              extra={"list": lambda: ",".join(str(g) for g in res["gpus"])},
              allowed=["table", "json", "yaml", "list"])
@@ -249,11 +286,15 @@ def select(
 
 # ============================================================================================
 def synth(
-    nodes: int = typer.Option(..., "--nodes", "-N", help="Number of nodes."),
-    node: str = typer.Option(..., "--node", help="Topology of every node, e.g. example:hgx-h100."),
-    fat_tree: int = typer.Option(3, "--fat-tree", help="Levels of the fat tree (1, 2 or 3)."),
-    nodes_per_leaf: int = typer.Option(32, "--nodes-per-leaf", help="Nodes under each leaf switch."),
-    leaves_per_spine: int = typer.Option(8, "--leaves-per-spine", help="Leaf switches under each spine (3 levels)."),
+    topo: Optional[str] = typer.Argument(None, metavar="[TOPO]", show_default=False,
+                                         help=TOPO_HELP + " The topology of every node (or --node)."),
+    nodes: int = typer.Option(..., "--nodes", "-N", min=1, help="Number of nodes."),
+    node: Optional[str] = typer.Option(None, "--node", "--from", metavar="TOPO",
+                                       help="Topology of every node, e.g. example:hgx-h100 (the same as TOPO)."),
+    fat_tree: int = typer.Option(3, "--fat-tree", min=1, max=3, help="Levels of the fat tree (1, 2 or 3)."),
+    nodes_per_leaf: int = typer.Option(32, "--nodes-per-leaf", min=1, help="Nodes under each leaf switch."),
+    leaves_per_spine: int = typer.Option(8, "--leaves-per-spine", min=1, help="Leaf switches under each spine "
+                                         "(3 levels)."),
     prefix: str = typer.Option("node", "--prefix", help="Host name prefix."),
     out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="Write cluster.yaml and topology.conf here "
                                            "(default: print the cluster file with the topology.conf inline)."),
@@ -269,6 +310,9 @@ def synth(
 
     from gpucomm.render.output import chosen_format, write_text
 
+    node = pick_source(topo, node)
+    if node is None:
+        usage_error("give the topology of every node (TOPO or --node), e.g. gpucomm synth example:hgx-h100 -N 64")
     doc = load_topology(node)  # the node must load, and gives the uplink speed
     nics = {n["name"]: n for n in doc.get("nics") or [] if isinstance(n, dict) and n.get("name")}
     rate = sum((nic_rate_gbps(n) or 0) for n in compute_nics(nics).values() if nic_is_rdma(n))
@@ -280,7 +324,7 @@ def synth(
                                       topology_conf_name="topology.conf" if out_dir is not None else None)
     fmt = chosen_format("yaml")
     if fmt not in ("yaml", "json", "table"):
-        raise InputError(f"--format {fmt} is not available for synth", expected="yaml, json")
+        usage_error(f"{fmt!r} is not a format of synth (it has yaml, json)", "--format")
     if out_dir is not None:
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
@@ -289,7 +333,7 @@ def synth(
         except OSError as e:
             raise InputError(f"cannot write: {e.strerror}", str(out_dir)) from None
         diag(f"gpucomm: wrote {out_dir / 'cluster.yaml'} and {out_dir / 'topology.conf'} ({nodes} nodes)")
-        summary = {"cluster": str(out_dir / "cluster.yaml"), "topology_conf": str(out_dir / "topology.conf"),
+        summary = {"schema": "gpucomm.synth/v1", "cluster": str(out_dir / "cluster.yaml"), "topology_conf": str(out_dir / "topology.conf"),
                    "nodes": nodes, "levels": fat_tree}
         from gpucomm.probes.model import dumps_json
 

@@ -6,6 +6,7 @@ from typing import Optional
 
 import typer
 
+from gpucomm.commands.common import from_option, load_topo, topo_argument
 from gpucomm.probes import units
 from gpucomm.settings import diag
 
@@ -102,8 +103,8 @@ def _fmt_time(t: float) -> str:
 
 
 def predict(
-    topo: str = typer.Argument(..., help="Topology: a saved topology, snapshot, `nvidia-smi topo -m` output, "
-                               "NCCL topology XML, rocm-smi output, or example:<name>."),
+    topo: Optional[str] = topo_argument(),
+    src: Optional[str] = from_option(),
     collective: Optional[str] = typer.Option(None, "--collective", "-c", help="all_reduce (default), all_gather, "
                                              "reduce_scatter, broadcast, reduce, all_to_all, send_recv. With "
                                              "--compare: only that collective's runs (default: every run)."),
@@ -111,9 +112,9 @@ def predict(
                                        "8B:8GiB (doubling), 1K:1G:x4 (factor 4), or a list 1M,2M.  K/M/G and "
                                        "KiB/MiB/GiB are powers of 1024 (as nccl-tests' -b/-e), KB/MB/GB powers of "
                                        "1000.  With --compare: the file's sizes."),
-    nodes: Optional[int] = typer.Option(None, "--nodes", "-N", help="Number of identical nodes (default 1; with "
+    nodes: Optional[int] = typer.Option(None, "--nodes", "-N", min=1, help="Number of identical nodes (default 1; with "
                                         "--compare: from the file's hosts and ranks)."),
-    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", "-g",
+    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", "-g", min=1,
                                                 help="GPUs used per node (default: all; the first G by index)."),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU indices used per node, e.g. 0,1,2,3 or 0-3."),
     fabric_gbps: Optional[float] = typer.Option(None, "--fabric-gbps", help="What one NIC delivers, in Gb/s: "
@@ -139,7 +140,7 @@ def predict(
     from gpucomm.commands.collective import parse_gpu_list
     from gpucomm.planners.collectives.predict import build_comparison, build_prediction
     from gpucomm.probes.errors import InputError
-    from gpucomm.probes.load import load_topology, read_text_input
+    from gpucomm.probes.load import read_text_input
     from gpucomm.render.output import emit
 
     gpu_list = parse_gpu_list(gpus)
@@ -149,7 +150,7 @@ def predict(
                 raise InputError(f"{flag} and --compare exclude each other: --compare predicts the file's sizes "
                                  "and types")
         text = read_text_input(compare_file)
-        doc = load_topology(topo)
+        doc, _ = load_topo(topo, src)
         rep = build_comparison(doc, text, compare_file, collective=collective, nodes=nodes,
                                gpus_per_node=gpus_per_node, fabric_gbps=fabric_gbps, algo=algo, gpus=gpu_list)
         emit(rep, extra={"table": lambda: compare_table_text(rep)}, allowed=["table", "json", "yaml"])
@@ -157,7 +158,7 @@ def predict(
         for w in rep["warnings"]:   # skipped runs matter; topology warnings only with --verbose, as below
             diag(f"gpucomm: warning: {w}", verbose_only=w in topo_warnings)
         return
-    doc = load_topology(topo)
+    doc, _ = load_topo(topo, src)
     pred = build_prediction(doc, collective or "all_reduce", size or "1GiB", nodes=1 if nodes is None else nodes,
                             gpus_per_node=gpus_per_node, fabric_gbps=fabric_gbps, algo=algo, gpus=gpu_list,
                             dtype=dtype or "float")

@@ -6,9 +6,11 @@ from typing import Optional
 
 import typer
 
+from gpucomm.commands.common import from_option, load_topo, topo_argument
+from gpucomm.render.tables import print_table
 from gpucomm.settings import SETTINGS, diag
 
-TOPO_FORMATS = ["table", "json", "yaml", "matrix", "tree", "dot", "nccl-xml"]
+TOPO_FORMATS = ["table", "json", "yaml", "matrix", "tree", "dot", "nccl-xml", "k8s-labels", "nfd"]
 ALL_SOURCES = ("nvml", "smi", "sysfs", "ib", "net", "numa")  # for --help; gpucomm.probes.sources.probe validates
 
 
@@ -37,11 +39,19 @@ def _render_topology(doc: dict) -> None:
             "tree": lambda: _capture(lambda c: render_topo().tree(doc, c)),
             "dot": lambda: render_topo().dot(doc),
             "nccl-xml": nccl_xml,
+            "k8s-labels": lambda: _k8s().labels_json(doc),
+            "nfd": lambda: _k8s().nfd_feature_file(doc),
         },
         allowed=TOPO_FORMATS,
     )
     for w in doc.get("warnings", []):
         diag(f"gpucomm: warning: {w}")
+
+
+def _k8s():
+    from gpucomm.planners.launch import k8s
+
+    return k8s
 
 
 def _capture(draw) -> str:
@@ -55,20 +65,23 @@ def _capture(draw) -> str:
 
 
 def probe(
-    src: Optional[str] = typer.Option(None, "--from", help="Replay a recorded input instead of probing this node: "
-                                      "a saved topology, a snapshot (dir or .tar.gz), `nvidia-smi topo -m` output, "
-                                      "an NCCL topology XML, `rocm-smi --showtopo` output, or example:<name>."),
+    topo: Optional[str] = topo_argument(),
+    src: Optional[str] = from_option(),
     sources: Optional[str] = typer.Option(None, "--sources", help="Comma list of sources to use: "
                                           + ",".join(ALL_SOURCES) + " (default: all available)."),
     sysfs_root: Optional[Path] = typer.Option(None, "--sysfs-root", help="Read /sys (and /proc) under DIR."),
 ) -> None:
-    """Discover this node (or replay SRC) and print the topology.
+    """Discover this node (or replay TOPO) and print the topology.
 
-    Formats: table (default), json, yaml, matrix (nvidia-smi layout), tree (PCIe hierarchy), dot, nccl-xml."""
-    if src:
+    Formats: table (default), json, yaml, matrix (nvidia-smi layout), tree (PCIe hierarchy), dot,
+    nccl-xml, k8s-labels (Kubernetes node labels, JSON), nfd (a Node Feature Discovery feature file)."""
+    from gpucomm.commands.common import pick_source
+
+    chosen = pick_source(topo, src)
+    if chosen:
         from gpucomm.probes.load import load_topology
 
-        doc = load_topology(src)
+        doc = load_topology(chosen)
     else:
         from gpucomm.probes.sources.host import Host
         from gpucomm.probes.sources.probe import probe_host
@@ -85,12 +98,12 @@ def probe(
 
 
 def show(
-    topo: str = typer.Argument(..., metavar="TOPO", help="Any --from source (file, snapshot, example:<name>)."),
+    topo: Optional[str] = topo_argument(),
+    src: Optional[str] = from_option(),
 ) -> None:
-    """Render a saved topology as table, matrix, tree, dot, json, yaml or nccl-xml."""
-    from gpucomm.probes.load import load_topology
-
-    _render_topology(load_topology(topo))
+    """Render a topology as table, matrix, tree, dot, json, yaml, nccl-xml, k8s-labels or nfd."""
+    doc, _ = load_topo(topo, src)
+    _render_topology(doc)
 
 
 def snapshot(
@@ -130,7 +143,7 @@ def examples() -> None:
         t.add_column("description")
         for r in rows:
             t.add_row(r["name"], r["description"])
-        console.print(t)
+        print_table(console, t, prose=("description",))
 
     emit({"schema": "gpucomm.examples/v1", "examples": rows}, table=table)
 

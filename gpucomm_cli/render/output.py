@@ -18,9 +18,12 @@ def chosen_format(default: str = "table") -> str:
 
 
 def check_format(fmt: str, allowed: Iterable[str]) -> None:
+    """A --format the command does not have is a usage error (exit 2)."""
     allowed = list(allowed)
     if fmt not in allowed:
-        raise InputError(f"--format {fmt} is not available for this command", expected=", ".join(allowed))
+        from gpucomm.commands.common import usage_error
+
+        usage_error(f"{fmt!r} is not a format of this command (it has {', '.join(allowed)})", "--format")
 
 
 def make_console(file=None, width: Optional[int] = None):
@@ -32,7 +35,8 @@ def make_console(file=None, width: Optional[int] = None):
         width = int(os.environ.get("COLUMNS", "0") or 0) or 240
     return Console(file=target, width=width, force_terminal=is_tty if is_tty else False,
                    no_color=not is_tty or bool(os.environ.get("NO_COLOR")), highlight=False,
-                   soft_wrap=False)
+                   soft_wrap=True,   # text lines are never broken; tables fit themselves (render/tables.py)
+                   emoji=False)      # ":cd:" in a bus id (0000:cd:00.0) is not an emoji
 
 
 def write_text(text: str) -> None:
@@ -49,11 +53,18 @@ def write_text(text: str) -> None:
 
 
 def render_rich(draw: Callable) -> None:
-    """Call ``draw(console)``; to a file the output is captured without colour."""
-    if SETTINGS.output and SETTINGS.output != "-":
+    """Call ``draw(console)``; to a file or a pipe the output is captured without colour and
+    without the padding rich leaves at the end of lines."""
+    to_file = SETTINGS.output and SETTINGS.output != "-"
+    if to_file or not (hasattr(sys.stdout, "isatty") and sys.stdout.isatty()):
         buf = io.StringIO()
         draw(make_console(buf))
-        write_text(buf.getvalue())
+        text = "\n".join(line.rstrip() for line in buf.getvalue().split("\n"))
+        if to_file:
+            write_text(text)
+        else:
+            sys.stdout.write(text)
+            sys.stdout.flush()
     else:
         draw(make_console())
 

@@ -20,6 +20,8 @@ from gpucomm.probes.facts import nic_rate_gbps, pcie_bw_GBps
 from gpucomm.probes.model import cpu_id, format_cpulist, gpu_id, matrix_order, nic_id
 from gpucomm.probes.model import natural_key as _natural
 
+from gpucomm.render.tables import print_table
+
 _GPU_KEY = re.compile(r"^GPU(\d+)$")
 
 # nvidia-smi's own legend (driver >= 418 wording), printed under the matrix.
@@ -134,14 +136,20 @@ def matrix_rich(doc: dict, console) -> None:
         row += [Text(cells[r][c], style=level_style(cells[r][c])) for c in order]
         row += [Text(v) for v in p["trailing"].get(r, ("", "", ""))]
         t.add_row(*row)
-    console.print(t)
+    if console.measure(t).minimum > console.width:
+        # Too wide for this terminal: nvidia-smi's own text layout, each row one unbroken line.
+        console.print("Topology matrix (nvidia-smi topo -m)", soft_wrap=True)
+        for line in matrix_text(doc).rstrip("\n").split("\n"):
+            console.print(Text(line), soft_wrap=True)
+        return
+    print_table(console, t)
     legend = Text("Legend: ")
     for code, text in SHORT_LEGEND:
         legend.append(code, style=level_style("NV1" if code == "NV#" else code))
         legend.append(f" {text}" + ("  " if code != SHORT_LEGEND[-1][0] else ""))
-    console.print(legend)
+    console.print(legend, soft_wrap=True)
     if p["nics"]:
-        console.print("NIC Legend: " + ", ".join(f"{label[k]}={k}" for k in p["nics"]))
+        console.print("NIC Legend: " + ", ".join(f"{label[k]}={k}" for k in p["nics"]), soft_wrap=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -185,10 +193,11 @@ def _gpu_nvlink_text(doc: dict, g: dict) -> str:
     switches = peers & nvs
     parts = []
     if peers - switches:
-        parts.append(f"{len(peers - switches)} GPU peer(s)")
+        n = len(peers - switches)
+        parts.append(f"{n} GPU peer{'' if n == 1 else 's'}")
     if switches:
         parts.append(f"{len(switches)} NVSwitch(es)")
-    return f"{total} link(s) to " + " + ".join(parts)
+    return f"{total} link{'' if total == 1 else 's'} to " + " + ".join(parts)
 
 
 def _ports_text(nic: dict) -> str:
@@ -211,7 +220,7 @@ def summary_table(doc: dict, console) -> None:
               "cpu_arch", "sockets", "collected_at"):
         if k in host:
             t.add_row(k, _dash(host.get(k)))
-    console.print(t)
+    print_table(console, t)
 
     if doc.get("sources"):
         t = Table(title="Sources", title_justify="left")
@@ -222,7 +231,7 @@ def summary_table(doc: dict, console) -> None:
             st = s.get("status", "")
             t.add_row(s.get("name", ""), f"[{colour.get(st, '')}]{st}[/]" if colour.get(st) else st,
                       _escape(s.get("detail", "")))
-        console.print(t)
+        print_table(console, t, prose=("detail",))
 
     if doc.get("numa_nodes"):
         t = Table(title="NUMA nodes", title_justify="left")
@@ -232,7 +241,7 @@ def summary_table(doc: dict, console) -> None:
             mem = n.get("memory_bytes")
             t.add_row(str(n.get("id")), _dash(n.get("cpus")), f"{mem / 2**30:.1f} GiB" if mem else "-",
                       " ".join(map(str, n.get("distances") or [])) or "-")
-        console.print(t)
+        print_table(console, t)
 
     t = Table(title=f"GPUs ({len(doc.get('gpus', []))})", title_justify="left")
     for c in ("GPU", "name", "bus id", "NUMA", "CPUs", "PCIe cur / max", "NVLink"):
@@ -243,7 +252,7 @@ def summary_table(doc: dict, console) -> None:
         numa_s = str(numa) if numa is not None else (format_cpulist(aff) if aff else "-")
         t.add_row(str(g["index"]), _escape(_dash(g.get("name"))), _dash(g.get("pci_bus_id")), numa_s,
                   _dash(g.get("cpu_affinity")), _pcie_text(g.get("pcie")), _gpu_nvlink_text(doc, g))
-    console.print(t)
+    print_table(console, t, prose=("name", "NVLink"))
 
     if doc.get("nics"):
         t = Table(title=f"NICs ({len(doc['nics'])})", title_justify="left")
@@ -252,7 +261,7 @@ def summary_table(doc: dict, console) -> None:
         for n in doc["nics"]:
             t.add_row(_escape(n["name"]), _dash(n.get("netdev")), _dash(n.get("pci_bus_id")), _dash(n.get("numa_node")),
                       _dash(n.get("link_layer")), _ports_text(n))
-        console.print(t)
+        print_table(console, t, prose=("ports",))
 
     # Other PCI functions (a GPU-less host still shows what it has).  Only when there are no GPUs,
     # or with --verbose, to keep the GPU-node view short.
@@ -266,16 +275,17 @@ def summary_table(doc: dict, console) -> None:
         for p in pci:
             t.add_row(_dash(p.get("bdf")), _dash(p.get("class")), f"{p.get('vendor') or '-'}:{p.get('device') or '-'}",
                       _dash(p.get("role")), _dash(p.get("numa_node")))
-        console.print(t)
+        print_table(console, t)
     other_net = [n for n in doc.get("net_interfaces") or [] if n.get("kind") != "physical"]
     if other_net:
         console.print("Other network interfaces: " + ", ".join(
-            f"{_escape(n.get('name', '?'))} ({n.get('kind', '?')}, {n.get('operstate') or '-'})" for n in other_net))
+            f"{_escape(n.get('name', '?'))} ({n.get('kind', '?')}, {n.get('operstate') or '-'})" for n in other_net),
+            soft_wrap=True)
 
     if doc.get("warnings"):
         console.print("[bold yellow]Warnings[/]")
         for w in doc["warnings"]:
-            console.print(f"  [yellow]![/] {_escape(w)}")
+            console.print(f"  [yellow]![/] {_escape(w)}", soft_wrap=True)
     matrix_rich(doc, console)
 
 
@@ -433,7 +443,8 @@ def tree(doc: dict, console) -> None:
             ls = [l for l in nv if s["id"] in (l["a"], l["b"])]
             gpus = {l["a"] if l["b"] == s["id"] else l["b"] for l in ls}
             count = sum(int(l.get("count") or 1) for l in ls)
-            b.add(f"NVSwitch {s['id']}: {len(gpus)} GPU(s), {count} link(s)")
+            b.add(f"NVSwitch {s['id']}: {len(gpus)} GPU{'' if len(gpus) == 1 else 's'}, "
+                  f"{count} link{'' if count == 1 else 's'}")
         by_gpu: dict = {}
         for l in nv:
             a, z = l["a"], l["b"]
@@ -452,7 +463,7 @@ def tree(doc: dict, console) -> None:
         b = root.add("[bold]Other links[/]")
         for l in sorted(other, key=lambda l: (l["kind"], _natural(l["a"]), _natural(l["b"]))):
             b.add(f"{l['kind']}: {g.display(l['a'])} -- {g.display(l['b'])}, {l.get('bw_GBps'):g} GB/s")
-    console.print(root)
+    console.print(root, soft_wrap=False)   # long items continue on the next line, broken at spaces
 
 
 # --------------------------------------------------------------------------------------------
@@ -477,18 +488,43 @@ _EDGE_STYLE = {
 }
 
 
+def _root_cpu(g: _Graph, node: str) -> Optional[str]:
+    seen = set()
+    cur = node
+    while cur is not None and cur not in seen:
+        if g.kind.get(cur) == "cpu":
+            return cur
+        seen.add(cur)
+        cur = g.parent.get(cur)
+    return None
+
+
+def _pcie_label(l: dict) -> str:
+    """``Gen5 x16, 48 GB/s`` for a real PCIe link; nothing for a bridge's placeholder bandwidth."""
+    gen, width, bw = l.get("gen"), l.get("width"), l.get("bw_GBps")
+    if gen is None and width is None:
+        return ""
+    text = f"Gen{gen or '?'} x{width or '?'}"
+    return text + (f", {bw:g} GB/s" if isinstance(bw, (int, float)) and bw < 1000 else "")
+
+
 def dot(doc: dict) -> str:
-    """Graphviz DOT (undirected): CPUs, switches, GPUs, NICs; pcie/nvlink/smp/c2c/xgmi/net edges
-    labelled with bandwidth.  PCI parents without a ``pcie`` link get a dotted edge.  The output
-    is sorted, so the same document always gives the same text."""
+    """Graphviz DOT of the node, drawn the way people draw it: each CPU/NUMA node a cluster holding
+    its PCIe tree drawn parent -> child (host bridges, switches, GPUs, NICs), PCIe links labelled
+    with generation, width and bandwidth where they are real links; every NVSwitch of the node one
+    hub below the GPUs (one edge per GPU, its NVLink count and bandwidth); direct NVLinks between
+    GPUs, C2C links and the inter-socket link drawn without bending the tree (constraint=false; more
+    than two CPUs meet at one interconnect hub instead of all pairs).  Sorted: the same document
+    always gives the same text."""
     g = _Graph(doc)
     nodes: dict = {}
+    cluster_of: dict = {}
+    numa = {x.get("id"): x for x in doc.get("numa_nodes", []) if isinstance(x, dict)}
     for node, k in g.kind.items():
         r = g.rec.get(node, {})
         if k == "cpu":
             n = int(node[3:])
-            numa = next((x for x in doc.get("numa_nodes", []) if x.get("id") == n), {})
-            nodes[node] = f'shape=box3d, style=filled, fillcolor="lightyellow", label={_lbl(node, "NUMA %d" % n, numa.get("cpus"))}'
+            nodes[node] = f'shape=box3d, style=filled, fillcolor="lightyellow", label={_lbl(node, "NUMA %d" % n)}'
         elif k == "gpu":
             nodes[node] = ('shape=box, style="filled,bold", fillcolor="palegreen", '
                            f'label={_lbl("GPU%d" % r["index"], r.get("name"), r.get("pci_bus_id"))}')
@@ -497,47 +533,132 @@ def dot(doc: dict) -> str:
             nodes[node] = ('shape=box, style=filled, fillcolor="lightcyan", '
                            f'label={_lbl(r["name"], r.get("netdev"), r.get("pci_bus_id"), "%g Gb/s" % rate if rate else None)}')
         elif k == "nvswitch":
-            nodes[node] = f'shape=octagon, style=filled, fillcolor="honeydew", label={_lbl("NVSwitch", node)}'
+            continue   # drawn as one hub below
         elif k == "host_bridge":
             nodes[node] = f'shape=trapezium, label={_lbl("host bridge", node)}'
         else:
             nodes[node] = f'shape=ellipse, label={_lbl("PCIe switch", r.get("pci_bus_id") or node)}'
-    edges: dict = {}
+        if k != "nvswitch":
+            root = _root_cpu(g, node)
+            if root is not None:
+                cluster_of[node] = root
+    edges: dict = {}   # (a, b) -> (attrs, label); a is the parent / upper end
+
+    def add_edge(a: str, b: str, style: str, label: str, extra: str = "") -> None:
+        key = (a, b)
+        if key in edges:
+            label = edges[key][1] + "; " + label
+        edges[key] = (", ".join(x for x in (style, extra) if x), label)
+
+    # PCIe tree, parent -> child
+    for node, p in g.parent.items():
+        if g.kind.get(node) == "nvswitch":
+            continue
+        if p not in nodes and p not in g.kind:
+            nodes[p] = f"shape=plaintext, label={_lbl(p)}"
+        link = g.pcie_link(node, p)
+        if link is not None:
+            add_edge(p, node, _EDGE_STYLE["pcie"], _pcie_label(link))
+        else:
+            add_edge(p, node, 'color="gray50", style=dotted', "")
+    # NVLink: switches as one hub, direct links between GPUs
+    nvs_ids = sorted((n for n, k in g.kind.items() if k == "nvswitch"), key=_natural)
+    hub = "NVSwitch"
+    per_gpu: dict = {}
     for l in doc.get("links", []):
         a, b, kind = l["a"], l["b"], l.get("kind", "")
         for e in (a, b):
-            if e not in nodes:
+            if e not in nodes and e not in nvs_ids:
                 nodes[e] = f"shape=plaintext, label={_lbl(e)}"
-        key = (kind, *sorted((a, b), key=_natural))
         bw = l.get("bw_GBps")
-        parts = []
         if kind == "nvlink":
-            parts.append(f"NV{l.get('count') or 1}")
-        elif kind == "pcie" and (l.get("gen") or l.get("width")):
-            parts.append(f"Gen{l.get('gen') or '?'} x{l.get('width') or '?'}")
+            if a in nvs_ids or b in nvs_ids:
+                gpu = b if a in nvs_ids else a
+                c, w = per_gpu.get(gpu, (0, 0.0))
+                per_gpu[gpu] = (c + int(l.get("count") or 1), w + (bw or 0.0))
+            else:
+                x, y = sorted((a, b), key=_natural)
+                add_edge(x, y, _EDGE_STYLE["nvlink"], f"NV{l.get('count') or 1}" + (f" {bw:g} GB/s" if bw else ""),
+                         "constraint=false")
+        elif kind == "pcie":
+            continue   # drawn with the tree
+        elif kind == "smp":
+            continue   # below
+        elif kind == "c2c":
+            x, y = (b, a) if g.kind.get(b) == "cpu" else (a, b)
+            add_edge(x, y, _EDGE_STYLE["c2c"], "C2C" + (f" {bw:g} GB/s" if bw else ""), "constraint=false")
         else:
-            parts.append(kind)
-        if bw is not None:
-            parts.append(f"{bw:g} GB/s")
-        label = " ".join(parts)
-        if key in edges:
-            label = edges[key][1] + "; " + label
-        edges[key] = (_EDGE_STYLE.get(kind, ""), label)
-    for node, p in g.parent.items():
-        if p not in nodes:
-            nodes[p] = f"shape=plaintext, label={_lbl(p)}"
-        if g.pcie_link(node, p) is None:
-            key = ("pcie-tree", *sorted((node, p), key=_natural))
-            edges.setdefault(key, ('color="gray50", style=dotted', ""))
-    kind_rank = {"cpu": 0, "host_bridge": 1, "pcie": 2, "nvswitch": 3, "gpu": 4, "nic": 5}
-    out = ["graph gpucomm {", '  graph [rankdir=TB, fontname="Helvetica"];',
-           '  node [fontname="Helvetica", fontsize=10];', '  edge [fontname="Helvetica", fontsize=9];']
-    for node in sorted(nodes, key=lambda n: (kind_rank.get(g.kind.get(n), 9), _natural(n))):
-        out.append(f"  {_q(node)} [{nodes[node]}];")
-    for key in sorted(edges, key=lambda k: (k[0], _natural(k[1]), _natural(k[2]))):
-        style, label = edges[key]
+            x, y = sorted((a, b), key=_natural)
+            add_edge(x, y, _EDGE_STYLE.get(kind, ""), kind + (f" {bw:g} GB/s" if bw else ""))
+    if per_gpu:
+        count = len(nvs_ids)
+        nodes[hub] = ('shape=octagon, style=filled, fillcolor="honeydew", '
+                      f'label={_lbl("NVSwitch" + (" x%d" % count if count > 1 else ""), ", ".join(nvs_ids) if count <= 4 else None)}')
+        for gpu, (c, w) in per_gpu.items():
+            add_edge(gpu, hub, _EDGE_STYLE["nvlink"], f"NV{c}" + (f" {w:g} GB/s" if w else ""))
+    smp = [l for l in doc.get("links", []) if l.get("kind") == "smp"]
+    if smp:
+        cpus = sorted({e for l in smp for e in (l["a"], l["b"])}, key=_natural)
+        bws = sorted({l.get("bw_GBps") for l in smp if l.get("bw_GBps")})
+        bw_text = (f" {bws[0]:g} GB/s" if len(bws) == 1 else f" {bws[0]:g}-{bws[-1]:g} GB/s") if bws else ""
+        if len(cpus) == 2:
+            add_edge(cpus[0], cpus[1], _EDGE_STYLE["smp"], "SMP" + bw_text, "constraint=false")
+        else:
+            nodes["SMP"] = f'shape=ellipse, style=dashed, label={_lbl("CPU interconnect", bw_text.strip())}'
+            for c in cpus:
+                add_edge(c, "SMP", _EDGE_STYLE["smp"], "", "constraint=false")
+    # Bandwidth where it matters: the most common PCIe and NVLink-hub labels go into the legend,
+    # and only the links that differ from them (a down-trained slot, a slower NIC) keep their label.
+    notes = []
+    for kind, prefix in (("pcie", "PCIe links"), ("hub", "every GPU to the NVSwitches")):
+        labels = [lbl for (a, b), (st, lbl) in edges.items() if lbl and
+                  ((kind == "hub" and b == hub) or (kind == "pcie" and st == _EDGE_STYLE["pcie"] and b != hub))]
+        if len(labels) >= 3:
+            common = max(sorted(set(labels)), key=labels.count)
+            if labels.count(common) * 2 > len(labels):
+                notes.append(f"{prefix}: {common} unless labelled")
+                for key, (st, lbl) in list(edges.items()):
+                    if lbl == common and ((kind == "hub" and key[1] == hub) or
+                                          (kind == "pcie" and st == _EDGE_STYLE["pcie"] and key[1] != hub)):
+                        edges[key] = (st, "")
+    # A NUMA node with no CPUs and nothing below it (GB200's GPU-memory NUMA nodes) is not drawn.
+    used = {x for k in edges for x in k} | set(cluster_of.values())
+    for node in [n for n in nodes if g.kind.get(n) == "cpu"]:
+        n = int(node[3:])
+        if not (numa.get(n) or {}).get("cpus") and not any(cluster_of.get(x) == node for x in nodes if x != node) \
+                and not any(node in k and (st or "").find("firebrick") < 0 for k, (st, _) in edges.items()):
+            nodes.pop(node)
+            cluster_of.pop(node, None)
+            for k in [k for k in edges if node in k]:
+                edges.pop(k)
+    del used
+    if "SMP" in nodes and sum(1 for k in edges if k[1] == "SMP") < 2:
+        nodes.pop("SMP")
+        for k in [k for k in edges if k[1] == "SMP"]:
+            edges.pop(k)
+    out = ["digraph gpucomm {",
+           '  graph [rankdir=TB, newrank=true, nodesep=0.3, ranksep=0.5, fontname="Helvetica", fontsize=11'
+           + (f", labelloc=b, labeljust=l, label={_lbl(*notes)}" if notes else "") + "];",
+           '  node [fontname="Helvetica", fontsize=10];', '  edge [fontname="Helvetica", fontsize=9, arrowhead=none];']
+    kind_rank = {"cpu": 0, "host_bridge": 1, "pcie": 2, "gpu": 4, "nic": 5}
+    order = sorted(nodes, key=lambda n: (kind_rank.get(g.kind.get(n), 9), _natural(n)))
+    for cpu in sorted({c for c in cluster_of.values()}, key=_natural):
+        n = int(cpu[3:])
+        cpus = (numa.get(n) or {}).get("cpus")
+        out.append(f"  subgraph {_q('cluster_' + cpu)} {{")
+        out.append(f'    graph [label={_lbl("NUMA %d" % n + ("  cpus " + cpus if cpus else ""))}, style="rounded", '
+                   'color="gray60", labeljust=l];')
+        for node in order:
+            if cluster_of.get(node) == cpu:
+                out.append(f"    {_q(node)} [{nodes[node]}];")
+        out.append("  }")
+    for node in order:
+        if node not in cluster_of:
+            out.append(f"  {_q(node)} [{nodes[node]}];")
+    for (a, b) in sorted(edges, key=lambda k: (_natural(k[0]), _natural(k[1]))):
+        style, label = edges[(a, b)]
         attrs = ", ".join(x for x in (style, f"label={_q(label)}" if label else "") if x)
-        out.append(f"  {_q(key[1])} -- {_q(key[2])}" + (f" [{attrs}]" if attrs else "") + ";")
+        out.append(f"  {_q(a)} -> {_q(b)}" + (f" [{attrs}]" if attrs else "") + ";")
     out.append("}")
     return "\n".join(out) + "\n"
 

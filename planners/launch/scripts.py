@@ -31,7 +31,8 @@ WRAPPER_NAME = "gpucomm-rank.sh"
 def _header(plan: dict) -> List[str]:
     p = plan["parallelism"]
     lines = [
-        f"# gpucomm plan: {plan['nodes']} node(s) x {plan['gpus_per_node']} GPUs = {plan['world_size']} ranks;"
+        f"# gpucomm plan: {plan['nodes']} node{'' if plan['nodes'] == 1 else 's'} x {plan['gpus_per_node']} GPUs = "
+        f"{plan['world_size']} ranks;"
         f" tp={p['tp']} cp={p['cp']} ep={p['ep']} dp={p['dp']} pp={p['pp']} (Megatron order {p['order']})",
         f"# {plan['mesh']['device_mesh']['code']}",
     ]
@@ -88,16 +89,26 @@ def wrapper_script(plan: dict) -> str:
         "esac",
         'if [ -n "$GPUCOMM_OMP" ]; then export OMP_NUM_THREADS="$GPUCOMM_OMP"; fi',
         'BIND="${GPUCOMM_CPU_BIND:-numactl}"',
+        "# Each binding is tried with `true` first: on a node whose CPUs or NUMA nodes differ from the plan's",
+        "# (another machine type, CPUs offlined, a container's cpuset) numactl/taskset would refuse and the",
+        "# rank would not start; the wrapper then says so and runs unbound instead.",
         'if [ "$BIND" != none ] && [ -n "$GPUCOMM_CPUS" ]; then',
         '  if command -v numactl >/dev/null 2>&1; then',
-        '    if [ -n "$GPUCOMM_MEMS" ]; then',
+        '    if [ -n "$GPUCOMM_MEMS" ] && numactl --physcpubind="$GPUCOMM_CPUS" --membind="$GPUCOMM_MEMS" true >/dev/null 2>&1; then',
         '      exec numactl --physcpubind="$GPUCOMM_CPUS" --membind="$GPUCOMM_MEMS" "$@"',
         "    fi",
-        '    exec numactl --physcpubind="$GPUCOMM_CPUS" "$@"',
-        '  elif command -v taskset >/dev/null 2>&1; then',
+        '    if numactl --physcpubind="$GPUCOMM_CPUS" true >/dev/null 2>&1; then',
+        '      exec numactl --physcpubind="$GPUCOMM_CPUS" "$@"',
+        "    fi",
+        '  elif command -v taskset >/dev/null 2>&1 && taskset -c "$GPUCOMM_CPUS" true >/dev/null 2>&1; then',
         '    exec taskset -c "$GPUCOMM_CPUS" "$@"',
         "  fi",
-        f'  echo "{WRAPPER_NAME}: neither numactl nor taskset found; running unbound" >&2',
+        f'  if command -v numactl >/dev/null 2>&1 || command -v taskset >/dev/null 2>&1; then',
+        f'    echo "{WRAPPER_NAME}: local rank $LR: CPUs $GPUCOMM_CPUS (NUMA node ${{GPUCOMM_MEMS:-?}}) of the plan are not '
+        f'usable on $(hostname 2>/dev/null || echo this node); running unbound" >&2',
+        "  else",
+        f'    echo "{WRAPPER_NAME}: neither numactl nor taskset found; running unbound" >&2',
+        "  fi",
         "fi",
         'exec "$@"',
     ]
@@ -112,9 +123,31 @@ def _torchrun_numa_ok(plan: dict) -> bool:
                                              and b.get("numa_source") == "gpu" for b in plan["binding"])
 
 
-def torchrun_script(plan: dict, command: str = "train.py", port: int = 29500) -> str:
+# torchrun --numa-binding and torch.numa first ship in PyTorch 2.9 (docs.pytorch.org/docs/2.9/elastic/numa.html);
+# the binding reads each CUDA device's NUMA node, so it needs a CUDA build of torch on the nodes.
+TORCH_NUMA_BINDING = (2, 9)
+
+
+def torch_has_numa_binding(version: Optional[str]) -> Optional[bool]:
+    """Whether a torch version string (``2.13.0+cpu``) has ``torchrun --numa-binding``; None when unknown.
+
+    >>> torch_has_numa_binding("2.13.0+cpu"), torch_has_numa_binding("2.5.1"), torch_has_numa_binding(None)
+    (True, False, None)
+    """
+    import re
+
+    m = re.match(r"(\d+)\.(\d+)", version or "")
+    if not m:
+        return None
+    return (int(m.group(1)), int(m.group(2))) >= TORCH_NUMA_BINDING
+
+
+def torchrun_script(plan: dict, command: str = "train.py", port: int = 29500,
+                    torch_version: Optional[str] = None) -> str:
     """A script to run on every node: static rendezvous (``--node-rank``), because the plan fixes
-    which host is which node rank (c10d rendezvous would assign node ranks in arrival order)."""
+    which host is which node rank (c10d rendezvous would assign node ranks in arrival order).
+    ``torch_version``: the torch installed where the plan is made; ``--numa-binding`` is used only
+    when it has the flag, else the per-rank wrapper binds (it works with every torchrun)."""
     nodes, gpn = plan["nodes"], plan["gpus_per_node"]
     hosts = plan.get("hosts")
     lines = ["#!/bin/bash"] + _header(plan) + [
@@ -142,11 +175,19 @@ def torchrun_script(plan: dict, command: str = "train.py", port: int = 29500) ->
             '--master-addr="$MASTER_ADDR"', '--master-port="$MASTER_PORT"']
     cmd = shlex.split(command) if command else ["train.py"]
     quoted = " ".join(shlex.quote(c) for c in cmd)
-    if _torchrun_numa_ok(plan):
+    need = ".".join(map(str, TORCH_NUMA_BINDING))
+    if _torchrun_numa_ok(plan) and torch_has_numa_binding(torch_version):
         lines.append("# --numa-binding=exclusive splits each GPU's NUMA node between its local ranks, the CPU sets of")
-        lines.append("# this plan (torch/numa/binding.py; needs numactl). A torchrun without the flag: replace it with")
+        lines.append(f"# this plan (torch/numa/binding.py; torch >= {need} with CUDA, and numactl; torch {torch_version} here).")
+        lines.append("# A torchrun without the flag: replace it with")
         lines.append(f"#   --no-python ./{WRAPPER_NAME} python {quoted}   (gpucomm plan ... --emit wrapper)")
         lines.append("exec torchrun " + " ".join(args) + " --numa-binding=exclusive " + quoted + ' "$@"')
+    elif _torchrun_numa_ok(plan):
+        have = f"the torch here is {torch_version}" if torch_version else "no torch is installed where this plan was made"
+        lines.append(f"# CPU binding by the per-rank wrapper (gpucomm plan ... --emit wrapper > {WRAPPER_NAME}): it works with")
+        lines.append(f"# every torchrun. torchrun --numa-binding=exclusive gives the same CPU sets but needs torch >= {need}")
+        lines.append(f"# with CUDA ({have}).")
+        lines.append("exec torchrun " + " ".join(args) + f" --no-python ./{WRAPPER_NAME} python " + quoted + ' "$@"')
     elif any(b.get("cpus") for b in plan.get("binding") or []):
         # torch would bind by the GPU's own NUMA node (memory-only on GB200/GH200, or unknown):
         # the wrapper applies the plan's CPU sets instead.
@@ -254,15 +295,139 @@ def rankfile(plan: dict, all_cpus: Optional[List[int]] = None, command: str = "t
     return "\n".join(lines) + "\n"
 
 
+def megatron_script(plan: dict) -> str:
+    """The Megatron-LM arguments of the plan as a bash array to splice into a launch line."""
+    meg = plan.get("megatron") or {}
+    p = plan["parallelism"]
+    lines = _header(plan) + [
+        f"# Megatron-LM arguments (megatron/training/arguments.py): world {plan['world_size']} = tp {p['tp']} x cp {p['cp']}"
+        f" x dp {p['dp']} x pp {p['pp']}; expert layers: etp {p['etp']} x ep {p['ep']} x edp {p['edp']} x pp {p['pp']}",
+        "# (megatron/core/parallel_state.py derives dp and the expert dp itself from WORLD_SIZE).",
+    ]
+    lines += [f"# note: {n}" for n in meg.get("notes") or []]
+    lines.append("MEGATRON_PARALLEL_ARGS=(")
+    for flag, value in meg.get("args") or []:
+        lines.append(f"    {flag}" + ("" if value is None else f" {shlex.quote(str(value))}"))
+    lines.append(")")
+    lines.append(f"# usage: torchrun --nnodes={plan['nodes']} --nproc-per-node={plan['gpus_per_node']} ... pretrain_gpt.py "
+                 '"${MEGATRON_PARALLEL_ARGS[@]}" ...')
+    return "\n".join(lines) + "\n"
+
+
+def deepspeed_json(plan: dict) -> str:
+    """The DeepSpeed config of the plan (``ds_config.json``; JSON only, so ``> ds_config.json`` works)."""
+    import json
+
+    return json.dumps(plan.get("deepspeed") or {}, indent=2, sort_keys=True) + "\n"
+
+
+def _host_names(plan: dict) -> List[str]:
+    return list(plan.get("hosts") or [f"node{i:0{max(2, len(str(plan['nodes'] - 1)))}d}" for i in range(plan["nodes"])])
+
+
+def hostfile(plan: dict) -> str:
+    """Open MPI / DeepSpeed hostfile, one ``host slots=N`` line per node in node-rank order (the
+    same syntax both read: Open MPI's ``--hostfile``, DeepSpeed's ``-H``/``--hostfile``)."""
+    hosts = _host_names(plan)
+    lines = _header(plan) + [
+        "# Open MPI (mpirun --hostfile THIS_FILE) and DeepSpeed (deepspeed --hostfile THIS_FILE) hostfile,"
+        " node-rank order" + ("" if plan.get("hosts") else "; placeholder names: plan with --hosts to name the nodes"),
+    ]
+    lines += [f"{h} slots={plan['gpus_per_node']}" for h in hosts]
+    return "\n".join(lines) + "\n"
+
+
+def machinefile(plan: dict) -> str:
+    """MPICH / Intel MPI (Hydra) machinefile: ``host:N`` per node, node-rank order."""
+    hosts = _host_names(plan)
+    lines = _header(plan) + ["# MPICH/Intel MPI machinefile (mpiexec -f THIS_FILE), node-rank order"]
+    lines += [f"{h}:{plan['gpus_per_node']}" for h in hosts]
+    return "\n".join(lines) + "\n"
+
+
+def slurm_gres_type(name: Optional[str]) -> str:
+    """Slurm's GPU type string for a device name, as its NVML autodetection forms it
+    (``gpu_common_underscorify_tolower``: lower case, spaces to underscores).
+
+    >>> slurm_gres_type("NVIDIA H100 80GB HBM3")
+    'nvidia_h100_80gb_hbm3'
+    """
+    import re
+
+    return re.sub(r"\s+", "_", (name or "gpu").strip()).lower() or "gpu"
+
+
+def gres_conf(view, plan: Optional[dict] = None) -> str:
+    """Slurm ``gres.conf`` for a node's GPUs, written from the topology because Slurm without NVML
+    support (Debian's packages) cannot detect them: one line per GPU (``Links=`` requires a single
+    ``File=`` per line, gres.conf(5)), ``Cores=`` the Slurm abstract (hwloc logical) indexes of the
+    cores of the GPU's NUMA node, ``Links=`` the NVLink counts to GPU 0, 1, ... (-1 = itself), as
+    the ``nvidia-smi topo -m`` matrix shows them.  ``File=/dev/nvidiaN`` takes the device minor
+    number to be the NVML index (``nvidia-smi -q | grep Minor`` shows the real one)."""
+    from gpucomm.planners.placement.layout import _nv_count, core_map, logical_core_index
+
+    core_of = core_map(view)
+    logical = logical_core_index(view, core_of)
+    hosts = (plan or {}).get("hosts")
+    prefix = ""
+    if hosts:
+        from gpucomm.planners.placement.cluster import compress_hostlist
+
+        prefix = f"NodeName={compress_hostlist(sorted(hosts))} "
+    types = {slurm_gres_type(g.get("name")) for g in view.gpus}
+    lines = ["# Slurm gres.conf written by gpucomm from the node's topology (gres.conf(5)).",
+             "# File=/dev/nvidiaN assumes the device minor number is the NVML index (check: nvidia-smi -q | grep Minor).",
+             "# Cores= are Slurm's abstract core indexes (hwloc logical, as slurmd -C counts); Links= NVLinks to GPU 0,1,...",
+             "AutoDetect=off"]
+    for g in sorted(view.gpus, key=lambda x: x["index"]):
+        i = g["index"]
+        numa = g.get("numa_node")
+        cpus = view.numa_cpus.get(numa) if isinstance(numa, int) else None
+        if not cpus:
+            from gpucomm.probes.model import parse_cpulist
+
+            try:
+                cpus = parse_cpulist(g.get("cpu_affinity") or "")
+            except (ValueError, TypeError):
+                cpus = []
+        cores = format_cores({logical[core_of[c]] for c in cpus if c in core_of})
+        links = []
+        for o in sorted(view.index):
+            links.append("-1" if o == i else str(_nv_count(view.level.get((i, o), ""))))
+        parts = [f"{prefix}Name=gpu", f"Type={slurm_gres_type(g.get('name'))}", f"File=/dev/nvidia{i}"]
+        if cores:
+            parts.append(f"Cores={cores}")
+        if any(x not in ("-1", "0") for x in links):
+            parts.append("Links=" + ",".join(links))
+        lines.append(" ".join(parts))
+    count = len(view.gpus)
+    gres = ",".join(f"gpu:{t}:{sum(1 for g in view.gpus if slurm_gres_type(g.get('name')) == t)}" for t in sorted(types))
+    lines.append(f"# slurm.conf: GresTypes=gpu, and on the NodeName= line of these nodes: Gres={gres}"
+                 + (f"  ({count} GPUs)" if len(types) > 1 else ""))
+    return "\n".join(lines) + "\n"
+
+
+def format_cores(cores) -> str:
+    from gpucomm.probes.model import format_cpulist
+
+    return format_cpulist(sorted(cores)) if cores else ""
+
+
 def build_launch(plan: dict, *, command: str = "train.py", all_cpus: Optional[List[int]] = None,
                  node_gpus: Optional[int] = None, switches: Optional[int] = None, port: int = 29500,
-                 n_cores: Optional[int] = None) -> dict:
+                 n_cores: Optional[int] = None, torch_version: Optional[str] = None, view=None) -> dict:
     """Fill ``plan['launch']`` with every emitter's text.  ``n_cores``: physical cores of a node
     (the rankfile's logical core range; SMT siblings are not separate slots)."""
     plan["launch"] = {
-        "torchrun": torchrun_script(plan, command, port),
+        "torchrun": torchrun_script(plan, command, port, torch_version=torch_version),
         "slurm": slurm_script(plan, command, node_gpus=node_gpus, switches=switches, port=port),
         "rankfile": rankfile(plan, all_cpus, command, n_cores),
         "wrapper": wrapper_script(plan),
+        "megatron": megatron_script(plan),
+        "deepspeed": deepspeed_json(plan),
+        "hostfile": hostfile(plan),
+        "machinefile": machinefile(plan),
     }
+    if view is not None:
+        plan["launch"]["gres"] = gres_conf(view, plan)
     return plan

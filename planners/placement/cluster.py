@@ -651,8 +651,8 @@ def traffic_report(plan: dict, fabric: Optional[Fabric]) -> dict:
                 leaves_used.add(fabric.node_leaf[h])
     from gpucomm.probes import units
 
-    for axis in ("tp", "cp", "ep", "dp", "pp"):
-        groups = plan["groups"][axis]
+    for axis in ("tp", "cp", "ep", "dp", "pp", "edp"):
+        groups = plan["groups"].get(axis) or []
         if not groups or len(groups[0]) < 2:
             continue
         entry = est.get(axis)

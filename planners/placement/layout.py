@@ -21,6 +21,14 @@ Three layers, each a pure function over plain data:
    local-rank->GPU map on every node makes pipeline/data-parallel peers on different nodes use the
    NIC of the same rail.
 
+Expert parallelism as Megatron-LM builds it (``initialize_model_parallel``): the world is
+``tp * cp * dp * pp`` (the *dense* generator, ``RankGenerator(tp, ep=1, dp, pp, cp, order)``), and the
+expert layers re-factor the same world as ``etp * ep * edp * pp`` (the *expert* generator,
+``RankGenerator(tp=etp, ep, dp=edp, pp, cp=1, order)``, ``etp`` = ``--expert-tensor-parallel-size``,
+default tp; ``edp = world / (etp*ep*pp)``): experts are carved out of ``dp * cp``.  Megatron asserts
+``world % (etp*ep*pp) == 0``, ``order.endswith("pp") or pp == 1 or edp == dp``, and that both
+generators give the same pipeline groups; :func:`megatron_generators` applies the same checks.
+
 Translations of the axis order (PyTorch DeviceMesh, torchtitan, DeepSpeed):
   * Megatron ``order='tp-cp-ep-dp-pp'`` (leftmost fastest) ==
     ``torch.distributed.init_device_mesh("cuda", (pp, dp, ep, cp, tp),
@@ -44,6 +52,27 @@ from gpucomm.probes.model import natural_key as _natural
 from gpucomm.probes.topology import Topology
 
 AXES = ("tp", "cp", "ep", "dp", "pp")
+# Every group Megatron-LM's initialize_model_parallel builds, by our key: (generator, token given to
+# RankGenerator.get_ranks, Megatron's group name).  "dense" = the decoder generator (ep=1), "expert" =
+# the expert generator (tp=etp, dp=edp, cp=1) -- megatron/core/parallel_state.py.
+MEGATRON_GROUPS = {
+    "tp": ("dense", "tp", "TENSOR_MODEL_PARALLEL_GROUP"),
+    "cp": ("dense", "cp", "CONTEXT_PARALLEL_GROUP"),
+    "dp": ("dense", "dp", "DATA_PARALLEL_GROUP"),
+    "pp": ("dense", "pp", "PIPELINE_MODEL_PARALLEL_GROUP"),
+    "dp-cp": ("dense", "dp-cp", "DATA_PARALLEL_GROUP_WITH_CP"),
+    "tp-pp": ("dense", "tp-pp", "MODEL_PARALLEL_GROUP"),
+    "tp-cp": ("dense", "tp-cp", "TENSOR_AND_CONTEXT_PARALLEL_GROUP"),
+    "tp-dp": ("dense", "tp-dp", "TENSOR_AND_DATA_PARALLEL_GROUP"),
+    "tp-dp-cp": ("dense", "tp-dp-cp", "TENSOR_AND_DATA_PARALLEL_GROUP_WITH_CP"),
+    "ep": ("expert", "ep", "EXPERT_MODEL_PARALLEL_GROUP"),
+    "etp": ("expert", "tp", "EXPERT_TENSOR_PARALLEL_GROUP"),
+    "etp-ep": ("expert", "tp-ep", "EXPERT_TENSOR_AND_MODEL_PARALLEL_GROUP"),
+    "etp-ep-pp": ("expert", "tp-ep-pp", "EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP"),
+    "edp": ("expert", "dp", "EXPERT_DATA_PARALLEL_GROUP"),
+}
+# Axes whose groups choose the local-rank -> GPU map and get a tier (how one group is spread).
+TIER_AXES = ("tp", "cp", "ep", "dp", "pp", "etp", "edp")
 DEFAULT_ORDER = "tp-cp-ep-dp-pp"
 # Megatron's ``--use-tp-pp-dp-mapping`` order (megatron/training/initialize.py).
 TP_PP_DP_ORDER = "tp-cp-ep-pp-dp"
@@ -52,7 +81,7 @@ DEEPSPEED_NAMES = {"pp": "pipe", "dp": "data", "tp": "model", "cp": "context", "
 # How much each axis' groups matter when choosing the local-rank -> GPU map, without a model.
 # Ordered like the per-step volumes of Narayanan et al., SC'21 (TP moves activations 4x per layer per
 # micro-batch, CP/EP per attention/MoE layer, DP once per step, PP one activation per micro-batch).
-DEFAULT_AXIS_WEIGHTS = {"tp": 100.0, "cp": 30.0, "ep": 30.0, "dp": 10.0, "pp": 1.0}
+DEFAULT_AXIS_WEIGHTS = {"tp": 100.0, "cp": 30.0, "ep": 30.0, "dp": 10.0, "pp": 1.0, "etp": 100.0, "edp": 10.0}
 
 
 # ============================================================================================
@@ -114,6 +143,10 @@ class RankGenerator:
 
     def __init__(self, tp: int, ep: int, dp: int, pp: int, cp: int, order: str = DEFAULT_ORDER,
                  rank_offset: int = 0):
+        if ep > 1 and cp > 1:
+            # Megatron: "CP is only included in default RankGenerator, and EP only in expert RankGenerator."
+            raise PlanInfeasible(f"one rank generator with ep={ep} and cp={cp}: Megatron's RankGenerator needs "
+                                 "ep == 1 or cp == 1 (the dense generator has ep=1, the expert one cp=1)")
         self.tp, self.ep, self.dp, self.pp, self.cp = tp, ep, dp, pp, cp
         self.rank_offset = rank_offset
         self.world_size = tp * dp * pp * cp * ep
@@ -164,22 +197,68 @@ def parse_order(order: Optional[str]) -> str:
     return "-".join(tokens)
 
 
-def mesh_translations(gen: RankGenerator) -> dict:
-    """The same layout in the vocabularies of PyTorch DeviceMesh, DeepSpeed and Megatron."""
+def _device_mesh(gen: RankGenerator, names: Optional[Dict[str, str]] = None) -> dict:
+    names = names or {}
     tokens = [t for t in gen.tokens if gen.name_to_size[t] > 1] or [gen.tokens[0]]
     rev = list(reversed(tokens))
+    dims = [names.get(t, t) for t in rev]
     return {
+        "mesh_shape": [gen.name_to_size[t] for t in rev],
+        "mesh_dim_names": dims,
+        "code": "init_device_mesh(\"cuda\", (%s), mesh_dim_names=(%s))" % (
+            ", ".join(str(gen.name_to_size[t]) for t in rev) + ("," if len(rev) == 1 else ""),
+            ", ".join(f'"{d}"' for d in dims) + ("," if len(rev) == 1 else "")),
+    }
+
+
+EXPERT_MESH_NAMES = {"tp": "etp", "dp": "edp", "ep": "ep", "pp": "pp", "cp": "cp"}
+
+
+def mesh_translations(gen: RankGenerator, egen: Optional[RankGenerator] = None) -> dict:
+    """The same layout in the vocabularies of PyTorch DeviceMesh, DeepSpeed and Megatron.  With an
+    expert generator whose layout differs from the dense one (ep > 1 or etp != tp), also the expert
+    layers' DeviceMesh (dims ``etp``/``ep``/``edp``/``pp``, the expert generator's tokens reversed)."""
+    tokens = [t for t in gen.tokens if gen.name_to_size[t] > 1] or [gen.tokens[0]]
+    rev = list(reversed(tokens))
+    out = {
         "megatron_order": gen.order,
-        "device_mesh": {
-            "mesh_shape": [gen.name_to_size[t] for t in rev],
-            "mesh_dim_names": rev,
-            "code": "init_device_mesh(\"cuda\", (%s), mesh_dim_names=(%s))" % (
-                ", ".join(str(gen.name_to_size[t]) for t in rev) + ("," if len(rev) == 1 else ""),
-                ", ".join(f'"{t}"' for t in rev) + ("," if len(rev) == 1 else "")),
-        },
+        "device_mesh": _device_mesh(gen),
         "deepspeed_axes": [DEEPSPEED_NAMES[t] for t in rev],
         "deepspeed_dims": [gen.name_to_size[t] for t in rev],
+        "expert_device_mesh": None,
     }
+    if egen is not None and (egen.ep > 1 or egen.tp != gen.tp):
+        out["expert_device_mesh"] = _device_mesh(egen, EXPERT_MESH_NAMES)
+    return out
+
+
+def megatron_generators(axes: Dict[str, int], order: str = DEFAULT_ORDER) -> Tuple[RankGenerator, RankGenerator]:
+    """Megatron-LM's two rank generators for ``axes`` (tp, cp, dp, pp, ep and optionally etp), with
+    ``initialize_model_parallel``'s checks as PlanInfeasible: the dense (decoder) generator
+    ``RankGenerator(tp, ep=1, dp, pp, cp)`` and the expert generator ``RankGenerator(etp, ep, edp, pp,
+    cp=1)`` with ``edp = world // (etp*ep*pp)``.
+
+    >>> d, e = megatron_generators({"tp": 2, "cp": 1, "ep": 4, "dp": 4, "pp": 1})
+    >>> d.get_ranks("dp")[0], e.get_ranks("ep")[0], e.get_ranks("dp")[0]
+    ([0, 2, 4, 6], [0, 2, 4, 6], [0])
+    """
+    tp, cp, dp, pp, ep = axes["tp"], axes["cp"], axes["dp"], axes["pp"], axes["ep"]
+    etp = axes.get("etp") or tp
+    world = tp * cp * dp * pp
+    dense = RankGenerator(tp=tp, ep=1, dp=dp, pp=pp, cp=cp, order=order)
+    etmp = etp * ep * pp
+    if world % etmp:
+        raise PlanInfeasible(f"world size {world} (tp*cp*dp*pp) is not divisible by etp*ep*pp = {etp}*{ep}*{pp} = "
+                             f"{etmp}: Megatron carves the experts out of dp*cp = {dp * cp}")
+    edp = world // etmp
+    expert = RankGenerator(tp=etp, ep=ep, dp=edp, pp=pp, cp=1, order=order)
+    if not (dense.order.split("-")[-1] == "pp" or pp == 1 or edp == dp):
+        raise PlanInfeasible(f"with --order {dense.order} (not ending in pp) and pp={pp}, Megatron needs the "
+                             f"expert data-parallel size ({edp}) to equal the data-parallel size ({dp})")
+    if pp > 1 and dense.get_ranks("pp") != expert.get_ranks("pp"):
+        raise PlanInfeasible(f"with --order {dense.order}, the expert layers' pipeline groups differ from the "
+                             "dense ones (Megatron asserts they are the same)")
+    return dense, expert
 
 
 # ============================================================================================
@@ -634,27 +713,28 @@ def _set_cost(view: NodeView, gpus: Sequence[int]) -> float:
     return max(inv) + sum(inv) / len(inv)
 
 
-def local_group_pattern(gen: RankGenerator, gpn: int, node: int = 0) -> Dict[str, List[List[int]]]:
+def local_group_pattern(gen: RankGenerator, gpn: int, node: int = 0,
+                        egen: Optional[RankGenerator] = None) -> Dict[str, List[List[int]]]:
     """For each axis, the groups restricted to one node, as local-rank lists (members on the node
-    only; singletons dropped)."""
+    only; singletons dropped).  With the expert generator ``egen``: also the expert-parallel groups,
+    and the expert TP / expert DP groups where they differ from the dense ones."""
     lo, hi = node * gpn, (node + 1) * gpn
     pattern: Dict[str, List[List[int]]] = {}
-    for axis in AXES:
-        if gen.name_to_size.get(axis, 1) <= 1:
+    sources: List[Tuple[str, RankGenerator, str]] = [(a, gen, a) for a in ("tp", "cp", "dp", "pp")]
+    if egen is not None:
+        sources.append(("ep", egen, "ep"))
+        if egen.ep > 1 or egen.tp != gen.tp:
+            sources += [("etp", egen, "tp"), ("edp", egen, "dp")]
+    else:
+        sources.append(("ep", gen, "ep"))
+    for axis, g, token in sources:
+        if g.name_to_size.get(token, 1) <= 1:
             continue
-        stride = gen.strides[axis]
-        size = gen.name_to_size[axis]
+        if axis == "etp" and g.tp == gen.tp:
+            continue   # the same groups as tp
         groups = []
-        seen = set()
-        for r in range(lo, hi):
-            if r in seen:
-                continue
-            # members of r's group that lie on this node: r + k*stride for the axis coordinate range
-            c = gen.coords(r)[axis]
-            first = r - c * stride
-            members = [first + k * stride for k in range(size)]
-            local = [m - lo for m in members if lo <= m < hi]
-            seen.update(m for m in members if lo <= m < hi)
+        for grp in g.get_ranks(token):
+            local = [m - lo for m in grp if lo <= m < hi]
             if len(local) > 1:
                 groups.append(local)
         if groups:
@@ -719,14 +799,14 @@ def _hill_climb(view: NodeView, perm: List[int], pattern, weights) -> Tuple[List
 
 def choose_local_gpus(view: NodeView, gen: RankGenerator, gpn: int,
                       weights: Optional[Dict[str, float]] = None, node: int = 0,
-                      gpus: Optional[List[int]] = None) -> List[int]:
+                      gpus: Optional[List[int]] = None, egen: Optional[RankGenerator] = None) -> List[int]:
     """The GPU index for each local rank 0..gpn-1 of a node (the same map serves every node with
     the same group pattern).  Minimises the weighted cost of the in-node groups of each axis;
     starts from the identity (local rank i -> i-th GPU, what users expect) and from a greedy fill,
     improves both by swaps, keeps the cheaper (ties: the identity)."""
     weights = dict(DEFAULT_AXIS_WEIGHTS, **(weights or {}))
     gpus = list(gpus if gpus is not None else view.index)[:gpn]
-    pattern = local_group_pattern(gen, gpn, node)
+    pattern = local_group_pattern(gen, gpn, node, egen)
     if not pattern:
         return gpus
     ident, c_ident = _hill_climb(view, list(gpus), pattern, weights)
@@ -740,30 +820,41 @@ def choose_local_gpus(view: NodeView, gen: RankGenerator, gpn: int,
 # ============================================================================================
 # 5. Axes and the plan
 def resolve_axes(total: int, tp: Optional[int], pp: Optional[int], dp: Optional[int], cp: Optional[int],
-                 ep: Optional[int], gpn: Optional[int] = None) -> Dict[str, int]:
-    """Fill the axes the user left out (dp absorbs the rest) and check the product.  With ``gpn``
-    (GPUs per node), TP is checked against the node first: that is the error users need to see."""
-    for name, v in (("tp", tp), ("pp", pp), ("dp", dp), ("cp", cp), ("ep", ep)):
+                 ep: Optional[int], gpn: Optional[int] = None, etp: Optional[int] = None) -> Dict[str, int]:
+    """Fill the axes the user left out (dp absorbs the rest) and check the product, as Megatron-LM
+    does: ``world = tp*cp*dp*pp``; the experts re-factor the same world as ``etp*ep*edp*pp``
+    (``etp`` defaults to tp), so ``ep`` must divide ``dp*cp*tp/etp``.  With ``gpn`` (GPUs per node),
+    TP is checked against the node first: that is the error users need to see."""
+    for name, v in (("tp", tp), ("pp", pp), ("dp", dp), ("cp", cp), ("ep", ep), ("etp", etp)):
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
             raise InputError(f"--{name} {v} is not a positive integer", expected="an integer >= 1")
-    if gpn and tp:
-        if tp > gpn:
-            raise PlanInfeasible(f"tp={tp} does not fit in {gpn} GPUs per node (tensor parallelism must stay inside a node)")
-        if gpn % tp:
-            raise PlanInfeasible(f"tp={tp} does not divide {gpn} GPUs per node")
+    if gpn:
+        for name, v in (("tp", tp), ("etp", etp)):
+            if not v:
+                continue
+            if v > gpn:
+                raise PlanInfeasible(f"{name}={v} does not fit in {gpn} GPUs per node (tensor parallelism must stay "
+                                     "inside a node)")
+            if gpn % v:
+                raise PlanInfeasible(f"{name}={v} does not divide {gpn} GPUs per node")
     axes = {"tp": tp or 1, "pp": pp or 1, "cp": cp or 1, "ep": ep or 1}
-    model = axes["tp"] * axes["pp"] * axes["cp"] * axes["ep"]
+    model = axes["tp"] * axes["pp"] * axes["cp"]
     if dp is None:
         if total % model:
-            raise PlanInfeasible(f"{total} GPUs are not divisible by tp*cp*ep*pp = {model}")
+            raise PlanInfeasible(f"{total} GPUs are not divisible by tp*cp*pp = {model}")
         axes["dp"] = total // model
     else:
         axes["dp"] = dp
         if model * dp != total:
-            raise PlanInfeasible(f"tp*cp*ep*dp*pp = {model * dp} but the plan has {total} GPUs")
-    if axes["ep"] > 1 and axes["cp"] > 1:
-        # Megatron's dense RankGenerator asserts ``ep == 1 or cp == 1`` (parallel_state.py).
-        raise PlanInfeasible(f"ep={axes['ep']} and cp={axes['cp']} together: Megatron's rank generator needs ep == 1 or cp == 1")
+            raise PlanInfeasible(f"tp*cp*dp*pp = {model * dp} but the plan has {total} GPUs "
+                                 "(Megatron: experts come out of dp*cp, ep is not a factor of the world size)")
+    axes["etp"] = etp or axes["tp"]
+    etmp = axes["etp"] * axes["ep"] * axes["pp"]
+    if total % etmp:
+        raise PlanInfeasible(f"etp*ep*pp = {axes['etp']}*{axes['ep']}*{axes['pp']} = {etmp} does not divide the "
+                             f"{total} GPUs: Megatron carves the {axes['ep']} expert-parallel ranks out of "
+                             f"dp*cp = {axes['dp'] * axes['cp']}")
+    axes["edp"] = total // etmp
     return axes
 
 
@@ -787,10 +878,14 @@ def check_feasible(view: NodeView, axes: Dict[str, int], gpn: int, nodes: int) -
         if axes[axis] > 1 and view.mig:
             raise PlanInfeasible(f"{axis}={axes[axis]} across MIG instances is not supported (nccl#1716)")
     dom = max((len(d) for d in view.nvlink_domains), default=0)
-    inner = tp * axes["cp"] * axes["ep"]
+    inner = tp * axes["cp"]
     if dom and inner > dom and inner <= gpn:
-        warnings.append(f"tp*cp*ep = {inner} is larger than the largest NVLink domain ({dom} GPUs): "
+        warnings.append(f"tp*cp = {inner} is larger than the largest NVLink domain ({dom} GPUs): "
                         "some model-parallel traffic will cross PCIe")
+    einner = (axes.get("etp") or tp) * axes["ep"]
+    if axes["ep"] > 1 and dom and einner > dom and einner <= gpn:
+        warnings.append(f"etp*ep = {einner} is larger than the largest NVLink domain ({dom} GPUs): "
+                        "expert all-to-alls will cross PCIe")
     if dom and tp > dom:
         warnings.append(f"tp={tp} is larger than the NVLink domain ({dom} GPUs): TP all-reduces cross PCIe")
     if nodes > 1 and not view.nics:
@@ -846,7 +941,8 @@ def best_ring(view: NodeView, gpus: Sequence[int]) -> Tuple[float, bool]:
 
 @dataclass
 class Layout:
-    """A resolved layout: the generator, the local-rank -> GPU map and per-axis tiers."""
+    """A resolved layout: Megatron's dense and expert generators, the local-rank -> GPU map and
+    per-axis tiers."""
 
     gen: RankGenerator
     axes: Dict[str, int]
@@ -855,20 +951,28 @@ class Layout:
     local_gpus: List[int]
     view: NodeView
     warnings: List[str]
+    egen: Optional[RankGenerator] = None
+
+    def generator(self, axis: str) -> Tuple[RankGenerator, str]:
+        """(generator, token) that builds ``axis``' groups (a key of MEGATRON_GROUPS, or a dense token)."""
+        kind, token, _ = MEGATRON_GROUPS.get(axis) or ("dense", axis, None)
+        if kind == "expert":
+            return (self.egen or megatron_generators(self.axes, self.gen.order)[1]), token
+        return self.gen, token
+
+    def groups(self, axis: str) -> List[List[int]]:
+        gen, token = self.generator(axis)
+        return gen.get_ranks(token)
 
     def axis_tier(self, axis: str) -> dict:
         """How one group of ``axis`` is spread: size, ranks per node, nodes spanned, the
         in-node bottleneck bandwidth and the network bandwidth available to it."""
-        parts = axis.split("-")
-        size = math.prod(self.axes[a] for a in parts)
+        gen, token = self.generator(axis)
+        size = math.prod(gen.name_to_size[a] for a in token.split("-"))
         if size <= 1:
             return {"size": 1, "gpus": [], "ranks_per_node": 1, "nodes": 1, "intra_GBps": None,
                     "inter_GBps": None, "where": "none"}
-        members = [0]  # the group of rank 0 (every group of an axis is laid out alike)
-        for a in parts:
-            stride = self.gen.strides[a]
-            members = [m + k * stride for m in members for k in range(self.axes[a])]
-        members.sort()
+        members = sorted(gen.get_ranks(token)[0])  # every group of an axis is laid out alike
         per_node: Dict[int, List[int]] = {}
         for m in members:
             per_node.setdefault(m // self.gpn, []).append(m % self.gpn)
@@ -904,24 +1008,38 @@ class Layout:
                 "inter_GBps": round(inter, 3) if inter is not None else None, "where": where}
 
 
+def normalize_axes(axes: Dict[str, int]) -> Dict[str, int]:
+    """``axes`` with ``etp`` (default tp) and ``edp`` (world / (etp*ep*pp), when whole) filled in."""
+    out = dict(axes)
+    out.setdefault("ep", 1)
+    out.setdefault("cp", 1)
+    out["etp"] = out.get("etp") or out["tp"]
+    world = out["tp"] * out["cp"] * out["dp"] * out["pp"]
+    etmp = out["etp"] * out["ep"] * out["pp"]
+    out["edp"] = world // etmp if world % etmp == 0 else 0
+    return out
+
+
 def make_layout(view: NodeView, nodes: int, gpn: int, axes: Dict[str, int], order: str = DEFAULT_ORDER,
                 weights: Optional[Dict[str, float]] = None, gpus: Optional[List[int]] = None) -> Layout:
-    """Resolve the generator and the local map for ``nodes`` identical nodes of ``gpn`` GPUs."""
+    """Resolve the generators and the local map for ``nodes`` identical nodes of ``gpn`` GPUs."""
+    axes = normalize_axes(axes)
     warnings = check_feasible(view, axes, gpn, nodes)
-    gen = RankGenerator(tp=axes["tp"], ep=axes["ep"], dp=axes["dp"], pp=axes["pp"], cp=axes["cp"], order=order)
+    gen, egen = megatron_generators(axes, order)
     if gen.world_size != nodes * gpn:
-        raise PlanInfeasible(f"tp*cp*ep*dp*pp = {gen.world_size} but {nodes} node(s) x {gpn} GPUs = {nodes * gpn}")
-    if axes["tp"] > 1:
-        # Launchers give each node a contiguous block of ranks; an order that puts other axes before
-        # tp strides TP groups across that block, and possibly across nodes.
-        for grp in gen.get_ranks("tp"):
-            if grp[0] // gpn != grp[-1] // gpn:
-                raise PlanInfeasible(f"with --order {gen.order}, TP groups span nodes (e.g. ranks {grp[0]} and "
-                                     f"{grp[-1]} with {gpn} GPUs per node): put tp first in the order")
-    local = choose_local_gpus(view, gen, gpn, weights, 0, gpus)
+        raise PlanInfeasible(f"tp*cp*dp*pp = {gen.world_size} but {nodes} node(s) x {gpn} GPUs = {nodes * gpn}")
+    for name, g, token in (("TP", gen, "tp"), ("expert TP", egen, "tp")):
+        if g.name_to_size["tp"] > 1:
+            # Launchers give each node a contiguous block of ranks; an order that puts other axes before
+            # tp strides TP groups across that block, and possibly across nodes.
+            for grp in g.get_ranks(token):
+                if grp[0] // gpn != grp[-1] // gpn:
+                    raise PlanInfeasible(f"with --order {gen.order}, {name} groups span nodes (e.g. ranks {grp[0]} and "
+                                         f"{grp[-1]} with {gpn} GPUs per node): put tp first in the order")
+    local = choose_local_gpus(view, gen, gpn, weights, 0, gpus, egen=egen)
     # Patterns can differ between nodes when groups straddle node boundaries unevenly; the map of
     # node 0 is reused (rail alignment needs one map), and such layouts are flagged.
-    if nodes > 1 and local_group_pattern(gen, gpn, 0) != local_group_pattern(gen, gpn, nodes - 1):
+    if nodes > 1 and local_group_pattern(gen, gpn, 0, egen) != local_group_pattern(gen, gpn, nodes - 1, egen):
         warnings.append("parallel groups straddle node boundaries unevenly; nodes use node 0's GPU order")
     if axes["tp"] > 1:
         doms = [set(d) for d in view.nvlink_domains]
@@ -929,14 +1047,16 @@ def make_layout(view: NodeView, nodes: int, gpn: int, axes: Dict[str, int], orde
             gs = {local[l] for l in grp}
             if doms and not any(gs <= d for d in doms) and max(len(d) for d in doms) >= len(gs):
                 warnings.append(f"TP group on GPUs {sorted(gs)} is not inside one NVLink domain")
-    return Layout(gen=gen, axes=axes, nodes=nodes, gpn=gpn, local_gpus=local, view=view, warnings=warnings)
+    return Layout(gen=gen, axes=axes, nodes=nodes, gpn=gpn, local_gpus=local, view=view, warnings=warnings,
+                  egen=egen)
 
 
 def build_plan(doc: dict, *, nodes: int = 1, tp: Optional[int] = None, pp: Optional[int] = None,
                dp: Optional[int] = None, cp: Optional[int] = None, ep: Optional[int] = None,
                order: str = DEFAULT_ORDER, gpus_per_node: Optional[int] = None,
                gpus: Optional[List[int]] = None, weights: Optional[Dict[str, float]] = None,
-               hosts: Optional[List[str]] = None, node_docs: Optional[List[dict]] = None) -> dict:
+               hosts: Optional[List[str]] = None, node_docs: Optional[List[dict]] = None,
+               etp: Optional[int] = None) -> dict:
     """The plan document (``schema: gpucomm.plan/v1``) without env/launch/estimate sections,
     which :mod:`gpucomm.planners.launch.env`, :mod:`gpucomm.planners.launch.scripts` and :mod:`gpucomm.planners.placement.models` add.
 
@@ -951,7 +1071,7 @@ def build_plan(doc: dict, *, nodes: int = 1, tp: Optional[int] = None, pp: Optio
     if gpn < 1:
         raise InputError("--gpus-per-node must be >= 1")
     total = nodes * gpn
-    axes = resolve_axes(total, tp, pp, dp, cp, ep, gpn)
+    axes = resolve_axes(total, tp, pp, dp, cp, ep, gpn, etp=etp)
     layout = make_layout(view, nodes, gpn, axes, order, weights, gpus)
     return plan_document(layout, hosts=hosts, node_docs=node_docs)
 
@@ -971,9 +1091,10 @@ def plan_document(layout: Layout, hosts: Optional[List[str]] = None, node_docs: 
             "cpus": binding[lr]["cpus"],
             "nics": list(view.gpu_nics.get(gi, [])),
         })
-    tokens = gen.tokens
-    strides = [gen.strides[t] for t in tokens]
-    sizes = gen.ordered_size
+    egen = layout.egen or megatron_generators(layout.axes, gen.order)[1]
+    tokens, etokens = gen.tokens, egen.tokens
+    strides, estrides = [gen.strides[t] for t in tokens], [egen.strides[t] for t in etokens]
+    sizes, esizes = gen.ordered_size, egen.ordered_size
     # GPU UUIDs are facts about one host: with one document for N identical nodes only node 0 (the
     # host that was probed) has them; in a cluster, a document shared by several hosts (a
     # synthetic or "same as" entry) gives none.
@@ -995,15 +1116,19 @@ def plan_document(layout: Layout, hosts: Optional[List[str]] = None, node_docs: 
         node, lr = divmod(r, gpn)
         li = local_info[lr]
         coords = {t: (r // s) % n for t, s, n in zip(tokens, strides, sizes)}
+        ecoords = {t: (r // s) % n for t, s, n in zip(etokens, estrides, esizes)}
+        coords["ep"] = ecoords["ep"]
         uuid = uuids[node].get(li["gpu"])
         ranks.append({
             "rank": r, "node": node, "host": hosts[node] if hosts else None, "local_rank": lr,
             "gpu": li["gpu"], "gpu_uuid": uuid, "pci_bus_id": li["pci_bus_id"], "numa_node": li["numa_node"],
             "cpus": li["cpus"], "nics": li["nics"], "coords": {a: coords.get(a, 0) for a in AXES},
+            "expert_coords": {"etp": ecoords["tp"], "ep": ecoords["ep"], "edp": ecoords["dp"], "pp": ecoords["pp"]},
         })
-    groups = {a: gen.get_ranks(a) for a in AXES}
-    # Megatron also builds combined groups (model parallel = tp-pp, tp-cp...); give the common one.
-    groups["tp-pp"] = gen.get_ranks("tp-pp")
+    # Every group Megatron-LM's initialize_model_parallel builds, from the generator that builds it.
+    groups = {}
+    for key, (kind, token, _) in MEGATRON_GROUPS.items():
+        groups[key] = (egen if kind == "expert" else gen).get_ranks(token)
     warnings = list(dict.fromkeys(view.notes + layout.warnings + view.topo.all_assumptions()))
     return {
         "schema": "gpucomm.plan/v1",
@@ -1012,16 +1137,18 @@ def plan_document(layout: Layout, hosts: Optional[List[str]] = None, node_docs: 
         "gpus_per_node": gpn,
         "hosts": list(hosts) if hosts else None,
         "parallelism": {"tp": layout.axes["tp"], "cp": layout.axes["cp"], "ep": layout.axes["ep"],
-                        "dp": layout.axes["dp"], "pp": layout.axes["pp"], "order": gen.order},
-        "mesh": mesh_translations(gen),
+                        "dp": layout.axes["dp"], "pp": layout.axes["pp"], "etp": egen.tp, "edp": egen.dp,
+                        "order": gen.order},
+        "mesh": mesh_translations(gen, egen),
         "local_ranks": [dict(local_rank=lr, **{k: v for k, v in li.items() if k != "uuid"},
                              cores=binding[lr]["cores"], mems=binding[lr]["mems"],
                              numa_source=binding[lr]["numa_source"], logical_cores=binding[lr]["logical_cores"])
                         for lr, li in enumerate(local_info)],
-        "tiers": {a: layout.axis_tier(a) for a in AXES},
+        "tiers": {a: layout.axis_tier(a) for a in TIER_AXES},
         "nvlink_domains": view.nvlink_domains,
         "ranks": ranks,
         "groups": groups,
+        "group_names": {k: v[2] for k, v in MEGATRON_GROUPS.items()},
         "env": {},
         "launch": {},
         "estimate": None,
@@ -1038,11 +1165,14 @@ def check_plan_invariants(plan: dict, view: Optional[NodeView] = None) -> List[s
     if sorted(ranks) != list(range(world)):
         problems.append("ranks are not 0..world-1 exactly once")
     by_rank = {r["rank"]: r for r in plan["ranks"]}
-    for axis in AXES:
+    for axis in plan["groups"]:
         flat = sorted(x for g in plan["groups"][axis] for x in g)
         if flat != list(range(world)):
             problems.append(f"{axis} groups do not partition the ranks")
     domains = [set(d) for d in plan.get("nvlink_domains") or []]
+    for grp in plan["groups"].get("etp") or []:
+        if len({r // plan["gpus_per_node"] for r in grp}) > 1:
+            problems.append(f"expert TP group {grp} spans nodes")
     for grp in plan["groups"]["tp"]:
         if any(r not in by_rank for r in grp):
             problems.append(f"TP group {grp} names ranks that have no placement")

@@ -184,6 +184,10 @@ def memory_per_gpu(model: dict, axes: Dict[str, int], micro_batches: Optional[in
       ``4*s*b*h*(1 + vocab/h)``; all divided by ``t`` (and by ``cp``: each rank holds s/cp tokens).
     ZeRO-2/3 variants are [recalled], not Megatron's."""
     t, p, d, c, e = axes["tp"], axes["pp"], axes["dp"], axes["cp"], axes["ep"]
+    et = axes.get("etp") or t
+    # Megatron: expert weights are sharded over etp*ep and their optimizer state over the expert
+    # data-parallel group, edp = tp*cp*dp / (etp*ep) (parallel_state.py's expert generator).
+    edp = max(1, (t * c * d) // (et * e))
     layers = model["layers"]
     # Layers on the most loaded stage: l/p, or ceil(l/p) when the split is uneven (Megatron
     # --decoder-first/last-pipeline-num-layers); p stages of it in flight on the first stage.
@@ -194,18 +198,21 @@ def memory_per_gpu(model: dict, axes: Dict[str, int], micro_batches: Optional[in
     # Presets and count_params() have untied input/output embeddings (Llama 3).
     transformer = max(0.0, model["params"] - psi_e - 2.0 * embedding)
     dense_shard = (transformer * stage_share + embedding + (embedding if p == 1 else 0.0)) / t
-    shard = dense_shard + psi_e * stage_share / (t * e)
+    expert_shard = psi_e * stage_share / (et * e)
+    shard = dense_shard + expert_shard
     zero = model["zero"]
-    dd = d * c  # Megatron shards the optimizer over the dp*cp group
-    if zero == 0:
-        per_param = 18.0
-    elif zero == 1:
-        per_param = 6.0 + 12.0 / dd        # Megatron distributed optimizer
-    elif zero == 2:
-        per_param = 2.0 + 16.0 / dd        # ZeRO-2: grads sharded too [recalled]
-    else:
-        per_param = 18.0 / dd              # ZeRO-3 / FSDP: everything sharded [recalled]
-    weights = shard * per_param
+
+    def bytes_per_param(dd: int) -> float:
+        if zero == 0:
+            return 18.0
+        if zero == 1:
+            return 6.0 + 12.0 / dd         # Megatron distributed optimizer
+        if zero == 2:
+            return 2.0 + 16.0 / dd         # ZeRO-2: grads sharded too [recalled]
+        return 18.0 / dd                   # ZeRO-3 / FSDP: everything sharded [recalled]
+
+    per_param = bytes_per_param(d * c)  # Megatron shards the dense optimizer over the dp*cp group
+    weights = dense_shard * per_param + expert_shard * bytes_per_param(edp)
     s, b, h = model["seq"] / c, model["mbs"], model["hidden"]
     activations = s * b * h * (18.0 + 4.0 * model["ffn"] / h) * p * stage_layers
     activations += 8.0 * s * b * p + s * b * h * p
@@ -308,16 +315,18 @@ def step_estimate(model: dict, layout, use_cost_model: bool = True) -> dict:
     ``use_cost_model=False`` times collectives with the alpha-beta model only (fast screening)."""
     axes = layout.axes
     t, p, d, c, e = axes["tp"], axes["pp"], axes["dp"], axes["cp"], axes["ep"]
+    et = axes.get("etp") or t
     g = DTYPE_BYTES[model["dtype"]]
     b, s, h, l = model["mbs"], model["seq"], model["hidden"], model["layers"]
-    world = t * p * d * c * e
+    world = t * p * d * c      # Megatron: experts are carved out of dp*cp, not a factor of the world
+    edp = max(1, world // (et * e * p))
     if model["gbs"] % (b * d):
         raise PlanInfeasible(f"global batch {model['gbs']} is not a multiple of mbs*dp = {b * d}")
     m = model["gbs"] // (b * d)
     s_local = s / c
     # the slowest stage sets the pace: ceil when layers do not divide evenly across stages
     layers_per_stage = math.ceil(l / p)
-    tiers = {a: layout.axis_tier(a) for a in ("tp", "cp", "ep", "dp", "pp")}
+    tiers = {a: layout.axis_tier(a) for a in ("tp", "cp", "ep", "dp", "pp", "edp")}
     cview = layout.view if use_cost_model else None
     comm: Dict[str, dict] = {}
     # TP: 4 all-reduces of b*s*h per layer per micro-batch.
@@ -342,13 +351,18 @@ def step_estimate(model: dict, layout, use_cost_model: bool = True) -> dict:
         comm["ep"] = _entry("all_to_all", size, count, tiers["ep"], "dispatch+combine per MoE layer, fwd+bwd", cview, g)
     # DP: gradients of one model-parallel shard over the dp*cp group once per step.
     dd = d * c
+    psi_e = expert_params(model)
+    factor = 1.5 if model["zero"] >= 3 else 1.0
     if dd > 1:
-        psi_e = expert_params(model)
-        shard = (model["params"] - psi_e) / (t * p) + psi_e / (t * p * e)
-        factor = 1.5 if model["zero"] >= 3 else 1.0
+        shard = (model["params"] - psi_e) / (t * p) + (psi_e / (et * p * e) if edp == dd and et == t else 0.0)
         tier = layout.axis_tier("dp-cp") if c > 1 else tiers["dp"]
         comm["dp"] = _entry("all_reduce", shard * g * factor, 1, tier,
                             "gradient all-reduce (or RS+AG) of one model shard" + (", x1.5 ZeRO-3" if factor > 1 else ""), cview, g)
+    if psi_e and edp > 1 and not (edp == dd and et == t):
+        # Expert weights reduce over the expert data-parallel group (Megatron's EXPERT_DATA_PARALLEL_GROUP).
+        comm["edp"] = _entry("all_reduce", psi_e / (et * p * e) * g * factor, 1, tiers["edp"],
+                             "gradient all-reduce (or RS+AG) of one expert shard over the expert data-parallel group",
+                             cview, g)
     comm_s = sum(v["time_s"] for v in comm.values())
     peak = peak_tflops(layout.view)
     tokens = model["gbs"] * s
@@ -421,7 +435,7 @@ def _divisors(n: int) -> List[int]:
 
 def candidate_axes(model: dict, total: int, gpn: int, fixed: Dict[str, Optional[int]],
                    uneven_pp: bool = False) -> List[Dict[str, int]]:
-    """Every (tp, cp, ep, dp, pp) with product ``total`` that Megatron accepts for ``model``:
+    """Every (tp, cp, ep, dp, pp) with ``tp*cp*dp*pp = total`` and ``ep | dp*cp`` that Megatron accepts for ``model``:
     tp divides the GPUs per node and the heads and KV groups, pp divides the layers (or, with
     ``uneven_pp``, leaves every stage at least one layer: Megatron's
     --decoder-first/last-pipeline-num-layers), cp keeps 2*cp | seq (load-balanced causal CP), ep
@@ -449,22 +463,55 @@ def candidate_axes(model: dict, total: int, gpn: int, fixed: Dict[str, Optional[
                     continue
                 if cp > 1 and model["seq"] % (2 * cp):
                     continue
-                rest_cp = rest_pp // cp
-                eps = _divisors(rest_cp) if model.get("experts") else [1]
+                dp = rest_pp // cp
+                if fixed.get("dp") and dp != fixed["dp"]:
+                    continue
+                if model["gbs"] % (model["mbs"] * dp):
+                    continue
+                # Megatron carves the expert-parallel ranks out of dp*cp: etp*ep | tp*dp*cp.
+                etp = fixed.get("etp") or tp
+                eps = [e for e in _divisors(tp * dp * cp) if (tp * dp * cp) % (e * etp) == 0] \
+                    if model.get("experts") else [1]
                 for ep in eps:
                     if fixed.get("ep") and ep != fixed["ep"]:
                         continue
                     if model.get("experts") and model["experts"] % ep:
                         continue
-                    if ep > 1 and cp > 1:
-                        continue
-                    dp = rest_cp // ep
-                    if fixed.get("dp") and dp != fixed["dp"]:
-                        continue
-                    if model["gbs"] % (model["mbs"] * dp):
-                        continue
-                    out.append({"tp": tp, "cp": cp, "ep": ep, "dp": dp, "pp": pp})
+                    out.append({"tp": tp, "cp": cp, "ep": ep, "dp": dp, "pp": pp, "etp": etp})
     return out
+
+
+def fits_somewhere(model: dict, total: int, gpn: int, capacity: int, fixed: Optional[Dict[str, Optional[int]]] = None
+                   ) -> Optional[Dict[str, int]]:
+    """The leanest factorization of ``total`` GPUs whose memory fits ``capacity`` bytes per GPU
+    (Megatron's theoretical memory, :func:`memory_per_gpu`), or None -- arithmetic only, no layout."""
+    best = None
+    for uneven in (False, True):
+        for axes in candidate_axes(model, total, gpn, fixed or {}, uneven_pp=uneven):
+            m = model["gbs"] // (model["mbs"] * axes["dp"])
+            mem = memory_per_gpu(model, axes, m)["total"]
+            if mem <= capacity * (1 - MEMORY_RESERVE) and (best is None or mem < best[0]):
+                best = (mem, axes)
+        if best:
+            return best[1]
+    return None
+
+
+def fit_suggestion(model: dict, gpn: int, nodes: int, capacity: Optional[int],
+                   fixed: Optional[Dict[str, Optional[int]]] = None) -> str:
+    """What would fit: the fewest whole nodes (up to 64 times as many) on which some factorization
+    of ``model`` fits in ``capacity`` bytes per GPU."""
+    if not capacity:
+        return "GPU memory unknown"
+    free = {k: v for k, v in (fixed or {}).items() if k in ("cp", "ep", "etp") and v}
+    n = nodes + 1
+    while n <= max(64 * nodes, 64):
+        axes = fits_somewhere(model, n * gpn, gpn, capacity, free)
+        if axes:
+            return (f"it would fit on {n} nodes of {gpn} GPUs ({n * gpn} GPUs), e.g. --nodes {n} --tp {axes['tp']} "
+                    f"--pp {axes['pp']} --dp {axes['dp']}")
+        n = n + 1 if n < nodes + 8 else n * 2
+    return f"nothing up to {max(64 * nodes, 64)} nodes fits: lower seq/mbs, or raise zero"
 
 
 def rank_factorizations(view, nodes: int, gpn: int, model: dict, order: str,
@@ -492,7 +539,7 @@ def rank_factorizations(view, nodes: int, gpn: int, model: dict, order: str,
                 est = step_estimate(model, layout, use_cost_model=False)
             except (PlanInfeasible, InputError):
                 continue
-            par = dict(axes, order=layout.gen.order)
+            par = dict(layout.axes, order=layout.gen.order)
             if tuple(sorted(par.items())) in seen:
                 continue
             rows.append({"parallelism": par, "estimate": est, "local_gpus": layout.local_gpus})
@@ -533,7 +580,113 @@ def rank_factorizations(view, nodes: int, gpn: int, model: dict, order: str,
         r["rank"] = i
     if all(r["estimate"]["memory"]["fits"] is False for r in rows):
         best = rows[0]["estimate"]["memory"]
+        need, cap = best["per_gpu_bytes"] / 2**30, best["capacity_bytes"] / 2**30
         raise PlanInfeasible(f"{model['name']} does not fit on {total} GPUs: the leanest layout needs "
-                             f"{best['per_gpu_bytes'] / 2**30:.1f} GiB per GPU, "
-                             f"{best['capacity_bytes'] / 2**30:.1f} GiB available")
+                             f"{need:.1f} GiB per GPU, {cap:.1f} GiB available ({need - cap:.1f} GiB short); "
+                             + fit_suggestion(model, gpn, nodes, best["capacity_bytes"], fixed))
     return rows[:max(1, top)]
+
+
+# --------------------------------------------------------------------------------------------
+# Megatron-LM and DeepSpeed arguments for a plan
+def megatron_arguments(parallelism: dict, model: Optional[dict] = None, vpp: Optional[int] = None) -> dict:
+    """The Megatron-LM command-line arguments (``megatron/training/arguments.py``) that give the
+    plan's layout: ``{"args": [[flag, value or None], ...], "notes": [...]}``.
+
+    Megatron derives the data-parallel size (world / (tp*cp*pp)) and the expert data-parallel size
+    itself; the order is ``tp-cp-ep-dp-pp`` unless ``--use-tp-pp-dp-mapping`` (``tp-cp-ep-pp-dp``,
+    which Megatron allows only without CP and EP).  MoE with TP needs ``--sequence-parallel``;
+    ``--num-experts`` must be a multiple of EP.  Interleaving (``vpp`` virtual stages per pipeline
+    rank) needs pp > 2 (without ``--overlap-p2p-comm``) and, with a model, layers/pp divisible by
+    vpp: then ``--num-layers-per-virtual-pipeline-stage``, else ``--num-virtual-stages-per-pipeline-rank``.
+
+    >>> a = megatron_arguments({"tp": 2, "cp": 1, "ep": 4, "dp": 4, "pp": 1, "etp": 2, "edp": 1,
+    ...                         "order": "tp-cp-ep-dp-pp"})
+    >>> [" ".join(str(x) for x in kv if x is not None) for kv in a["args"]][:4]
+    ['--tensor-model-parallel-size 2', '--pipeline-model-parallel-size 1', '--context-parallel-size 1', '--expert-model-parallel-size 4']
+    """
+    p = parallelism
+    t, c, e, pp = p["tp"], p["cp"], p["ep"], p["pp"]
+    et = p.get("etp") or t
+    args: List[list] = [["--tensor-model-parallel-size", t], ["--pipeline-model-parallel-size", pp],
+                        ["--context-parallel-size", c], ["--expert-model-parallel-size", e]]
+    notes: List[str] = []
+    if e > 1 or et != t:
+        args.append(["--expert-tensor-parallel-size", et])
+    order = p.get("order") or "tp-cp-ep-dp-pp"
+    canonical = order.split("-")
+    if canonical == ["tp", "cp", "ep", "pp", "dp"]:
+        if c > 1 or e > 1:
+            raise PlanInfeasible("Megatron's --use-tp-pp-dp-mapping (order tp-cp-ep-pp-dp) does not allow CP or EP "
+                                 f"(cp={c}, ep={e})")
+        args.append(["--use-tp-pp-dp-mapping", None])
+    elif canonical != ["tp", "cp", "ep", "dp", "pp"]:
+        notes.append(f"order {order}: Megatron's command line offers tp-cp-ep-dp-pp and --use-tp-pp-dp-mapping "
+                     f"only; pass order={order!r} to megatron.core.parallel_state.initialize_model_parallel")
+    moe = e > 1 or bool(model and model.get("experts"))
+    if moe and t > 1:
+        args.append(["--sequence-parallel", None])   # Megatron: MoE + TP needs sequence parallelism
+    if model and model.get("experts"):
+        if model["experts"] % e:
+            raise PlanInfeasible(f"{model['experts']} experts are not a multiple of ep={e} (Megatron)")
+        args += [["--num-experts", model["experts"]], ["--moe-router-topk", model["topk"]]]
+    elif e > 1:
+        notes.append(f"add --num-experts N (a multiple of ep={e}) for your MoE model"
+                     + ("; Megatron-Core allows linear biases in MoE layers only with expert TP 1: "
+                        "add --disable-bias-linear" if et > 1 else ""))
+    if vpp is not None and vpp > 1:
+        if pp <= 2:
+            raise PlanInfeasible(f"--vpp {vpp} (interleaved pipeline) needs pp > 2 in Megatron (pp={pp}; with "
+                                 "--overlap-p2p-comm pp > 1)")
+        if model:
+            layers = model["layers"]
+            if layers % pp or (layers // pp) % vpp:
+                raise PlanInfeasible(f"--vpp {vpp}: {layers} layers over pp={pp} do not split into {vpp} equal "
+                                     "virtual stages per pipeline rank (Megatron)")
+            args.append(["--num-layers-per-virtual-pipeline-stage", layers // pp // vpp])
+        else:
+            args.append(["--num-virtual-stages-per-pipeline-rank", vpp])
+    elif vpp is not None and vpp < 1:
+        raise InputError(f"--vpp {vpp}", expected="an integer >= 1")
+    if model:
+        args += [["--num-layers", model["layers"]], ["--hidden-size", model["hidden"]],
+                 ["--ffn-hidden-size", model["ffn"]], ["--num-attention-heads", model["heads"]]]
+        if model["kv_heads"] != model["heads"]:
+            args += [["--group-query-attention", None], ["--num-query-groups", model["kv_heads"]]]
+        # the Llama-style decoder count_params() describes: SwiGLU MLP, RMSNorm, no linear biases
+        # (Megatron-Core also refuses MoE biases with expert TP > 1)
+        args += [["--swiglu", None], ["--normalization", "RMSNorm"], ["--disable-bias-linear", None]]
+        args += [["--seq-length", model["seq"]], ["--max-position-embeddings", model["seq"]],
+                 ["--micro-batch-size", model["mbs"]], ["--global-batch-size", model["gbs"]]]
+        if model["dtype"] in ("bf16", "bfloat16"):
+            args.append(["--bf16", None])
+        elif model["dtype"] in ("fp16", "float16"):
+            args.append(["--fp16", None])
+        if model.get("zero", 1) >= 1:
+            args.append(["--use-distributed-optimizer", None])
+    return {"args": args, "notes": notes}
+
+
+def deepspeed_config(parallelism: dict, model: Optional[dict] = None) -> dict:
+    """A DeepSpeed config (``ds_config.json``) consistent with the plan: DeepSpeed's batch rule
+    ``train_batch_size = train_micro_batch_size_per_gpu * gradient_accumulation_steps * data-parallel
+    size`` with the plan's dp (DeepSpeed counts dp*cp ranks as data parallel when no sequence/context
+    engine is used, so the plan's dp is what it divides by), ZeRO stage and precision from
+    ``--model`` (defaults: micro-batch 1, no accumulation, ZeRO-1, bf16)."""
+    dp = parallelism["dp"] * parallelism["cp"]
+    mbs = (model or {}).get("mbs", 1)
+    gbs = (model or {}).get("gbs", mbs * dp)
+    if gbs % (mbs * dp):
+        raise PlanInfeasible(f"global batch {gbs} is not a multiple of micro-batch*dp = {mbs * dp}")
+    dtype = (model or {}).get("dtype", "bf16")
+    cfg = {
+        "train_batch_size": gbs,
+        "train_micro_batch_size_per_gpu": mbs,
+        "gradient_accumulation_steps": gbs // (mbs * dp),
+        "zero_optimization": {"stage": min(3, (model or {}).get("zero", 1))},
+        "bf16": {"enabled": dtype in ("bf16", "bfloat16")},
+        "fp16": {"enabled": dtype in ("fp16", "float16")},
+        "gradient_clipping": 1.0,
+        "steps_per_print": 100,
+    }
+    return cfg

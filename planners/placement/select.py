@@ -262,16 +262,29 @@ def select_gpus(doc: dict, k: int, free: Optional[Sequence[int]] = None, compare
         method = "greedy"
     ours = list(best)
     out = {"schema": "gpucomm.select/v1", "count": k, "free": free, "policy": "gpucomm", "method": method,
-           "gpus": ours, "details": _details(view, ours, free), "gpuallocator": None, "warnings": warnings}
+           "gpus": ours, "devices": devices(view, ours), "details": _details(view, ours, free), "gpuallocator": None,
+           "warnings": warnings}
     if compare:
         try:
             theirs = gpuallocator_besteffort(doc, free, k)
             scores = gpuallocator_pair_scores(doc)
-            out["gpuallocator"] = {"gpus": theirs, "score": _set_score(scores, theirs),
+            out["gpuallocator"] = {"gpus": theirs, "devices": devices(view, theirs), "score": _set_score(scores, theirs),
                                    "details": _details(view, theirs, free) if theirs else None}
             out["details"]["gpuallocator_score"] = _set_score(scores, ours)
         except InputError as e:
             warnings.append(str(e))
+    return out
+
+
+def devices(view: NodeView, s: Sequence[int]) -> List[dict]:
+    """What a device plugin or a job needs to name the chosen GPUs: NVML index, PCI bus id, UUID
+    (``CUDA_VISIBLE_DEVICES`` / ``NVIDIA_VISIBLE_DEVICES`` accept UUIDs), NUMA node."""
+    out = []
+    for i in s:
+        g = view.gpu(i)
+        numa = g.get("numa_node")
+        out.append({"index": i, "pci_bus_id": g.get("pci_bus_id"), "uuid": g.get("uuid"),
+                    "numa_node": numa if isinstance(numa, int) and numa >= 0 else None})
     return out
 
 

@@ -1,0 +1,97 @@
+"""Tables that stay readable at any width without breaking what users copy.
+
+A value a user copies -- a ring order, an env value, a bus id, a CPU list, a host name -- is never
+wrapped or cut: columns are ``no_wrap`` except the prose ones a command names (reasons, findings,
+descriptions), which may wrap.  When the table cannot fit the terminal that way it is printed in a
+narrower layout -- one record per row, one ``header: value`` per line -- instead of squeezing
+columns to nothing.  Titles are printed as their own line (a soft-wrapped line, not wrapped text).
+
+rich is imported inside the functions (``gpucomm --help`` must not pay for it).
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+
+def plural(n: int, word: str, many: str = "") -> str:
+    """``1 channel``, ``2 channels``; ``many`` for irregular plurals.
+
+    >>> plural(1, "channel"), plural(8, "channel"), plural(1, "node"), plural(2, "NIC")
+    ('1 channel', '8 channels', '1 node', '2 NICs')
+    """
+    return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
+def _plain(cell) -> str:
+    from rich.text import Text
+
+    if isinstance(cell, Text):
+        return cell.plain
+    try:
+        return Text.from_markup(str(cell)).plain
+    except Exception:  # noqa: BLE001 - a cell that is not markup is its own text
+        return str(cell)
+
+
+def print_table(console, table, prose: Iterable[str] = (), narrow=None) -> None:
+    """Print ``table`` whole: its title as a line, then the table if it fits with only the
+    ``prose`` columns wrapping, else ``narrow(console)`` or one record per row."""
+    prose = set(prose)
+    title = table.title
+    table.title = None
+    if title:
+        console.print(title if isinstance(title, str) else _plain(title), soft_wrap=True, highlight=False)
+    for col in table.columns:
+        if _plain(col.header) not in prose:
+            col.no_wrap = True
+    if _min_width(table, prose) <= console.width:
+        console.print(table, soft_wrap=False)
+        return
+    if narrow is not None:
+        narrow(console)
+        return
+    print_records(console, table)
+
+
+PROSE_MIN = 24   # a prose column narrower than this reads as a word per line
+
+
+def _natural_width(table) -> int:
+    import io
+
+    from rich.console import Console
+
+    wide = Console(file=io.StringIO(), width=100_000, color_system=None, highlight=False)
+    wide.print(table, soft_wrap=False)
+    return max((len(line.rstrip()) for line in wide.file.getvalue().split("\n")), default=0)
+
+
+def _min_width(table, prose) -> int:
+    """The width the table needs when only its prose columns wrap (down to PROSE_MIN each)."""
+    from rich.cells import cell_len
+
+    need = _natural_width(table)
+    for col in table.columns:
+        if _plain(col.header) in prose:
+            nat = max([cell_len(line) for c in col._cells for line in _plain(c).split("\n")]
+                      + [cell_len(_plain(col.header))])
+            need -= max(0, nat - PROSE_MIN)
+    return need
+
+
+def print_records(console, table) -> None:
+    """The narrow layout: ``header0 value0`` then ``  header: value`` for the other columns."""
+    headers = [_plain(c.header) for c in table.columns]
+    cells = [[_plain(x) for x in c._cells] for c in table.columns]
+    rows = len(cells[0]) if cells else 0
+    for r in range(rows):
+        first = cells[0][r]
+        console.print(f"{headers[0]} {first}".strip() if headers[0] else first, soft_wrap=True, highlight=False)
+        for h, col in zip(headers[1:], cells[1:]):
+            value = col[r]
+            if not value:
+                continue
+            lines = value.split("\n")
+            console.print(f"  {h}: {lines[0]}" if h else f"  {lines[0]}", soft_wrap=True, highlight=False)
+            for more in lines[1:]:
+                console.print(f"    {more}", soft_wrap=True, highlight=False)
