@@ -149,6 +149,9 @@ CAPTURE_EXPECTED = {
                                                  ("nvlink-inactive", "warning", "GPU3")},
     "topo/48_b200-x8_2nic_tabs.txt": {("nic-numa-mismatch", "info", f"GPU{i}") for i in range(4, 8)},
     "topo/50_l20-x2_62of122nic_garbled-nic-legend.txt": {("nic-numa-mismatch", "info", "GPU1")},
+    # Polaris: 2 NICs for 4 NUMA nodes (NPS4): GPU0 and GPU2 have none on their node
+    "topo/91_a100-sxm4-40gb-x4_polaris-alcf-docs_retyped.txt": {("nic-numa-mismatch", "info", "GPU0"),
+                                                                 ("nic-numa-mismatch", "info", "GPU2")},
     "topo/76_k40m-x4_mlx4_SOC-legend_tensorflow-gdr.txt": {("nic-numa-mismatch", "info", "GPU0"),
                                                            ("nic-numa-mismatch", "info", "GPU1")},
     "ncclxml/azure-ndv2-topo.xml": {("nic-numa-mismatch", "info", f"GPU{i}") for i in range(4, 8)},

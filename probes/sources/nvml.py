@@ -485,6 +485,10 @@ def nvml_to_partial(rec: dict, host: Optional[Host] = None, provenance: str = "l
                        memory_bytes=_i(d.get("memory_bytes")), numa_node=numa,
                        numa_affinity=numa_aff, cpu_affinity=aff, pcie=pcie,
                        nvlink=nvl, mig=_b(d.get("mig_mode")), vendor="nvidia")
+        if numa is not None:
+            # nvmlDeviceGetNumaNodeId answers only for GPUs whose memory is a NUMA node (Grace
+            # superchips): it is what nvidia-smi topo -m prints as "GPU NUMA ID"
+            g["gpu_numa_id"] = numa
         g["p2p"] = {}
         if isinstance(d.get("p2p"), dict):
             for other, st in sorted(d["p2p"].items()):
