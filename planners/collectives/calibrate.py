@@ -51,8 +51,8 @@ BOUNDS = {
     "congestion": (0.0, 2.0), "intra_efficiency": (0.05, 2.0), "nvls_efficiency": (0.05, 2.0),
     "intra_p2p_efficiency": (0.05, 2.0),
 }
-LATENCY_PARAMETERS = ("latency_scale", "net_step_latency_us", "ramp", "net_ll_efficiency", "net_ll128_efficiency",
-                      "net_fill")
+LATENCY_PARAMETERS = ("latency_scale", "net_step_latency_us", "step_latency_us", "ramp", "net_ll_efficiency",
+                      "net_ll128_efficiency", "net_fill")
 FILL_WINDOWS = tuple(float(1 << k) for k in range(16, 28, 2))   # 64 KiB .. 64 MiB
 # the linear stage fits 1 / efficiency for the protocol parameters (they divide a transfer time)
 _INVERSE = ("net_ll_efficiency", "net_ll128_efficiency")
@@ -309,7 +309,7 @@ def _nnls_at(samples: list, active: Sequence[str], window: float, prior_w: float
     yy = 0.0
     for t_meas, t, proto, w in samples:
         ramp_x = 2.0 * math.sqrt(t.lat * t.transfer) if t.lat > 0 and t.transfer > 0 else 0.0
-        feats = {"latency_scale": t.lat, "net_step_latency_us": t.steps_net, "ramp": ramp_x,
+        feats = {"latency_scale": t.lat, "net_step_latency_us": t.steps_net, "step_latency_us": t.steps, "ramp": ramp_x,
                  "net_ll_efficiency": t.transfer if proto == "LL" else 0.0,
                  "net_ll128_efficiency": t.transfer if proto == "LL128" else 0.0,
                  "net_fill": t.fill_x(window)}
@@ -322,7 +322,7 @@ def _nnls_at(samples: list, active: Sequence[str], window: float, prior_w: float
     # protocol bandwidths): sizes that do not show a parameter leave it there.
     for i, k in enumerate(active):
         x = [0.0] * n
-        x[i] = 1.0 if k != "net_step_latency_us" else 0.1
+        x[i] = 0.1 if k in ("net_step_latency_us", "step_latency_us") else 1.0
         y = 1.0 if k in ("latency_scale",) + _INVERSE else 0.0
         _accumulate(ata, aty, x, y, prior_w)
         yy += prior_w * y * y
@@ -392,7 +392,8 @@ def fit(layouts: Layouts, runs: Sequence[Run], start: Optional[timing.Profile] =
         nic = timing.per_nic_GBps(multi.hw, p)
         p = replace(p, net_gbps_per_nic=(nic or 25.0) * 8.0)
     multi_protos = {r.proto for c in cases if c.run.nodes > 1 for r in c.rows}
-    lat_active = ["latency_scale", "ramp"] + (["net_step_latency_us", "net_fill"] if any(c.run.nodes > 1 for c in cases) else []) \
+    lat_active = ["latency_scale", "ramp"] + (["net_step_latency_us", "step_latency_us", "net_fill"]
+                                              if any(c.run.nodes > 1 for c in cases) else []) \
         + [f"net_{x.lower()}_efficiency" for x in ("LL", "LL128") if x in multi_protos]
     bounds = dict(BOUNDS)
     line = _line_rate_gbps(layouts, cases)
@@ -501,7 +502,8 @@ def profile_from_document(doc, source: str = "<calibration>") -> timing.Profile:
             if k != "net_gbps_per_nic":
                 raise InputError(f"calibration profile: parameter {k} is null", source, expected="a number")
             continue
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or v > 1e6:
+        top = float(1 << 50) if k == "net_fill_bytes" else 1e6
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or v > top:
             raise InputError(f"calibration profile: parameter {k} = {v!r}", source, expected="a finite number >= 0")
         if k in ("net_gbps_per_nic", "latency_scale") and v <= 0:
             raise InputError(f"calibration profile: parameter {k} must be > 0, got {v!r}", source)

@@ -9,13 +9,17 @@ into the achievable bandwidths of a :class:`~gpucomm.planners.nccl.tuning.CommGr
 
 The time of one operation of ``S`` bytes (nccl-tests' size) is::
 
-    t = latency_scale * L_nccl  +  net_step_latency_us * steps_net  +  S / B  +  ramp * 2 * sqrt(L_nccl * S / B)
+    t = latency_scale * L_nccl + net_step_latency_us * steps_net + step_latency_us * steps
+        + S / B + ramp * 2 * sqrt(L_nccl * S / B) + net_fill * steps_net * S_w / B
 
 * ``L_nccl``: NCCL's latency for the chosen algorithm/protocol (tuning.cc ``ncclTopoTuneModel``,
   with ``ncclTopoGetAlgoTime``'s ring plateau) -- or, for the point-to-point collectives NCCL does
   not tune, one Simple ring step plus one per peer (:func:`p2p_latency`);
 * ``steps_net``: the network steps of the algorithm (ring all_reduce ``2(N-1)``, tree ``2 log2 N``,
-  all_to_all one per remote peer, ...; :func:`net_steps`);
+  all_to_all one per remote peer, ...; :func:`net_steps`); ``steps``: every step when the job spans
+  nodes (:func:`all_steps`), each of which waits for the network proxy;
+* ``S_w = min(S, net_fill_bytes)``: a multi-node pipeline fills over its network steps until its
+  chunks reach their full size (``Terms.fill_x``);
 * ``B``: the algorithm bandwidth NCCL's refinements give (protocol factors, per-channel caps, tree
   correction) starting from the *achievable* bus bandwidth instead of NCCL's ``nChannels * bw``;
 * the last term is the pipeline fill of a chunked ring: with ``k`` steps of latency ``a`` and
@@ -94,6 +98,7 @@ class Profile:
     net_ll128_efficiency: float = 1.0            # LL128 across nodes / NCCL's LL128 bandwidth
     latency_scale: float = 1.0                   # x NCCL's latency model
     net_step_latency_us: float = 0.0             # added per network step
+    step_latency_us: float = 0.0                 # added per algorithm step (every hop) when the job spans nodes
     ramp: float = 0.0                            # pipeline fill (0: NCCL's model, 1: optimal chunking)
     net_fill: float = 0.0                        # pipeline fill per network step, x the transfer of a window
     net_fill_bytes: float = 4194304.0            # the window (bytes) beyond which the fill stops growing
@@ -186,6 +191,26 @@ def net_steps(g: CommGraph, coll: str, algo: str) -> int:
     return 1
 
 
+def all_steps(g: CommGraph, coll: str, algo: str) -> int:
+    """Every step of one operation when the job spans nodes (0 on one node), the count
+    ``step_latency_us`` multiplies: ring ``2(n-1)`` / ``n-1`` hops, tree ``2 (log2 N + g - 1)`` (the
+    chain inside each node, the tree across nodes, up and down), all_to_all one per peer, send_recv 1.
+    In a multi-node ring every hop waits for the network proxy's progress (tuning.cc makes each
+    intra-node step at least the net overhead), so every hop pays what the transport adds."""
+    nn, n, gpn = g.n_nodes, g.n_ranks, g.gpus_per_node
+    if nn <= 1:
+        return 0
+    if coll == "all_to_all":
+        return n - 1
+    if coll == "send_recv":
+        return 1
+    if algo == "ring":
+        return 2 * (n - 1) if coll == "all_reduce" else n - 1
+    if algo in ("tree", "nvls_tree"):
+        return 2 * (max(1, _log2i(nn)) + gpn - 1)
+    return max(1, _log2i(nn))
+
+
 def p2p_latency(g: CommGraph, coll: str) -> float:
     """NCCL's latency for the grouped point-to-point collectives, which its tuner does not model,
     from its Ring/Simple constants (tuning.cc ncclTopoTuneModel): send_recv is one step (baseLat +
@@ -223,6 +248,7 @@ class Terms:
     steps_net: int
     transfer: float
     size: int = 0
+    steps: int = 0
 
     def fill_x(self, window: float) -> float:
         """The network pipeline fill per unit of ``net_fill``: steps x the transfer time of
@@ -232,7 +258,8 @@ class Terms:
         return self.steps_net * self.transfer * min(1.0, window / self.size)
 
     def time(self, p: Profile) -> float:
-        t = p.latency_scale * self.lat + p.net_step_latency_us * self.steps_net + self.transfer
+        t = p.latency_scale * self.lat + p.net_step_latency_us * self.steps_net + self.transfer \
+            + p.step_latency_us * self.steps
         if p.ramp and self.transfer > 0 and self.lat > 0:
             t += p.ramp * 2.0 * math.sqrt(self.lat * self.transfer)
         if p.net_fill:
@@ -257,7 +284,8 @@ def terms(g: CommGraph, coll: str, algo: str, proto: Optional[str], size: int, p
             nic = g.nic_bw * profile.p2p_efficiency
             bw = min(g.p2p_bw or nic, nic) if g.gpus_per_node > 1 else nic
             per_byte = 1.0 / (1000.0 * bw)
-        return Terms(p2p_latency(g, coll), net_steps(g, coll, "p2p"), size * per_byte, size)
+        return Terms(p2p_latency(g, coll), net_steps(g, coll, "p2p"), size * per_byte, size,
+                     all_steps(g, coll, "p2p"))
     if table is None:
         table = tuning_table(g, coll, achievable=True)
     cell = table.get((algo, proto))
@@ -277,7 +305,7 @@ def terms(g: CommGraph, coll: str, algo: str, proto: Optional[str], size: int, p
         bw *= profile.net_ll_efficiency
     elif g.n_nodes > 1 and proto == "LL128":
         bw *= profile.net_ll128_efficiency
-    return Terms(lat, net_steps(g, coll, algo), size / (1000.0 * bw), size)
+    return Terms(lat, net_steps(g, coll, algo), size / (1000.0 * bw), size, all_steps(g, coll, algo))
 
 
 def time_us(g: CommGraph, coll: str, algo: str, proto: Optional[str], size: int, profile: Profile = DEFAULT,
