@@ -178,6 +178,7 @@ def test_uncalibrated_tables(crossval):
     a calibration's job), nor Alps on 2 nodes (NCCL's choice, above)."""
     unc = {r["table"]: r for res in crossval for r in res["uncalibrated"]}
     assert len(unc) == 66
+    assert set(CV.DEFAULTS_FITTED_ON) == {"083_h100ib-c01_2n_all_reduce_g1.txt"}   # NET_EFFICIENCY's capture
     misses = {t for t, r in unc.items() if abs(r["largest_error_pct"]) > CV.LARGEST_PCT}
     slingshot_a100 = {t for t in unc if t.split("_")[1] in ("polaris", "sirius")}
     assert misses - slingshot_a100 == {"060_alps-gh200_2n_all_reduce_cxituned_aws1130.txt",
