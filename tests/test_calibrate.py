@@ -259,3 +259,20 @@ def test_a_profile_from_another_machine_is_named(tmp_path):
     assert run_cli("calibrate", "example:polaris", *files, "-o", prof).code == 0
     out = run_cli("predict", "example:hgx-h100", "--nodes", "2", "--calibration", prof, "--format", "json").json()
     assert any("fitted on another machine" in n and "A100" in n for n in out["graph"]["notes"])
+
+
+def test_cli_calibrate_warns_when_one_profile_cannot_describe_the_runs(tmp_path):
+    """Runs of two transport setups given together (Polaris 2 nodes: the TCP socket transport and the
+    aws-ofi-nccl plugin, 38 vs ~146 Gb/s per NIC) leave runs the fit misses by far more than
+    MIXED_SETUP_PCT: said without --verbose, naming the worst; one setup alone is not warned about."""
+    from gpucomm.planners.collectives.calibrate import MIXED_SETUP_PCT, SETUP_WARNING
+    one = sorted(SCALING.glob("0[0-1]?_polaris_2n_*nccl221_env5.txt"))
+    mixed = one + sorted(SCALING.glob("0[0-1]?_polaris_2n_*nccl221_env1.txt"))
+    r = run_cli("calibrate", "example:polaris", *mixed, "-o", tmp_path / "mixed.json")
+    assert r.code == 0, r.stderr
+    assert f"warning: {SETUP_WARNING}" in r.stderr and "_env1.txt (largest size" in r.stderr
+    doc = json.loads((tmp_path / "mixed.json").read_text())
+    assert any(n.startswith(SETUP_WARNING) for n in doc["notes"])
+    assert max(abs(x["largest_error_pct"]) for x in doc["runs"]) > MIXED_SETUP_PCT
+    r = run_cli("calibrate", "example:polaris", *one, "-o", tmp_path / "one.json")
+    assert r.code == 0 and "warning" not in r.stderr, r.stderr

@@ -102,7 +102,7 @@ def calibrate(
 
     Formats: table (summary; default on a terminal), json (the profile; default with -o FILE), yaml.
     Use the profile with predict/plan/rings --calibration PROFILE.json (docs/CALIBRATION.md)."""
-    from gpucomm.planners.collectives.calibrate import build_calibration
+    from gpucomm.planners.collectives.calibrate import SETUP_WARNING, build_calibration
     from gpucomm.probes.load import load_topology
     from gpucomm.render.output import emit
 
@@ -117,7 +117,10 @@ def calibrate(
              f"{', '.join(cal['fitted'])}; median |time error| on those runs "
              f"{_fmt(cal['residual'].get('median_abs_time_error_pct'))}%)")
     for n in cal.get("notes") or []:
-        diag(f"gpucomm: note: {n}", verbose_only=True)
+        if n.startswith(SETUP_WARNING):     # calibrate.setup_warning: always said
+            diag(f"gpucomm: warning: {n}")
+        else:
+            diag(f"gpucomm: note: {n}", verbose_only=True)
 
 
 def register(app: typer.Typer) -> None:

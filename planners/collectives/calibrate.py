@@ -497,9 +497,43 @@ def build_calibration(topo_doc: Union[Topology, dict], texts: Sequence[tuple[str
     for c in cases:
         notes += [n for n in c.run.notes if n not in notes]
     med_time = statistics.median(s["median_abs_time_error_pct"] for s in summaries)
+    warn = setup_warning(summaries, med_time)
+    if warn:
+        notes.append(warn)
     return document(p, fitted, topo, topology_source, summaries, notes, fabric_gbps=fabric_gbps,
                     residual={"runs": len(summaries), "sizes": sum(s["sizes"] for s in summaries),
                               "median_abs_time_error_pct": _r(med_time)})
+
+
+MIXED_SETUP_PCT = 25.0
+"""A fitted run whose largest size the fit still misses by more than this (busbw) is one that the
+profile's single set of physical parameters does not describe: most often runs of different transport
+setups given together (NCCL's socket transport vs IB verbs or a net plugin, different NCCL versions or
+NCCL_* settings: the published Polaris tables run at 38 to 146 Gb/s per NIC on the same machine), or a
+run where NCCL chose an algorithm the model of its search does not (``predict --compare`` shows it)."""
+
+SETUP_WARNING = "the profile does not describe"
+
+
+def setup_warning(summaries: Sequence[dict], median_time_error_pct: Optional[float] = None) -> Optional[str]:
+    """The warning of a fit that misses some of its own runs at their largest size by more than
+    :data:`MIXED_SETUP_PCT`, naming them (worst first), or None.
+
+    >>> setup_warning([{"source": "a.txt", "largest_error_pct": 3.0}]) is None
+    True
+    >>> setup_warning([{"source": "a.txt", "largest_error_pct": 3.0},
+    ...                {"source": "b.txt", "largest_error_pct": -70.0}])[:62]
+    'the profile does not describe 1 of its 2 runs: b.txt (largest '
+    """
+    bad = sorted((s for s in summaries if s.get("largest_error_pct") is not None
+                  and abs(s["largest_error_pct"]) > MIXED_SETUP_PCT), key=lambda s: -abs(s["largest_error_pct"]))
+    if not bad:
+        return None
+    names = ", ".join(f"{s['source']} (largest size {s['largest_error_pct']:+.0f}%)" for s in bad[:3])
+    more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+    return (f"{SETUP_WARNING} {len(bad)} of its {len(summaries)} runs: {names}{more}. Do the runs share one "
+            f"transport setup (NCCL version, NCCL_NET / net plugin, NCCL_* settings)? Calibrate each setup "
+            f"separately; a run where NCCL chose another algorithm shows in predict --compare.")
 
 
 def document(p: timing.Profile, fitted: Sequence[str], topo, topology_source: str, runs: list, notes: list,
