@@ -17,7 +17,7 @@ The time of one operation of ``S`` bytes (nccl-tests' size) is::
   not tune, one Simple ring step plus one per peer (:func:`p2p_latency`);
 * ``steps_net``: the network steps of the algorithm (ring all_reduce ``2(N-1)``, tree ``2 log2 N``,
   all_to_all one per remote peer, ...; :func:`net_steps`); ``steps``: every step when the job spans
-  nodes (:func:`all_steps`), each of which waits for the network proxy;
+  nodes (:func:`all_steps`; all_to_all's are in its ``L_nccl``), each of which waits for the network proxy;
 * ``S_w = min(S, net_fill_bytes)``: a multi-node pipeline fills over its network steps until its
   chunks reach their full size (``Terms.fill_x``);
 * ``B``: the algorithm bandwidth NCCL's refinements give (protocol factors, per-channel caps, tree
@@ -194,14 +194,16 @@ def net_steps(g: CommGraph, coll: str, algo: str) -> int:
 def all_steps(g: CommGraph, coll: str, algo: str) -> int:
     """Every step of one operation when the job spans nodes (0 on one node), the count
     ``step_latency_us`` multiplies: ring ``2(n-1)`` / ``n-1`` hops, tree ``2 (log2 N + g - 1)`` (the
-    chain inside each node, the tree across nodes, up and down), all_to_all one per peer, send_recv 1.
+    chain inside each node, the tree across nodes, up and down), send_recv 1.
     In a multi-node ring every hop waits for the network proxy's progress (tuning.cc makes each
-    intra-node step at least the net overhead), so every hop pays what the transport adds."""
+    intra-node step at least the net overhead), so every hop pays what the transport adds.
+    all_to_all counts none: its per-peer steps are already in :func:`p2p_latency` (scaled by
+    ``latency_scale``); counting them again made one ``step_latency_us`` serve two different things
+    (sequential ring hops, ~8 us each on the published Polaris sweeps, and grouped point-to-point sends)
+    and the fit a compromise that missed 8-node all_gather mid sizes from a 2-node fit."""
     nn, n, gpn = g.n_nodes, g.n_ranks, g.gpus_per_node
-    if nn <= 1:
+    if nn <= 1 or coll == "all_to_all":
         return 0
-    if coll == "all_to_all":
-        return n - 1
     if coll == "send_recv":
         return 1
     if algo == "ring":
