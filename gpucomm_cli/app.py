@@ -30,6 +30,7 @@ COMMAND_MODULES = [
     "gpucomm.commands.paths",      # paths
     "gpucomm.commands.collective", # rings, trees
     "gpucomm.commands.predict",    # predict
+    "gpucomm.commands.calibrate",  # calibrate
     "gpucomm.commands.plan",       # plan, select, synth
     "gpucomm.commands.doctor",     # doctor, diff
     "gpucomm.commands.bench",      # bench p2p|collective

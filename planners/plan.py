@@ -20,10 +20,12 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
                     gpus_per_node: Optional[int] = None, gpus: Optional[List[int]] = None, cluster=None,
                     command: str = "train.py", topo_file_path: Optional[str] = None, port: int = 29500,
                     hosts: Optional[List[str]] = None, etp: Optional[int] = None, vpp: Optional[int] = None,
-                    torch_version: Optional[str] = None) -> dict:
+                    torch_version: Optional[str] = None, calibration: Optional[dict] = None,
+                    calibration_source: Optional[str] = None) -> dict:
     """Everything ``gpucomm plan`` computes, as the ``gpucomm.plan/v1`` document (no I/O): the
     factorization (given, or ranked for ``model``), the rank layout, env settings with reasons, launch
-    artefacts, and with ``cluster`` the host order and cross-switch traffic."""
+    artefacts, and with ``cluster`` the host order and cross-switch traffic.  ``calibration``: a
+    ``gpucomm.calibration/v1`` document that times the collectives of ``model``'s estimate."""
     order = placement.parse_order(order)
     mspec = model_specs.parse_model_spec(model)
     hosts_pool = None
@@ -48,6 +50,14 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
     gpn = len(gpus) if gpus is not None else (gpus_per_node or view.gpu_count)
     if gpn > view.gpu_count:
         raise PlanInfeasible(f"{gpn} GPUs per node requested but the topology has {view.gpu_count}")
+    cal_notes: List[str] = []
+    if calibration is not None:
+        from gpucomm.planners.collectives import calibrate as cal
+
+        src = calibration_source or "<calibration>"
+        model_specs.use_calibration(view, cal.profile_from_document(calibration, src), src)
+        cal_notes = cal.applied_note(calibration, src, topo) if mspec is not None else \
+            [f"--calibration {src}: used only by --model estimates"]
     if nodes is None:
         if hosts_pool is not None:
             if tp and pp and dp:
@@ -98,7 +108,8 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
         node_docs = [cluster.doc(h) for h in hosts]
     plan = placement.plan_document(layout, hosts=hosts, node_docs=node_docs)
     plan["host_order"] = host_order
-    plan["warnings"] = list(dict.fromkeys(warnings + plan["warnings"] + (cluster.warnings if cluster else [])))
+    plan["warnings"] = list(dict.fromkeys(warnings + plan["warnings"] + (cluster.warnings if cluster else [])
+                                          + cal_notes))
     if mspec is not None:
         plan["estimate"] = estimate
         mem = plan["estimate"]["memory"]

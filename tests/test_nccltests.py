@@ -174,3 +174,83 @@ def test_fuzz_mutated_capture_only_input_error(cut, span, junk):
     json.dumps(p, allow_nan=False)
     for r in p["rows"]:
         assert r["size_bytes"] >= 0 and r["out_of_place"]["time_us"] >= 0
+
+
+# --------------------------------------------------------------------------------------------
+# However it was launched: launcher labels, interleaved NCCL log lines, what was ignored
+SCALING = NT / "scaling"
+
+
+def test_every_scaling_table_parses_with_its_collective_and_ranks():
+    """The 66 published tables: every one has its rows, its rank count from the device lines, and a
+    collective (from the header, the busbw factor, or -- all_gather vs alltoall -- the file name)."""
+    files = sorted(SCALING.glob("*.txt"))
+    assert len(files) == 66
+    for f in files:
+        p = load_nccltests(str(f))
+        want = next(c for c in ("all_reduce", "all_gather", "alltoall", "reduce_scatter", "sendrecv") if c in f.name)
+        assert p["collective"] == {"alltoall": "all_to_all", "sendrecv": "send_recv"}.get(want, want), f.name
+        assert p["n_ranks"] == len(p["devices"]) and p["rows"], f.name
+        assert not [w for w in p["warnings"] if "skipped" in w], (f.name, p["warnings"])
+
+
+def test_srun_labels_are_stripped_and_counted():
+    p = load_nccltests(str(SCALING / "062_alps-gh200_4n_all_reduce_cxituned_aws1130.txt"))
+    assert p["n_ranks"] == 16 and p["nodes"] == 4 and len(p["rows"]) == 30
+    assert p["ignored"]["labelled_lines"] > 40 and p["ignored"]["nccl_log_lines"] == 0
+
+
+def _relabel(text: str, label: str) -> str:
+    return "\n".join(label.format(i=i) + line for i, line in enumerate(text.splitlines()))
+
+
+@pytest.mark.parametrize("label", ["0: ", "  3: ", "[1,0]<stdout>:", "[1,0]<stdout>: ", "[0] ", "x3006c0s1b1n0: "])
+def test_launcher_labels(label):
+    text = (NT / "04_polaris-a100-40gb-x4_2nodes_allreduce_default-tcp.txt").read_text()
+    plain = load_nccltests(str(NT / "04_polaris-a100-40gb-x4_2nodes_allreduce_default-tcp.txt"))
+    p = parse_nccltests(_relabel(text, label), "labelled.txt")
+    assert [r["out_of_place"] for r in p["rows"]] == [r["out_of_place"] for r in plain["rows"]]
+    assert p["n_ranks"] == 8 and p["hosts"] == plain["hosts"] and p["collective"] == "all_reduce"
+    assert p["ignored"]["labelled_lines"] >= len(plain["rows"])
+
+
+def test_interleaved_nccl_info_and_a_row_cut_in_two():
+    """NCCL_DEBUG=INFO output of other threads lands between rows and even inside one (Snellius'
+    2-node all_reduce log, SOURCES.md: "one split row re-joined"): the row is re-joined and said so."""
+    text = (NT / "scaling" / "096_snellius-h100_1n_all_reduce.txt").read_text().splitlines()
+    i = next(k for k, l in enumerate(text) if l.split()[:1] == ["2097152"])
+    row = text[i].split()
+    info = "gcn151:1904979:1905073 [0] NCCL INFO Channel 00/0 : 7[3] -> 0[0] [receive] via NET/IB/2/GDRDMA"
+    cut = (f"{row[0]:>12}{row[1]:>14}{row[2]:>10}{row[3]:>8}{row[4]:>8}{info}", info.replace("Channel 00", "Channel 04"),
+           "gcn151:1904979:1904979 [0] NCCL INFO comm 0x4cfb4b0 rank 0 nranks 8 cudaDev 0 busId 6000 - Init COMPLETE",
+           "   " + "   ".join(row[5:]))
+    mixed = text[:3] + [info] + text[3:i] + list(cut) + text[i + 1:]
+    p = parse_nccltests("\n".join(mixed), "mixed.txt")
+    plain = load_nccltests(str(NT / "scaling" / "096_snellius-h100_1n_all_reduce.txt"))
+    assert [r["out_of_place"] for r in p["rows"]] == [r["out_of_place"] for r in plain["rows"]]
+    assert any("re-joined" in w for w in p["warnings"])
+    assert p["ignored"]["nccl_log_lines"] == 4
+    from gpucomm.probes.formats.nccltests import ignored_summary
+    assert "4 NCCL debug line(s)" in ignored_summary(p)
+
+
+def test_chatter_is_reported_as_ignored():
+    text = (NT / "09_h100-x8_1node_allreduce_cluster01.txt").read_text()
+    p = parse_nccltests("srun: job 12345 queued and waiting for resources\n" + text + "\nreal\t0m12.3s\n", "c.txt")
+    assert p["ignored"]["other_lines"] == 2 and "line 1: srun: job 12345" in p["ignored"]["other_examples"][0]
+
+
+def test_sendrecv_prints_sum_and_is_still_sendrecv():
+    p = load_nccltests(str(SCALING / "104_b200-use3a_2n_sendrecv.txt"))
+    assert p["collective"] == "send_recv" and p["collective_source"] == "inferred" and p["n_ranks"] == 16
+
+
+def test_collective_from_the_file_name_only_when_the_table_is_ambiguous(tmp_path):
+    src = (SCALING / "001_polaris_2n_all_gather_nccl218_env1.txt").read_text()
+    for name, want in (("all_gather_output.dat.1", "all_gather"), ("alltoall_output.dat.1", "all_to_all"),
+                       ("output.dat.1", None), ("all_gather_and_alltoall.txt", None)):
+        p = parse_nccltests(src, str(tmp_path / name))
+        assert p["collective"] == want, name
+        assert (p["collective_source"] == "file name") == (want is not None)
+    # a folder name says nothing about the run
+    assert parse_nccltests(src, str(tmp_path / "alltoall" / "output.txt"))["collective"] is None

@@ -107,3 +107,93 @@ def test_constants_reproduce_their_fit():
 
 if __name__ == "__main__":
     print(calibration_table())
+
+
+# ============================================================================================
+# Honest accuracy at scale: the published scaling tables (fixtures/captures/nccltests/scaling),
+# every node count predicted from a calibration fitted on the other node counts of the same system
+# and environment (tools/crossval.py: the README table comes from the same code).
+import importlib.util  # noqa: E402
+import sys  # noqa: E402
+
+from support import ROOT  # noqa: E402
+
+
+def _crossval_module():
+    spec = importlib.util.spec_from_file_location("tools_crossval", ROOT / "tools" / "crossval.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("tools_crossval", mod)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+CV = _crossval_module()
+
+# Predicted tables outside the done-when figures (15% at the largest size, 25% median |error| >= 1 MiB),
+# each with the reason.  Pinned: a change that fixes one -- or breaks another -- fails
+# test_leave_one_node_count_out until this list says so.
+KNOWN_MISSES = {
+    # NCCL ran a tree on 2 nodes (busbw 158 GB/s > the 4 x 25 GB/s a ring can use); our model of
+    # NCCL's graph search does not raise the tree graph's bwIntra there (search.cc pass 2), so it
+    # picks a ring and the ring's time is predicted.
+    "060_alps-gh200_2n_all_reduce_cxituned_aws1130.txt": "NCCL's choice: tree on 2 nodes",
+    "061_alps-gh200_2n_all_reduce_cxituned_aws192.txt": "NCCL's choice: tree on 2 nodes",
+    # measurement: 256 MiB-1 GiB take 10x longer than 2 GiB (busbw 5 GB/s, then 92)
+    "069_alps-gh200_32n_all_reduce_cxituned_aws192.txt": "disturbed measurement at 256 MiB-1 GiB",
+    # measurement: busbw 7.47 GB/s at 512 MiB, 5.98 at 1 GiB (socket transport at 8 nodes)
+    "021_polaris_8n_all_reduce_nccl218_env1.txt": "largest size 20% below the one before",
+    # 8-node all_gather mid sizes from a 2-node fit (socket transport): 256 KiB-4 MiB sit on a ~900 us
+    # plateau on 8 nodes (LL through the network proxy) that 2 nodes do not show
+    "016_polaris_8n_all_gather_nccl218_env1.txt": "mid sizes at 8 nodes (median 27%)",
+    # all_to_all loses ~20% more on 8 nodes than on 2 with the OFI plugin: a fit on one node count
+    # cannot see it (congestion is fitted only from >= 2 node counts)
+    "027_polaris_8n_alltoall_nccl218_env5.txt": "all_to_all congestion unseen by a 2-node fit",
+}
+
+
+@pytest.fixture(scope="module")
+def crossval():
+    return CV.run_all()
+
+
+def test_leave_one_node_count_out(crossval, capsys):
+    """Done when: every predicted table within 15% at the largest size and 25% median |error| >= 1 MiB.
+    Printed (pytest -rA) as the README table; the misses are pinned in KNOWN_MISSES with a reason."""
+    print()
+    print(CV.markdown(crossval))
+    predicted = [r for res in crossval for r in res["predicted"]]
+    assert len(predicted) == 50   # Polaris 5 envs x 6, Alps 2 x 6, the H100 cluster 8
+    # no figure from data the fit saw: a predicted table's node count is never one the fit used
+    assert all(r["nodes"] not in r["fitted_on"] for r in predicted)
+    misses = sorted(r["table"] for r in predicted if not CV.passes(r))
+    assert misses == sorted(KNOWN_MISSES), misses
+
+
+def test_uncalibrated_tables(crossval):
+    """Uncalibrated (the topology alone): where the fabric delivers what its NIC rate says (InfiniBand
+    with IB verbs, Slingshot on Alps) the largest size is within 15%; the Polaris/Sirius tables are not
+    (the TCP socket transport and the OFI plugin deliver 19% and 73% of the 200 Gb/s the topology shows:
+    a calibration's job), nor Alps on 2 nodes (NCCL's choice, above)."""
+    unc = {r["table"]: r for res in crossval for r in res["uncalibrated"]}
+    assert len(unc) == 66
+    assert set(CV.DEFAULTS_FITTED_ON) == {"083_h100ib-c01_2n_all_reduce_g1.txt"}   # NET_EFFICIENCY's capture
+    misses = {t for t, r in unc.items() if abs(r["largest_error_pct"]) > CV.LARGEST_PCT}
+    slingshot_a100 = {t for t in unc if t.split("_")[1] in ("polaris", "sirius")}
+    assert misses - slingshot_a100 == {"060_alps-gh200_2n_all_reduce_cxituned_aws1130.txt",
+                                       "061_alps-gh200_2n_all_reduce_cxituned_aws192.txt",
+                                       "097_snellius-h100_1n_reduce_scatter.txt"}, sorted(misses - slingshot_a100)
+    # InfiniBand and Alps' Slingshot beyond 2 nodes: the NIC rate x NET_EFFICIENCY holds
+    for t in ("052_sophia_2n_all_gather_env1.txt", "084_h100ib-c01_2n_alltoall_g8.txt",
+              "068_alps-gh200_32n_all_reduce_cxituned_aws1130.txt", "104_b200-use3a_2n_sendrecv.txt"):
+        assert abs(unc[t]["largest_error_pct"]) <= 10.0, unc[t]
+
+
+def test_fitted_and_predicted_are_reported_apart(crossval):
+    """Every table of a multi-node-count group appears once as predicted (fit on the others) and once as
+    fitted (the all-in fit's residual); single-node-count groups have no predicted table at all."""
+    for res in crossval:
+        tables = sorted(r["table"] for r in res["fitted"])
+        if len(res["node_counts"]) > 1:
+            assert sorted(r["table"] for r in res["predicted"]) == tables
+        else:
+            assert res["predicted"] == []

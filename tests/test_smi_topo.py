@@ -102,6 +102,10 @@ EXPECT = {
            {0: ("24-47", [1], 1), 6: ("48-71", [2], 2)}, [f"mlx5_{i}" for i in range(9)]),
     "86": ("ok", {("GPU4", "mlx5_4"): "NODE", ("GPU0", "mlx5_8"): "NODE", ("GPU0", "GPU1"): "NV18"},
            {0: ("0-47", [0], 0), 7: ("48-95", [1], 1)}, [f"mlx5_{i}" for i in range(9)]),
+    # re-typed from the ALCF Polaris documentation table (no GPU NUMA ID column, NIC names in the header)
+    "91": ("ok", {("GPU0", "GPU1"): "NV4", ("GPU3", "mlx5_0"): "PHB", ("GPU1", "mlx5_1"): "PHB",
+                  ("mlx5_0", "mlx5_1"): "SYS", ("GPU0", "mlx5_0"): "SYS"},
+           {0: ("24-31,56-63", [3], 3), 3: ("0-7,32-39", [0], 0)}, ["mlx5_0", "mlx5_1"]),
     "90": ("ok", {("GPU0", "GPU1"): "NV1", ("GPU7", "GPU0"): "NV2", ("GPU4", "GPU3"): "NV1"},
            {0: (None, [], None)}, []),
 }

@@ -109,6 +109,11 @@ def collective(
     dtype: str = typer.Option("float", "--dtype", help="Element type: float, half, bfloat16, double, int32, ..."),
     save: Optional[str] = typer.Option(None, "--save", metavar="TOPO", help="Record the busbw sweep under "
                                        "measured.collectives of this topology JSON (probed live when absent)."),
+    save_calibration: Optional[str] = typer.Option(None, "--save-calibration", metavar="PROFILE.json",
+                                                   help="Fit a calibration profile (gpucomm calibrate) from this "
+                                                   "sweep and write it there: for predict/plan/rings --calibration."),
+    topology: Optional[str] = typer.Option(None, "--topology", metavar="TOPO", help="With --save-calibration: "
+                                           "the topology of one node (default: --save's, else a live probe)."),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds before a stuck collective is abandoned."),
 ) -> None:
     """nccl-tests style sweep: size, count, type, redop, root, time, algbw, busbw (same busbw formulas)."""
@@ -124,7 +129,34 @@ def collective(
         return
     if save:
         _save(save, result)
+    if save_calibration:
+        _save_calibration(save_calibration, result, topology or save)
     _emit_result(result, render_collective_table)
+
+
+def _save_calibration(path: str, result: dict, topology: Optional[str]) -> None:
+    """Fit a profile from a collective sweep (the nccl-tests table it prints) and write it atomically."""
+    from gpucomm.planners.collectives.calibrate import build_calibration
+    from gpucomm.planners.measure.bench import render_collective_table
+    from gpucomm.probes.model import dumps_json
+    from gpucomm.render.output import write_file_atomic
+
+    if topology:
+        from gpucomm.probes.load import load_topology
+
+        doc, source = load_topology(topology), topology
+    else:
+        from gpucomm.probes.sources.host import Host
+        from gpucomm.probes.sources.probe import probe_host
+
+        doc, source = probe_host(Host()), "this node (live probe)"
+    nodes = max(1, int(result.get("nodes") or 1))
+    world = int(result.get("world_size") or 1)
+    cal = build_calibration(doc, [("gpucomm bench collective", render_collective_table(result))], source,
+                            nodes=nodes, gpus_per_node=max(1, world // nodes))
+    cal["created_by"] = "gpucomm bench collective --save-calibration"
+    write_file_atomic(path, dumps_json(cal))
+    diag(f"gpucomm: calibration of {len(cal['runs'])} run(s) written to {path} (fitted: {', '.join(cal['fitted'])})")
 
 
 @bench_app.command("p2p")

@@ -12,6 +12,7 @@ import typer
 
 from gpucomm.commands.common import TOPO_HELP, from_option, load_topo, topo_argument, usage_error
 from gpucomm.render.tables import plural, print_table
+from gpucomm.probes import units
 from gpucomm.settings import diag
 
 __all__ = ["TOPO_HELP", "parse_gpu_list"]
@@ -163,6 +164,9 @@ def rings(
     nodes: int = typer.Option(1, "--nodes", "-N", min=1, help="Identical nodes joined through their NICs "
                               "(> 1: every channel enters and leaves each node through a NIC)."),
     compare: Optional[str] = typer.Option(None, "--compare", metavar="LOG", help=COMPARE_HELP),
+    calibration: Optional[str] = typer.Option(None, "--calibration", metavar="PROFILE.json",
+                                              help="A calibration profile (gpucomm calibrate): add what NCCL's "
+                                              "rings achieve on this machine (bus bandwidth, a 1 GiB all_reduce)."),
 ) -> None:
     """Ring channels maximising total bus bandwidth, with NCCL's own choice for comparison.
 
@@ -179,6 +183,12 @@ def rings(
     log = load_nccl_log(compare) if compare else None
     doc, _ = load_topo(topo, src)
     out = rings_report(doc, gpus=gpu_list, channels=channels, nodes=nodes, log=log)
+    if calibration is not None:
+        from gpucomm.commands.calibrate import read_calibration
+        from gpucomm.planners.collectives.predict import achievable_summary
+
+        out["calibrated"] = achievable_summary(doc, nodes=nodes, gpus=gpu_list, calibration=read_calibration(calibration),
+                                               calibration_source=calibration)
 
     def table(console) -> None:
         from rich.table import Table
@@ -209,6 +219,15 @@ def rings(
                           f"({out['method']}{'' if out['exact'] else ', heuristic'})")
         for a in out["assumptions"]:
             console.print(f"assumed: {a}")
+        cal = out.get("calibrated")
+        if cal:
+            ar = cal["all_reduce"]
+            console.print(f"calibrated ({cal['source']}): NCCL's rings achieve {cal['ring_bus_bw_GBps']:g} GB/s bus "
+                          f"bandwidth" + (f", network {cal['node_net_bw_GBps']:g} GB/s per node" if cal['node_net_bw_GBps'] else "")
+                          + (f"; all_reduce of {units.format_size(ar['size_bytes'])}: {ar['busbw_GBps']:.2f} GB/s busbw "
+                             f"({ar['algorithm']}/{ar['protocol']})" if ar else ""))
+            for n in cal["notes"][1:]:
+                console.print(f"note: {n}")
         if "nccl_log" in out:
             render_rings_log(console, out["nccl_log"], out)
 

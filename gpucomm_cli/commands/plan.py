@@ -166,6 +166,9 @@ def plan(
     port: int = typer.Option(29500, "--master-port", min=1, max=65535, help="Rendezvous port."),
     hosts: Optional[str] = typer.Option(None, "--hosts", help="Host names of the nodes in node-rank order "
                                         "(Slurm hostlist, e.g. node[01-04]); default: relative/allocated hosts."),
+    calibration: Optional[str] = typer.Option(None, "--calibration", metavar="PROFILE.json",
+                                              help="A calibration profile (gpucomm calibrate) that times the "
+                                              "collectives of the --model estimate."),
 ) -> None:
     """Rank mapping, groups, env and launch configs for TP/PP/DP/CP/EP on a node or a cluster.
 
@@ -199,10 +202,16 @@ def plan(
             nodes = len(host_list)
     cl = load_cluster(cluster, default_topology=topo) if cluster else None
     doc = load_topology(topo) if (topo and cl is None) else None
+    cal = None
+    if calibration is not None:
+        from gpucomm.commands.calibrate import read_calibration
+
+        cal = read_calibration(calibration)
     result = build_full_plan(doc, nodes=nodes, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, order=order, model=model,
                              top=top, gpus_per_node=gpus_per_node, gpus=gpu_list, cluster=cl, command=command,
                              topo_file_path=topo_file_path, port=port, hosts=host_list, etp=etp, vpp=vpp,
-                             torch_version=installed_torch_version())
+                             torch_version=installed_torch_version(), calibration=cal,
+                             calibration_source=calibration)
     if emit is not None:
         from gpucomm.probes.model import dumps_json
 

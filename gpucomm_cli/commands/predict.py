@@ -129,6 +129,9 @@ def predict(
     compare_file: Optional[str] = typer.Option(None, "--compare", help="nccl-tests/rccl-tests output to check "
                                                "the prediction against: same collective, ranks and sizes; "
                                                "measured (out-of-place) vs predicted busbw and the error per size."),
+    calibration: Optional[str] = typer.Option(None, "--calibration", metavar="PROFILE.json",
+                                              help="A calibration profile (gpucomm calibrate): its fitted network, "
+                                              "latency and protocol parameters replace the defaults."),
 ) -> None:
     """Predict time, algbw and busbw of a collective (nccl-tests formulas), per size.
 
@@ -137,6 +140,7 @@ def predict(
 
     Formats: table (nccl-tests layout, default), json (schema gpucomm.predict/v1, or
     gpucomm.predict-compare/v1 with --compare), yaml."""
+    from gpucomm.commands.calibrate import read_calibration
     from gpucomm.commands.collective import parse_gpu_list
     from gpucomm.planners.collectives.predict import build_comparison, build_prediction
     from gpucomm.probes.errors import InputError
@@ -144,6 +148,7 @@ def predict(
     from gpucomm.render.output import emit
 
     gpu_list = parse_gpu_list(gpus)
+    cal = read_calibration(calibration) if calibration is not None else None
     if compare_file is not None:
         for flag, value in (("--size", size), ("--dtype", dtype)):
             if value is not None:
@@ -152,7 +157,8 @@ def predict(
         text = read_text_input(compare_file)
         doc, _ = load_topo(topo, src)
         rep = build_comparison(doc, text, compare_file, collective=collective, nodes=nodes,
-                               gpus_per_node=gpus_per_node, fabric_gbps=fabric_gbps, algo=algo, gpus=gpu_list)
+                               gpus_per_node=gpus_per_node, fabric_gbps=fabric_gbps, algo=algo, gpus=gpu_list,
+                               calibration=cal, calibration_source=calibration)
         emit(rep, extra={"table": lambda: compare_table_text(rep)}, allowed=["table", "json", "yaml"])
         topo_warnings = set(doc.get("warnings") or [])
         for w in rep["warnings"]:   # skipped runs matter; topology warnings only with --verbose, as below
@@ -161,7 +167,7 @@ def predict(
     doc, _ = load_topo(topo, src)
     pred = build_prediction(doc, collective or "all_reduce", size or "1GiB", nodes=1 if nodes is None else nodes,
                             gpus_per_node=gpus_per_node, fabric_gbps=fabric_gbps, algo=algo, gpus=gpu_list,
-                            dtype=dtype or "float")
+                            dtype=dtype or "float", calibration=cal, calibration_source=calibration)
     emit(pred, extra={"table": lambda: table_text(pred)}, allowed=["table", "json", "yaml"])
     for w in pred["warnings"]:
         diag(f"gpucomm: warning: {w}", verbose_only=True)

@@ -40,16 +40,31 @@ def make_console(file=None, width: Optional[int] = None):
 
 
 def write_text(text: str) -> None:
-    """Write data to -o FILE or stdout."""
+    """Write data to -o FILE (atomically: a reader never sees half a file) or stdout."""
     if SETTINGS.output and SETTINGS.output != "-":
-        try:
-            with open(SETTINGS.output, "w", encoding="utf-8") as f:
-                f.write(text)
-        except OSError as e:
-            raise InputError(f"cannot write: {e.strerror}", SETTINGS.output) from None
+        write_file_atomic(SETTINGS.output, text)
     else:
         sys.stdout.write(text)
         sys.stdout.flush()
+
+
+def write_file_atomic(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename."""
+    import tempfile
+
+    folder = os.path.dirname(os.path.abspath(path))
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".gpucomm-", suffix=".tmp", dir=folder)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as e:
+        raise InputError(f"cannot write: {e.strerror}", path) from None
+    finally:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def render_rich(draw: Callable) -> None:

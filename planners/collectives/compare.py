@@ -198,9 +198,10 @@ def select_runs(text: str, path: str, collective: Optional[str] = None) -> tuple
 
 def compare_run(doc: dict, run: dict, nodes: int, gpus_per_node: Optional[int] = None,
                 fabric_gbps: Optional[float] = None, algo: str = "auto",
-                gpus: Optional[Sequence[int]] = None, graph=None) -> dict:
+                gpus: Optional[Sequence[int]] = None, graph=None, profile=None) -> dict:
     """Predict the sizes of one parsed run (``gpucomm.nccltests/v1``) on ``nodes`` copies of ``doc``'s
-    node and compare.  ``graph``: an already built ``cost.summarize`` result for these arguments.
+    node and compare.  ``graph``: an already built ``cost.summarize`` result for these arguments;
+    ``profile``: a :class:`gpucomm.planners.collectives.timing.Profile` (a calibration).
 
     Returns {collective, n_ranks, nodes, gpus_per_node, algo, line, test_name, graph (the CommGraph),
     rows, summary}."""
@@ -208,7 +209,7 @@ def compare_run(doc: dict, run: dict, nodes: int, gpus_per_node: Optional[int] =
     from gpucomm.probes.formats.nccltests import TYPE_SIZES, measured_series
 
     g = graph if graph is not None else cost.summarize(doc, nodes=nodes, gpus_per_node=gpus_per_node,
-                                                       fabric_gbps=fabric_gbps, gpus=gpus)
+                                                       fabric_gbps=fabric_gbps, gpus=gpus, profile=profile)
     if g.n_ranks < 2:
         # one rank moves nothing between GPUs (nccl-tests prints busbw 0); NCCL's model has no steps
         raise InputError(f"the run has {g.n_ranks} rank: nothing to predict", run.get("source"),
@@ -220,7 +221,8 @@ def compare_run(doc: dict, run: dict, nodes: int, gpus_per_node: Optional[int] =
         m["count"], m["type"] = src.get("count"), src.get("type")
     dtype = next((m["type"] for m in meas if m.get("type")), None)
     dtype_bytes = TYPE_SIZES.get(str(dtype).lower(), 4)
-    pred = cost.predict(g, run["collective"], [m["size_bytes"] for m in meas], algo=algo, dtype_bytes=dtype_bytes)
+    pred = cost.predict(g, run["collective"], [m["size_bytes"] for m in meas], algo=algo, dtype_bytes=dtype_bytes,
+                        profile=profile)
     rows = compare_series(meas, pred)
     return {"collective": units.normalize_collective(run["collective"]), "test_name": run.get("test_name"),
             "line": run["rows"][0]["line"] if run["rows"] else None, "n_ranks": g.n_ranks, "nodes": g.n_nodes,

@@ -12,19 +12,11 @@ hardware actually delivers -- the calibrated "achievable" layer -- in nccl-tests
 Why two layers: NCCL's graph bandwidths are search heuristics (speed ladders, NCCL's per-CPU
 inter-socket constants, the NIC's *link* speed even when the transport is TCP sockets).  They
 decide which algorithm NCCL runs, so they must drive the choice; the time itself is bounded by what
-the hardware delivers.  For NVLink/NVSwitch paths NCCL's numbers are used as they are; two calibrated
-constants cover what NCCL's numbers get wrong, each fitted to one capture in
-fixtures/captures/nccltests (tests/test_predict_calibration.py prints every row, marking the
-captures a constant was fitted to):
-
-* ``PCIE_RING_EFFICIENCY`` -- busbw of a ring whose hops are PCIe (PIX..SYS), as a fraction of the
-  GPUs' PCIe link bandwidth in NCCL units (Gen4 x16 = 24 GB/s).  Fitted to
-  ``02_rtxa6000-x8_1node_allreduce.txt`` (8x RTX A6000 PCIe Gen4, 2 sockets): 15.74 GB/s / 24 GB/s.
-* ``SOCKET_TRANSPORT_GBPS`` -- effective per-NIC rate of NCCL's TCP socket transport (no IB verbs,
-  no OFI plugin) on a 200 Gb/s Slingshot-11 NIC; not applied automatically (a topology does not say
-  which transport a job uses): pass it as ``fabric_gbps`` / ``--fabric-gbps``.  Fitted to
-  ``04_polaris-a100-40gb-x4_2nodes_allreduce_default-tcp.txt`` at 1 GiB (busbw 9.45 GB/s over the
-  2 NICs of a Polaris node).
+the hardware delivers: :mod:`gpucomm.planners.collectives.timing` turns the hardware figures this
+module reads (:func:`hardware`) and a profile of physical parameters into achievable bandwidths
+and times.  Without a profile its documented constants apply (``PCIE_RING_EFFICIENCY``,
+``NET_EFFICIENCY``; ``SOCKET_TRANSPORT_GBPS`` is the ``fabric_gbps`` of NCCL's socket transport);
+with one fitted from the user's runs (``gpucomm calibrate``) the fitted values do.
 
 Algorithms modelled: ring, tree (double binary tree), NVLS / NVLSTree (NVSwitch + sm>=90), PAT
 (one GPU per node, AG/RS); CollNet is not (it needs a SHARP plugin, off by default).  all_to_all and
@@ -41,66 +33,25 @@ from gpucomm.probes import facts
 from gpucomm.probes.errors import InputError, NothingToDo, PlanInfeasible, TopologyError
 from gpucomm.probes.topology import Topology
 from gpucomm.probes.units import busbw_factor, normalize_collective
-from gpucomm.planners.nccl.tuning import (ALGOS, BASE_LAT, HW_LAT, HW_NET, SPEEDS_INTER,
-                                           SPEEDS_INTRA, CommGraph, _hw_intra, _ladder, algo_time,
-                                           allowed_algos, choose, path_rank, tuning_table)
+from gpucomm.planners.collectives import timing
+from gpucomm.planners.nccl.tuning import (ALGOS, SPEEDS_INTER, SPEEDS_INTRA, CommGraph, _ladder, allowed_algos,
+                                           choose, path_rank, tuning_table)
 
-# --------------------------------------------------------------------------------------------
-# Calibrated constants (see the module docstring; the fit is reproduced by
-# tests/test_predict_calibration.py::calibration_table).
-PCIE_RING_EFFICIENCY = 0.656
-"""Achieved ring busbw / GPU PCIe link bw (NCCL units) for rings over PCIe (no NVLink hop).
-Fitted to nccltests/02_rtxa6000-x8_1node_allreduce.txt: 15.74 GB/s at 128 MiB over Gen4 x16 (24 GB/s).
-A plausible reading (not measured here): PCIe DMA reaches ~80-85% of the raw link rate, and ring hops
-between sockets go through host memory (NCCL's SHM transport), which costs more."""
-SOCKET_TRANSPORT_GBPS = 37.8
-"""Per-NIC throughput (Gb/s) of NCCL's TCP socket transport on a 200 Gb/s Slingshot-11 NIC, i.e.
-the ``fabric_gbps`` to pass when a job runs with NCCL_NET=Socket (or without an IB/OFI plugin).
-Fitted to nccltests/04_polaris-a100-40gb-x4_2nodes_allreduce_default-tcp.txt at 1 GiB:
-busbw 9.45 GB/s = 2 NICs x 37.8 Gb/s / 8.  Assumes two NICs per Polaris node (ALCF Polaris
-documentation: 2x Slingshot-11 per node) and that NCCL spreads ring channels over both."""
-NET_EFFICIENCY = 1.0
-"""Fraction of the NIC line rate an IB/RoCE ring achieves.  Not calibrated (no IB capture in
-fixtures/captures/nccltests); 1.0 keeps NCCL's own assumption (graph bwInter = NIC speed)."""
-
-
-
-
-
-
-
-
-
-
-# --------------------------------------------------------------------------------------------
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-# --------------------------------------------------------------------------------------------
-
-
+# The calibrated constants live with the achievable layer (re-exported here).
+PCIE_RING_EFFICIENCY = timing.PCIE_RING_EFFICIENCY
+SOCKET_TRANSPORT_GBPS = timing.SOCKET_TRANSPORT_GBPS
+NET_EFFICIENCY = timing.NET_EFFICIENCY
 
 
 def predict(g: CommGraph, collective: str, sizes: Iterable[int], algo: str = "auto",
-            dtype_bytes: int = 4) -> list[dict]:
+            dtype_bytes: int = 4, profile: Optional[timing.Profile] = None) -> list[dict]:
     """Predicted rows, one per size (nccl-tests' ``size`` convention for the collective).
 
     Each row: {size_bytes, count, time_us, algbw_GBps, busbw_GBps, algorithm, protocol, nccl_time_us}.
     ``nccl_time_us`` is NCCL's own estimate for the chosen algorithm (uncalibrated); ``time_us`` is the
-    prediction.  Raises PlanInfeasible when ``algo`` cannot run this collective on this graph."""
+    prediction (:func:`gpucomm.planners.collectives.timing.time_us` under ``profile``, the one ``g``
+    was summarized with).  Raises PlanInfeasible when ``algo`` cannot run this collective on this graph."""
+    prof = profile or timing.DEFAULT
     coll = normalize_collective(collective)
     sizes = [int(s) for s in sizes]
     if g.n_ranks < 2 and coll != "send_recv":
@@ -110,7 +61,7 @@ def predict(g: CommGraph, collective: str, sizes: Iterable[int], algo: str = "au
     if coll in ("all_to_all", "send_recv"):
         if algo not in (None, "auto", "ring"):
             raise PlanInfeasible(f"--algo {algo}: {coll} is point-to-point in NCCL (no ring/tree/NVLS choice)")
-        return [_p2p_row(g, coll, s, dtype_bytes) for s in sizes]
+        return [_p2p_row(g, coll, s, dtype_bytes, prof) for s in sizes]
     allowed = allowed_algos(g, coll, algo)
     nccl = tuning_table(g, coll, achievable=False)
     ach = tuning_table(g, coll, achievable=True)
@@ -126,8 +77,7 @@ def predict(g: CommGraph, collective: str, sizes: Iterable[int], algo: str = "au
         best = choose(g, coll, s, nccl, allowed)
         assert best is not None  # guarded above
         t_nccl, a, p = best
-        cell = ach.get((a, p), nccl[(a, p)])
-        t = algo_time(g, coll, a, p, cell, s)
+        t = timing.time_us(g, coll, a, p, s, prof, ach if (a, p) in ach else nccl)
         rows.append(_row(coll, n, s, t, a, p, dtype_bytes, t_nccl))
     return rows
 
@@ -150,31 +100,19 @@ def _row(coll: str, n: int, size: int, t_us: float, algo: str, proto: Optional[s
 _DTYPE_NAMES = {1: "int8", 2: "half", 4: "float", 8: "double"}
 
 
-def _p2p_row(g: CommGraph, coll: str, size: int, dtype_bytes: int) -> dict:
+def _p2p_row(g: CommGraph, coll: str, size: int, dtype_bytes: int, profile: Optional[timing.Profile] = None) -> dict:
     """all_to_all and send_recv: NCCL runs them as grouped point-to-point operations, which its tuner
-    does not model.  Bound used here (derived, not NCCL's):
+    does not model.  Bound used here (derived, not NCCL's; :func:`timing.terms`):
 
     * all_to_all (nccl-tests alltoall: S = bytes each rank sends in total, S/n per peer): a rank sends
       (g-1)S/n to node peers over its own NVLink/PCIe (``gpu_bw``) and (n-g)S/n to other nodes over
-      the node's NICs, shared by the g GPUs of the node (``node_net_bw``); both proceed concurrently:
-      t = lat + max((g-1)S/n / gpu_bw, g(n-g)S/n / node_net_bw).
-    * send_recv (rank r -> r+1): t = lat + S / min(p2p_bw, nic_bw if several nodes).
-    lat = one Ring/Simple step: baseLat + hwLat[intra or NET][Ring][Simple] (tuning.cc ncclTopoTuneModel)."""
-    n, gpn, nn = g.n_ranks, g.gpus_per_node, g.n_nodes
-    hw = HW_NET if nn > 1 else _hw_intra(g.type_intra)
-    lat = BASE_LAT["ring"][2] + HW_LAT[hw]["ring"][2] + (2 * g.latency_inter if nn > 1 else 0.0)
-    intra_bw = g.gpu_bw or g.ring_bus_bw or g.channels * g.bw_intra
-    net_bw = g.node_net_bw or g.ring_bus_bw or g.channels * g.bw_inter
-    if coll == "all_to_all":
-        t_intra = ((gpn - 1) * size / n) / (1000.0 * intra_bw) if gpn > 1 else 0.0
-        t_inter = (gpn * (n - gpn) * size / n) / (1000.0 * net_bw) if nn > 1 else 0.0
-        t = lat + max(t_intra, t_inter)
-    else:
-        bw = g.p2p_bw or intra_bw
-        if nn > 1:
-            bw = min(bw, g.nic_bw or net_bw)
-        t = lat + size / (1000.0 * bw)
-    return _row(coll, n, size, t, "p2p", "Simple", dtype_bytes)
+      the node's NICs, shared by the g GPUs of the node (``node_net_bw`` x the all_to_all efficiency);
+      both proceed concurrently: t = lat + max((g-1)S/n / gpu_bw, g(n-g)S/n / node_net_bw).
+    * send_recv (rank r -> r+1): t = lat + S / min(p2p_bw, one NIC x the p2p efficiency if several nodes).
+    lat = one Ring/Simple step: baseLat + hwLat[intra or NET][Ring][Simple] (tuning.cc ncclTopoTuneModel),
+    plus a step per peer for all_to_all (:func:`timing.p2p_latency`)."""
+    t = timing.time_us(g, coll, "p2p", "Simple", size, profile or timing.DEFAULT)
+    return _row(coll, g.n_ranks, size, t, "p2p", "Simple", dtype_bytes)
 
 
 # --------------------------------------------------------------------------------------------
@@ -264,8 +202,19 @@ def _nvls_graph(f: NodeFacts) -> tuple[int, float]:
 
 
 def summarize(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[int] = None,
-              fabric_gbps: Optional[float] = None, gpus: Optional[Sequence[int]] = None) -> CommGraph:
-    """Build the :class:`CommGraph` of ``nodes`` identical copies of ``doc``'s node.
+              fabric_gbps: Optional[float] = None, gpus: Optional[Sequence[int]] = None,
+              profile: Optional[timing.Profile] = None) -> CommGraph:
+    """Build the :class:`CommGraph` of ``nodes`` identical copies of ``doc``'s node: NCCL's graphs
+    (:func:`graphs`) with the achievable bandwidths of ``profile`` (:func:`timing.apply`; the
+    documented defaults when None)."""
+    g, hw = graphs(doc, nodes=nodes, gpus_per_node=gpus_per_node, fabric_gbps=fabric_gbps, gpus=gpus)
+    return timing.apply(g, hw, profile or timing.DEFAULT)
+
+
+def graphs(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[int] = None,
+           fabric_gbps: Optional[float] = None, gpus: Optional[Sequence[int]] = None) -> tuple[CommGraph, "timing.Hardware"]:
+    """NCCL's graphs of ``nodes`` identical copies of ``doc``'s node and the hardware figures the
+    achievable layer reads (the expensive part of :func:`summarize`, independent of any profile).
 
     Ring and tree graphs: :func:`gpucomm.planners.nccl.search.nccl_reference` (NCCL's search
     reproduced; across nodes when the topology has NICs).  NVLS graph: :func:`_nvls_graph`.
@@ -296,7 +245,7 @@ def summarize(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optiona
     notes: list[str] = []
 
     # ---- network (per node)
-    node_net = nic_bw = None
+    nic_bw = None     # one NIC's line rate as NCCL sees it (GB/s)
     n_nics = 0
     if nodes > 1:
         if not f.nics and fabric_gbps is None:
@@ -310,7 +259,7 @@ def summarize(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optiona
             rates = [r for _, r, _ in f.nics]
             top = max(rates)
             per_nic, n_nics = top, len([r for r in rates if r >= top / 2])   # ignore management/storage ports
-        nic_bw = per_nic * NET_EFFICIENCY
+        nic_bw = per_nic
 
     # ---- NCCL's graphs
     from gpucomm.planners.nccl.search import nccl_reference
@@ -320,6 +269,10 @@ def summarize(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optiona
     ref = nccl_reference(ref_topo, gpus=idx, nodes=nodes if multi_ref else 1)
     if ref.get("fallback"):
         notes.append("NCCL's search finds no ring here and falls back to 1 channel at 0.1 GB/s")
+    used = {n for r in ref.get("rings") or [] if isinstance(r, dict) for n in r.get("nets") or []}
+    if multi_ref and used and fabric_gbps is None:
+        n_nics = len(used)   # the NICs NCCL's rings leave and enter the node through
+        nic_bw = min(r for name, r, _ in f.nics if name in used) if any(nm in used for nm, _, _ in f.nics) else nic_bw
     nch = max(1, int(ref.get("search_channels") or ref["channels"]))
     bw_intra = float(ref.get("bw_intra") or 0.1)
     bw_inter = float(ref.get("bw_inter") or bw_intra)
@@ -339,22 +292,16 @@ def summarize(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optiona
         type_inter = "PHB"
         tree = None
 
-    # ---- achievable bandwidths (the calibrated layer)
+    # ---- hardware figures of the achievable layer (timing.apply)
     if g == 1:
-        intra_ach = None
+        intra_raw, intra_pcie = None, False
     elif path_rank(type_intra) <= path_rank("NVB"):
         # NVLink: NCCL's own single-node ring bandwidth (the multi-node graph's speed is NIC-bound)
         one = ref if nodes == 1 else nccl_reference(ref_topo, gpus=idx, nodes=1)
-        intra_ach = int(one.get("search_channels") or one["channels"]) * float(one.get("bw_intra") or 0.1)
+        intra_raw, intra_pcie = int(one.get("search_channels") or one["channels"]) * float(one.get("bw_intra") or 0.1), False
     else:
-        intra_ach = PCIE_RING_EFFICIENCY * pcie_min
+        intra_raw, intra_pcie = pcie_min, True
         notes.append(f"PCIe ring: busbw = {PCIE_RING_EFFICIENCY} x {pcie_min:g} GB/s (PCIE_RING_EFFICIENCY)")
-    ring_ach = tree_ach = intra_ach
-    if nodes > 1:
-        node_net = min(n_nics * nic_bw, g * pcie_min)   # GPUs reach the NICs over their own PCIe links
-        ring_ach = min(x for x in (intra_ach, node_net) if x is not None)
-        # a tree on <= 2 nodes carries half the ring's network traffic (NCCL: bwIntra up to 2x bwInter)
-        tree_ach = min(x for x in (intra_ach, node_net * (2 if nodes <= 2 else 1)) if x is not None)
 
     # ---- per-GPU bandwidth to node peers (all_to_all) and to a neighbour (send_recv)
     if g == 1:
@@ -382,7 +329,7 @@ def summarize(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optiona
         nvls_inter = float(_ladder(SPEEDS_INTRA, f.cc)[0]) if nvls_ch else 0.0
     else:
         nvls_inter = (_ladder_pick(min(nic_bw, pcie_min), _ladder(SPEEDS_INTER, f.cc)) or 0.0) if nvls_ch else 0.0
-    return CommGraph(
+    graph = CommGraph(
         n_ranks=nodes * g, n_nodes=nodes, gpus_per_node=g, channels=nch, bw_intra=bw_intra,
         bw_inter=bw_inter, type_intra=type_intra, type_inter=type_inter if nodes > 1 else "PIX",
         cc=f.cc, cc_max=f.cc_max, nvls=bool(nvls_ch), cpu_vendor=f.cpu_vendor, cpu_arch=f.cpu_arch,
@@ -391,11 +338,14 @@ def summarize(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optiona
         tree_bw_inter=float(tree["bw_inter"]) if tree else None,
         tree_pattern=tree_pattern,
         nvls_channels=nvls_ch, nvls_bw_intra=nvls_bw, nvls_bw_inter=nvls_inter,
-        ring_bus_bw=ring_ach, tree_bus_bw=tree_ach,
-        nvls_bus_bw=(node_net * (2 if nodes <= 2 else 1)) if (nodes > 1 and node_net) else None,
-        gpu_bw=gpu_bw, p2p_bw=p2p_bw, node_net_bw=node_net, nic_bw=nic_bw,
         notes=tuple(notes + [a for a in ref_topo.all_assumptions(nics=nodes > 1) if a not in notes]),
     )
+    hw = timing.Hardware(nodes=nodes, gpus_per_node=g, intra_bus_bw=intra_raw, intra_is_pcie=intra_pcie,
+                         pcie_bw=pcie_min, n_nics=n_nics,
+                         nic_line_GBps=nic_bw if nodes > 1 and fabric_gbps is None else None,
+                         fabric_GBps=(fabric_gbps / 8.0) if (nodes > 1 and fabric_gbps is not None) else None,
+                         gpu_bw=gpu_bw, p2p_bw=p2p_bw)
+    return graph, hw
 
 
 def _topology_for_reference(topo: Topology, fabric_gbps: Optional[float]) -> Topology:

@@ -6,21 +6,35 @@ from __future__ import annotations
 
 from typing import Optional, Union
 
-from gpucomm.planners.collectives import compare, cost
+from gpucomm.planners.collectives import calibrate, compare, cost, timing
 from gpucomm.planners.nccl.tuning import USER_ALGOS
 from gpucomm.probes import units
 from gpucomm.probes.errors import InputError
-from gpucomm.probes.formats.nccltests import TYPE_SIZES
+from gpucomm.probes.formats.nccltests import TYPE_SIZES, ignored_summary
 from gpucomm.probes.topology import Topology
 
 PREDICT_SCHEMA = "gpucomm.predict/v1"
 
 
+def calibration_profile(calibration: Optional[dict], source: Optional[str], topo: Topology) -> tuple[Optional[timing.Profile], list, Optional[dict]]:
+    """(profile, notes, the ``calibration`` record of an output) of a ``gpucomm.calibration/v1``
+    document passed with ``--calibration`` (all None/empty without one)."""
+    if calibration is None:
+        return None, [], None
+    src = source or "<calibration>"
+    prof = calibrate.profile_from_document(calibration, src)
+    rec = {"source": src, "fitted": list(calibration.get("fitted") or []), "parameters": prof.to_dict()}
+    return prof, calibrate.applied_note(calibration, src, topo), rec
+
+
 def build_prediction(doc: Union[Topology, dict], collective: str, size: str, nodes: int = 1, gpus_per_node: Optional[int] = None,
                      fabric_gbps: Optional[float] = None, algo: str = "auto", gpus: Optional[list] = None,
-                     dtype: str = "float") -> dict:
-    """The ``gpucomm.predict/v1`` document of ``gpucomm predict`` (no I/O)."""
+                     dtype: str = "float", calibration: Optional[dict] = None,
+                     calibration_source: Optional[str] = None) -> dict:
+    """The ``gpucomm.predict/v1`` document of ``gpucomm predict`` (no I/O).  ``calibration``: a
+    ``gpucomm.calibration/v1`` document whose fitted parameters replace the defaults."""
     topo = Topology.of(doc)
+    profile, cal_notes, cal_rec = calibration_profile(calibration, calibration_source, topo)
     coll = units.normalize_collective(collective)
     sizes = units.parse_sizes(size, "--size")
     dt = (dtype or "float").lower()
@@ -29,11 +43,14 @@ def build_prediction(doc: Union[Topology, dict], collective: str, size: str, nod
     algo_l = (algo or "auto").lower()
     if algo_l not in USER_ALGOS:
         raise InputError(f"--algo {algo}: unknown algorithm", expected=", ".join(USER_ALGOS))
-    graph = cost.summarize(topo, nodes=nodes, gpus_per_node=gpus_per_node, fabric_gbps=fabric_gbps, gpus=gpus)
-    rows = cost.predict(graph, coll, sizes, algo=algo_l, dtype_bytes=TYPE_SIZES[dt])
+    graph = cost.summarize(topo, nodes=nodes, gpus_per_node=gpus_per_node, fabric_gbps=fabric_gbps, gpus=gpus,
+                           profile=profile)
+    rows = cost.predict(graph, coll, sizes, algo=algo_l, dtype_bytes=TYPE_SIZES[dt], profile=profile)
     for r in rows:
         r["type"] = dt
-    return {
+    if cal_notes:
+        graph = _with_notes(graph, cal_notes)
+    out = {
         "schema": PREDICT_SCHEMA,
         "collective": coll,
         "nodes": graph.n_nodes,
@@ -45,17 +62,28 @@ def build_prediction(doc: Union[Topology, dict], collective: str, size: str, nod
         "rows": rows,
         "warnings": list(topo.warnings),
     }
+    if cal_rec is not None:
+        out["calibration"] = cal_rec
+    return out
+
+
+def _with_notes(graph, notes: list):
+    from dataclasses import replace
+
+    return replace(graph, notes=tuple(notes) + tuple(n for n in graph.notes if n not in notes))
 
 
 def build_comparison(doc: Union[Topology, dict], text: str, path: str, collective: Optional[str] = None,
                      nodes: Optional[int] = None, gpus_per_node: Optional[int] = None,
                      fabric_gbps: Optional[float] = None, algo: str = "auto",
-                     gpus: Optional[list] = None) -> dict:
+                     gpus: Optional[list] = None, calibration: Optional[dict] = None,
+                     calibration_source: Optional[str] = None) -> dict:
     """The ``gpucomm.predict-compare/v1`` document: every selected run of the nccl-tests output
     ``text`` (read from ``path``) against the prediction for the same collective, ranks and sizes.
     No I/O.  Raises InputError (one line) for a file that does not parse or a run that does not fit
     the topology."""
     topo = Topology.of(doc)
+    profile, cal_notes, cal_rec = calibration_profile(calibration, calibration_source, topo)
     algo_l = (algo or "auto").lower()
     if algo_l not in USER_ALGOS:
         raise InputError(f"--algo {algo}: unknown algorithm", expected=", ".join(USER_ALGOS))
@@ -72,12 +100,14 @@ def build_comparison(doc: Union[Topology, dict], text: str, path: str, collectiv
                                                gpus_per_node=fixed_gpn, where=where)
         key = (n, gpn)
         if key not in graphs:   # one NCCL graph search per layout, shared by the runs of a log
-            graphs[key] = cost.summarize(topo, nodes=n, gpus_per_node=gpn, fabric_gbps=fabric_gbps, gpus=gpus)
+            graphs[key] = cost.summarize(topo, nodes=n, gpus_per_node=gpn, fabric_gbps=fabric_gbps, gpus=gpus,
+                                         profile=profile)
         c = compare.compare_run(topo, run, nodes=n, gpus_per_node=gpn, fabric_gbps=fabric_gbps, algo=algo_l,
-                                gpus=gpus, graph=graphs[key])
-        c["graph"] = cost.summary_dict(c["graph"])
+                                gpus=gpus, graph=graphs[key], profile=profile)
+        c["graph"] = cost.summary_dict(_with_notes(c["graph"], cal_notes) if cal_notes else c["graph"])
         c["fabric_gbps"] = fabric_gbps
-        c["notes"] = notes + [w for w in run.get("warnings") or []]
+        ignored = ignored_summary(run)
+        c["notes"] = notes + [w for w in run.get("warnings") or []] + ([f"{where}: {ignored}"] if ignored else [])
         for r in c["rows"]:
             if r["error_pct"] is not None:
                 r["error_pct"] = round(r["error_pct"], 4)
@@ -87,5 +117,28 @@ def build_comparison(doc: Union[Topology, dict], text: str, path: str, collectiv
         if c["summary"]["largest"] and c["summary"]["largest"]["error_pct"] is not None:
             c["summary"]["largest"]["error_pct"] = round(c["summary"]["largest"]["error_pct"], 4)
         out.append(c)
-    return {"schema": compare.SCHEMA, "source": path, "comparisons": out,
-            "warnings": warnings + list(topo.warnings)}
+    rep = {"schema": compare.SCHEMA, "source": path, "comparisons": out,
+           "warnings": warnings + list(topo.warnings)}
+    if cal_rec is not None:
+        rep["calibration"] = cal_rec
+    return rep
+
+
+def achievable_summary(doc: Union[Topology, dict], nodes: int = 1, gpus: Optional[list] = None,
+                       calibration: Optional[dict] = None, calibration_source: Optional[str] = None,
+                       size: int = 1 << 30) -> dict:
+    """What the rings NCCL builds deliver on this machine (``gpucomm rings --calibration``): the
+    achievable ring bus bandwidth, the network per node and one all_reduce of ``size`` bytes, under
+    the calibration profile (or the documented defaults)."""
+    topo = Topology.of(doc)
+    profile, notes, rec = calibration_profile(calibration, calibration_source, topo)
+    g = cost.summarize(topo, nodes=nodes, gpus=gpus, profile=profile)
+    out = {"source": rec["source"] if rec else None, "fitted": rec["fitted"] if rec else [],
+           "ring_bus_bw_GBps": None if g.ring_bus_bw is None else round(g.ring_bus_bw, 4),
+           "node_net_bw_GBps": None if g.node_net_bw is None else round(g.node_net_bw, 4),
+           "all_reduce": None, "notes": notes}
+    if g.n_ranks > 1:
+        row = cost.predict(g, "all_reduce", [size], profile=profile)[0]
+        out["all_reduce"] = {"size_bytes": size, "time_us": row["time_us"], "busbw_GBps": row["busbw_GBps"],
+                             "algorithm": row["algorithm"], "protocol": row["protocol"]}
+    return out

@@ -253,6 +253,14 @@ STEPS = {"all_reduce": lambda n: 2 * (n - 1), "all_gather": lambda n: n - 1, "re
          "all_to_all": lambda n: n - 1, "send_recv": lambda n: 1}
 
 
+CALIBRATION_KEY = ("calibration",)   # view.cache entry: (profile, source) of --calibration
+
+
+def use_calibration(view, profile, source: str) -> None:
+    """Time this view's collectives with a calibration profile (``gpucomm plan --calibration``)."""
+    view.cache[CALIBRATION_KEY] = (profile, source)
+
+
 def _cost_model_time(view, kind: str, nbytes: float, tier: dict, dtype_bytes: int) -> Optional[float]:
     """Time from the cost model (``gpucomm.planners.collectives.cost.summarize`` + ``predict``: NCCL's tuner over
     NCCL's own graph search, calibrated on nccl-tests captures) for a group of ``tier['gpus']``
@@ -262,17 +270,18 @@ def _cost_model_time(view, kind: str, nbytes: float, tier: dict, dtype_bytes: in
 
     if view is None or not tier.get("gpus"):
         return None
+    profile = (view.cache.get(CALIBRATION_KEY) or (None, None))[0]
     key = ("cost.summarize", tuple(tier["gpus"]), int(tier.get("nodes", 1)))
     g = view.cache.get(key)
     if g is None:
         try:
-            g = cost.summarize(view.topo, nodes=int(tier.get("nodes", 1)), gpus=list(tier["gpus"]))
+            g = cost.summarize(view.topo, nodes=int(tier.get("nodes", 1)), gpus=list(tier["gpus"]), profile=profile)
         except (TopologyError, PlanInfeasible):  # no network for a multi-node group: the alpha-beta model
             g = False
         view.cache[key] = g
     if g is False:
         return None
-    rows = cost.predict(g, kind, [max(1, int(nbytes))], dtype_bytes=dtype_bytes)
+    rows = cost.predict(g, kind, [max(1, int(nbytes))], dtype_bytes=dtype_bytes, profile=profile)
     return float(rows[0]["time_us"]) * 1e-6 if rows else None
 
 
@@ -306,7 +315,9 @@ def collective_time(kind: str, nbytes: float, tier: dict, view=None, dtype_bytes
 
 def cost_model_name(view) -> str:
     """What timed the collectives of an estimate (shown with every ranked factorization)."""
-    return "gpucomm predict (NCCL's tuning model over NCCL's graph search), alpha-beta where it cannot model a group"
+    cal = view.cache.get(CALIBRATION_KEY) if view is not None else None
+    return ("gpucomm predict (NCCL's tuning model over NCCL's graph search"
+            + (f", calibrated by {cal[1]}" if cal else "") + "), alpha-beta where it cannot model a group")
 
 
 # --------------------------------------------------------------------------------------------

@@ -74,9 +74,14 @@ _AVG_RE = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(?P<v>\S+)")
 _OOB_RE = re.compile(r"^#\s*Out of bounds values\s*:\s*(?P<v>\d+)")
 _PARAM_RE = re.compile(r"(?P<k>[A-Za-z][A-Za-z ]*?)\s*:?\s+(?P<v>-?\d+(?:\.\d+)?)(?:\((?P<unit>[a-z]+)\))?")
 _INT_RE = re.compile(r"^-?\d+$")
-# Launcher output labels: ``srun --label`` ("0: "), Open MPI ``--tag-output`` ("[1,0]<stdout>:"),
-# Intel MPI / MPICH ``-prepend-rank`` ("[0] ").  Only stripped when an nccl-tests line follows.
-_LABEL_RE = re.compile(r"^\s*(?:\d+:\s|\[\d+,\d+\]<std(?:out|err)>:\s?|\[\d+\]\s)(?=\s*(?:#|\d))")
+# Launcher output labels: ``srun --label`` ("0: ", " 12: "), Open MPI ``--tag-output``
+# ("[1,0]<stdout>:"), Intel MPI / MPICH ``-prepend-rank`` ("[0] "), pdsh/clush host prefixes
+# ("node01: ").  Only stripped when an nccl-tests line follows (a ``#`` line or a result row).
+_LABEL_RE = re.compile(r"^\s*(?:\d+:\s|\[\d+,\d+\]<std(?:out|err)>:\s?|\[\d+\]\s|[A-Za-z][\w.-]*:\s)"
+                       r"(?=\s*(?:#|\d+\s+\d))")
+# An NCCL debug line (``host:pid:tid [dev] NCCL INFO ...``, src/debug.cc), possibly glued to the end of
+# a result row another thread was printing (the row continues on a later line).
+_NCCL_LOG_RE = re.compile(r"[A-Za-z][\w.-]*:\d+:\d+ \[\d+\] NCCL (?:INFO|WARN|TRACE|ABORT)\b")
 _NUM_RE = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
 
 # Ceiling on what a row may claim before it is called absurd (2**50 B = 1 PiB; 1e6 GB/s).
@@ -180,6 +185,9 @@ def _split_blocks(lines: list[tuple[int, str]]) -> list[list[tuple[int, str]]]:
     has_rows = False
     for lineno, raw in lines:
         line = _LABEL_RE.sub("", _clean(raw)).strip()
+        m = _NCCL_LOG_RE.search(line)
+        if m:
+            line = line[:m.start()].strip()
         if has_rows and (_STARTING_RE.match(line) or _VERSION_RE.match(line) or re.match(r"^#\s*nThread\b", line)):
             blocks.append([])
             has_rows = False
@@ -245,6 +253,12 @@ class _Block:
         self.cols: Optional[list[str]] = None
         self.rows: list[dict] = []
         self.assumed_header = False
+        # what was not part of the table (reported by :func:`ignored_summary`)
+        self.labels = 0               # lines whose launcher label was stripped
+        self.nccl_log = 0             # NCCL debug lines
+        self.other = 0                # anything else (launcher chatter, prompts, counters)
+        self.other_examples: list[str] = []
+        self.pending: Optional[tuple[int, list[str]]] = None   # a row cut by a glued NCCL log line
 
 
 def _parse_block(lines: list[tuple[int, str]], path: str, collective: Optional[str]) -> Optional[dict]:
@@ -252,29 +266,72 @@ def _parse_block(lines: list[tuple[int, str]], path: str, collective: Optional[s
     b = _Block(path)
     for lineno, raw in lines:
         # NBSP from web copies would glue device names; launcher labels hide the '#'.
-        line = _LABEL_RE.sub("", _clean(raw)).strip()
+        cleaned = _clean(raw)
+        line = _LABEL_RE.sub("", cleaned).strip()
+        if len(line) != len(cleaned.strip()):
+            b.labels += 1
         if not line:
+            continue
+        glued = _NCCL_LOG_RE.search(line)
+        if glued:
+            b.nccl_log += 1
+            head = line[:glued.start()].strip()
+            if head and _INT_RE.match(head.split()[0]) and not head.startswith("#"):
+                # a result row another thread's NCCL log line cut: keep its cells for the rest
+                b.pending = (lineno, head.split())
             continue
         if line.startswith("#"):
             _comment_line(b, line, lineno)
             continue
         toks = line.split()
-        if not _INT_RE.match(toks[0]):
+        if not _INT_RE.match(toks[0]) and not (b.pending and _NUM_RE.match(toks[0])):
             hc = _header_columns(line) if toks[0].lower() in ("size", "bytes") else None
             if hc is not None:  # a header whose '#' was lost in a copy
                 b.cols = hc
-            continue  # NCCL INFO lines, MPI chatter, prompts
+            else:               # MPI chatter, prompts, launcher output
+                b.other += 1
+                if len(b.other_examples) < 3:
+                    b.other_examples.append(f"line {lineno}: {line[:60]}")
+            continue
         if b.cols is None:
             b.cols = list(DEFAULT_COLUMNS)
             b.assumed_header = True
+        if b.pending is not None:
+            start, head = b.pending
+            if len(head) + len(toks) == len(b.cols) or (len(head) + len(toks) == len(b.cols) - 1 and "count" in b.cols):
+                b.pending = None
+                b.warnings.append(f"{path}:{start}: a result row was cut by an NCCL log line; re-joined with line {lineno}")
+                toks, lineno = head + toks, start
+            elif len(toks) < len(b.cols) - 1:
+                b.pending = (start, head + toks)   # the rest may still follow
+                continue
         row = _result_row(b, b.cols, toks, lineno)
         if row is not None:
             b.rows.append(row)
+    if b.pending is not None:
+        b.warnings.append(f"{path}:{b.pending[0]}: a result row was cut by an NCCL log line and never completed; skipped")
     if not b.rows:
         return None
     if b.assumed_header:
         b.warnings.append(f"{path}: no column header found; assumed the nccl-tests >= 2.10 layout")
     return _run_result(b, collective)
+
+
+def ignored_summary(run: dict) -> Optional[str]:
+    """One sentence on what a parsed run's lines held besides the table (NCCL log lines, launcher
+    labels, other text), or None when nothing was ignored."""
+    ig = run.get("ignored") or {}
+    parts = []
+    if ig.get("nccl_log_lines"):
+        parts.append(f"{ig['nccl_log_lines']} NCCL debug line(s)")
+    if ig.get("other_lines"):
+        ex = "; ".join(ig.get("other_examples") or [])
+        parts.append(f"{ig['other_lines']} other line(s)" + (f" (e.g. {ex})" if ex else ""))
+    labels = f"launcher labels stripped from {ig['labelled_lines']} line(s)" if ig.get("labelled_lines") else ""
+    if not parts and not labels:
+        return None
+    text = "ignored " + ", ".join(parts) if parts else ""
+    return "; ".join(x for x in (text, labels) if x)
 
 
 def _comment_line(b: _Block, line: str, lineno: int) -> None:
@@ -388,6 +445,8 @@ def _run_result(b: _Block, collective: Optional[str]) -> dict:
         "rows": b.rows,
         "out_of_bounds": b.oob,
         "avg_busbw_GBps": b.avg,
+        "ignored": {"nccl_log_lines": b.nccl_log, "other_lines": b.other, "other_examples": b.other_examples,
+                    "labelled_lines": b.labels},
         "warnings": b.warnings,
     }
 
@@ -416,7 +475,35 @@ def _block_collective(b: _Block, collective: Optional[str],
         candidates = _infer_collectives(b.rows, factor, n_ranks)
         if len(candidates) == 1:
             coll, coll_source = candidates[0], "inferred"
+        elif len(candidates) > 1:
+            named = _collective_in_file_name(path, candidates)
+            if named:
+                coll, coll_source = named, "file name"
+                b.warnings.append(f"{path}: the table fits {' or '.join(candidates)}; {named} taken from the file name")
     return coll, coll_source, candidates, factor
+
+
+# How nccl-tests binaries and the logs people keep spell each collective (all_gather_perf,
+# allgather, all-to-all, sendrecv ...).
+_NAME_SPELLINGS = {
+    "all_reduce": ("all_reduce", "allreduce", "all-reduce"), "all_gather": ("all_gather", "allgather", "all-gather"),
+    "reduce_scatter": ("reduce_scatter", "reducescatter", "reduce-scatter"),
+    "all_to_all": ("alltoall", "all_to_all", "all-to-all"), "send_recv": ("sendrecv", "send_recv", "send-recv"),
+    "broadcast": ("broadcast", "bcast"), "reduce": ("reduce",), "gather": ("gather",), "scatter": ("scatter",),
+}
+
+
+def _collective_in_file_name(path: str, candidates: list[str]) -> Optional[str]:
+    """The one candidate whose name the file's base name carries as a word (``all_gather_output.dat.1``),
+    else None.  Only the base name: folders name studies, not runs."""
+    base = re.split(r"[\\/]", str(path or ""))[-1].lower()
+    hits = []
+    for c in candidates:
+        for spelling in _NAME_SPELLINGS.get(c, (c,)):
+            if re.search(rf"(?<![a-z]){re.escape(spelling)}(?![a-z])", base):
+                hits.append(c)
+                break
+    return hits[0] if len(hits) == 1 else None
 
 
 def _best_row(rows: list[dict]) -> Optional[tuple[float, float]]:
@@ -490,7 +577,9 @@ def _infer_collectives(rows: list[dict], f: Optional[float], n_ranks: Optional[i
         if abs(f - 1.0) < tol:
             if rooted:
                 out.append("reduce" if reduces else "broadcast")
-            elif not reduces:
+            elif not reduces or n_ranks > 2:
+                # sendrecv_perf prints the redop of its (unused) reduction, "sum" by default
+                # (nccl-tests src/sendrecv.cu); with 2 ranks a summing all_reduce also has factor 1
                 out.append("send_recv")
         return out
     # Rank count unknown: f == 1 (to printing precision) is a rooted op, send_recv, or a 2-rank

@@ -486,6 +486,10 @@ def _gpu_from_device(doc: dict, d: dict, idx: int) -> tuple[dict, Optional[int]]
                    memory_bytes=_i(d.get("memory_bytes")), numa_node=numa,
                    numa_affinity=numa_aff, cpu_affinity=aff, pcie=pcie,
                    nvlink=_nvlinks_of_device(d, nvlink_bw_per_link(sm)), mig=_b(d.get("mig_mode")), vendor="nvidia")
+    if numa is not None:
+        # nvmlDeviceGetNumaNodeId answers only for GPUs whose memory is a NUMA node (Grace
+        # superchips): it is what nvidia-smi topo -m prints as "GPU NUMA ID"
+        g["gpu_numa_id"] = numa
     g["p2p"] = _p2p_of_device(d)
     if isinstance(d.get("c2c"), dict):
         c = d["c2c"]

@@ -1,0 +1,326 @@
+"""How long the algorithm NCCL picks really takes: the achievable layer of the cost model.
+
+NCCL's tuning model (:mod:`gpucomm.planners.nccl.tuning`) decides *which* algorithm and protocol a
+collective runs; its numbers are search heuristics, not what the hardware delivers.  This module
+turns the machine's hardware figures (:class:`Hardware`, read from the topology by
+:func:`gpucomm.planners.collectives.cost.hardware`) and a :class:`Profile` of physical parameters
+into the achievable bandwidths of a :class:`~gpucomm.planners.nccl.tuning.CommGraph`
+(:func:`apply`) and into the time of the chosen algorithm (:func:`time_us`).
+
+The time of one operation of ``S`` bytes (nccl-tests' size) is::
+
+    t = latency_scale * L_nccl + net_step_latency_us * steps_net + step_latency_us * steps
+        + S / B + ramp * 2 * sqrt(L_nccl * S / B) + net_fill * steps_net * S_w / B
+
+* ``L_nccl``: NCCL's latency for the chosen algorithm/protocol (tuning.cc ``ncclTopoTuneModel``,
+  with ``ncclTopoGetAlgoTime``'s ring plateau) -- or, for the point-to-point collectives NCCL does
+  not tune, one Simple ring step plus one per peer (:func:`p2p_latency`);
+* ``steps_net``: the network steps of the algorithm (ring all_reduce ``2(N-1)``, tree ``2 log2 N``,
+  all_to_all one per remote peer, ...; :func:`net_steps`); ``steps``: every step when the job spans
+  nodes (:func:`all_steps`; all_to_all's are in its ``L_nccl``), each of which waits for the network proxy;
+* ``S_w = min(S, net_fill_bytes)``: a multi-node pipeline fills over its network steps until its
+  chunks reach their full size (``Terms.fill_x``);
+* ``B``: the algorithm bandwidth NCCL's refinements give (protocol factors, per-channel caps, tree
+  correction) starting from the *achievable* bus bandwidth instead of NCCL's ``nChannels * bw``;
+* the last term is the pipeline fill of a chunked ring: with ``k`` steps of latency ``a`` and
+  optimal chunking a pipeline takes ``(sqrt(k a) + sqrt(S/B))^2`` (the cross term is the fill);
+  NCCL's fixed chunk sizes fill less efficiently, hence the free factor ``ramp`` (0 = NCCL's own
+  latency + size/bandwidth model, 1 = an optimally chunked pipeline).
+
+Achievable bus bandwidths (:func:`apply`), all in nccl-tests busbw terms:
+
+* network per node: ``n_nics * per_nic * congestion(N)``, ``per_nic`` = the NIC line rate x
+  :data:`NET_EFFICIENCY` or the fitted ``net_gbps_per_nic``; GPUs reach the NICs over their own PCIe
+  links (``gpus_per_node * pcie`` caps it); ``congestion(N) = 1 / (1 + congestion * log2(N / 2))``
+  from 2 nodes on (fabric congestion as the job spans more of the fabric);
+* ring: ``min(intra, network)``; tree and NVLS-tree: ``min(intra, network x 2)`` on 2 nodes (each
+  node's NICs carry half of a ring's traffic), ``min(intra, network)`` beyond;
+* intra-node: NCCL's own single-node ring bandwidth over NVLink, :data:`PCIE_RING_EFFICIENCY` x the
+  PCIe link over PCIe, times ``intra_efficiency``; NVLS on one node: NCCL's figure x ``nvls_efficiency``;
+* all_to_all: ``g(n-g)S/n`` bytes leave each node at ``network x alltoall_efficiency`` while each GPU
+  sends ``(g-1)S/n`` to its node peers at ``gpu_bw x intra_p2p_efficiency`` (both at once);
+* send_recv (rank r -> r+1): the slowest hop -- a node boundary crosses one NIC at
+  ``per_nic x p2p_efficiency``, a hop inside a node the GPUs' link x ``intra_p2p_efficiency``;
+* the protocols across nodes: NCCL's LL and LL128 bandwidths x ``net_ll_efficiency`` and
+  ``net_ll128_efficiency`` (flag-based protocols through a network proxy, whose cost depends on
+  the transport: the mid-size ramp of a multi-node sweep).
+
+Without a profile every parameter has its documented default (:data:`DEFAULT`): NCCL's model plus
+the constants below.  A profile fitted from the user's own runs (``gpucomm calibrate``,
+:mod:`gpucomm.planners.collectives.calibrate`) replaces the ones its runs could determine.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields, replace
+from typing import Optional
+
+from gpucomm.probes.units import busbw_factor
+from gpucomm.planners.nccl.tuning import (BASE_LAT, HW_LAT, HW_NET, PROTOS, RING_PLATEAU, TREE_CORRECTION,
+                                           CommGraph, _hw_intra, _log2i, tuning_table)
+
+# --------------------------------------------------------------------------------------------
+# Documented constants (the uncalibrated defaults)
+PCIE_RING_EFFICIENCY = 0.656
+"""Achieved ring busbw / GPU PCIe link bw (NCCL units) for rings over PCIe (no NVLink hop).
+Fitted to nccltests/02_rtxa6000-x8_1node_allreduce.txt: 15.74 GB/s at 128 MiB over Gen4 x16 (24 GB/s).
+A plausible reading (not measured here): PCIe DMA reaches ~80-85% of the raw link rate, and ring hops
+between sockets go through host memory (NCCL's SHM transport), which costs more."""
+
+SOCKET_TRANSPORT_GBPS = 37.8
+"""Per-NIC throughput (Gb/s) of NCCL's TCP socket transport on a 200 Gb/s Slingshot-11 NIC, i.e.
+the ``fabric_gbps`` to pass when a job runs with NCCL_NET=Socket (or without an IB/OFI plugin).
+Fitted to nccltests/04_polaris-a100-40gb-x4_2nodes_allreduce_default-tcp.txt at 1 GiB:
+busbw 9.45 GB/s = 2 NICs x 37.8 Gb/s / 8.  Assumes two NICs per Polaris node (ALCF Polaris
+documentation: 2x Slingshot-11 per node) and that NCCL spreads ring channels over both."""
+
+NET_EFFICIENCY = 0.926
+"""Fraction of the NIC line rate NCCL's network transport (IB verbs or a net plugin) delivers to a
+large collective.  Fitted to nccltests/scaling/083_h100ib-c01_2n_all_reduce_g1.txt: 2 nodes x 1
+H100, one 400 Gb/s NDR NIC each, busbw 46.32 GB/s at 512 MiB = 0.926 x 50 GB/s (no NVLink in the
+way: the ring is the NIC).  The rest of the visible tables are predictions with it
+(tools/crossval.py, uncalibrated column)."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The physical parameters of the achievable layer (see the module docstring).  ``None`` for
+    ``net_gbps_per_nic`` means the NIC line rate x :data:`NET_EFFICIENCY`."""
+
+    net_gbps_per_nic: Optional[float] = None     # achieved Gb/s of one NIC in a streaming collective
+    alltoall_efficiency: float = 1.0             # many-peer exchange / streaming, per NIC
+    p2p_efficiency: float = 1.0                  # one point-to-point flow through one NIC / streaming
+    congestion: float = 0.0                      # bandwidth loss per doubling of nodes beyond 2
+    intra_efficiency: float = 1.0                # intra-node rings / NCCL's figure
+    nvls_efficiency: float = 1.0                 # NVLS on one node / NCCL's figure
+    intra_p2p_efficiency: float = 1.0            # all_to_all and send_recv inside a node / the GPUs' links
+    net_ll_efficiency: float = 1.0               # LL across nodes / NCCL's LL bandwidth
+    net_ll128_efficiency: float = 1.0            # LL128 across nodes / NCCL's LL128 bandwidth
+    latency_scale: float = 1.0                   # x NCCL's latency model
+    net_step_latency_us: float = 0.0             # added per network step
+    step_latency_us: float = 0.0                 # added per algorithm step (every hop) when the job spans nodes
+    ramp: float = 0.0                            # pipeline fill (0: NCCL's model, 1: optimal chunking)
+    net_fill: float = 0.0                        # pipeline fill per network step, x the transfer of a window
+    net_fill_bytes: float = 4194304.0            # the window (bytes) beyond which the fill stops growing
+
+    def to_dict(self) -> dict:
+        return {f.name: (None if getattr(self, f.name) is None else round(float(getattr(self, f.name)), 6))
+                for f in fields(self)}
+
+
+DEFAULT = Profile()
+PARAMETERS = tuple(f.name for f in fields(Profile))
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What the achievable layer reads about one node of the job (from :func:`cost.hardware`)."""
+
+    nodes: int
+    gpus_per_node: int
+    intra_bus_bw: Optional[float]     # NCCL's single-node ring bus bandwidth (NVLink) or None (one GPU)
+    intra_is_pcie: bool               # the ring's intra-node hops are PCIe (PCIE_RING_EFFICIENCY applies)
+    pcie_bw: float                    # the smallest GPU PCIe link (NCCL GB/s)
+    n_nics: int                       # NICs that carry the job's traffic (rate >= half the best)
+    nic_line_GBps: Optional[float]    # one NIC's line rate (GB/s), None on one node without NICs
+    fabric_GBps: Optional[float]      # --fabric-gbps: what one NIC delivers (overrides the efficiency)
+    gpu_bw: Optional[float]           # a GPU's bandwidth to its node peers (all_to_all)
+    p2p_bw: Optional[float]           # the slowest neighbour hop inside a node (send_recv)
+    notes: tuple = field(default_factory=tuple)
+
+
+def per_nic_GBps(hw: Hardware, profile: Profile) -> Optional[float]:
+    """What one NIC delivers to a streaming collective (GB/s)."""
+    if profile.net_gbps_per_nic is not None:
+        return profile.net_gbps_per_nic / 8.0
+    if hw.fabric_GBps is not None:
+        return hw.fabric_GBps
+    if hw.nic_line_GBps is None:
+        return None
+    return hw.nic_line_GBps * NET_EFFICIENCY
+
+
+def congestion_factor(nodes: int, profile: Profile) -> float:
+    """1 on 1-2 nodes; ``1 / (1 + c log2(N/2))`` beyond."""
+    if nodes <= 2 or profile.congestion <= 0:
+        return 1.0
+    return 1.0 / (1.0 + profile.congestion * math.log2(nodes / 2.0))
+
+
+def apply(g: CommGraph, hw: Hardware, profile: Profile = DEFAULT) -> CommGraph:
+    """``g`` (NCCL's graphs) with the achievable bandwidths of ``hw`` under ``profile``."""
+    nodes, gpn = hw.nodes, hw.gpus_per_node
+    if hw.intra_bus_bw is None:
+        intra = None
+    else:
+        intra = hw.intra_bus_bw * (PCIE_RING_EFFICIENCY if hw.intra_is_pcie else 1.0) * profile.intra_efficiency
+    node_net = nic = None
+    if nodes > 1:
+        nic = per_nic_GBps(hw, profile)
+        cong = congestion_factor(nodes, profile)
+        node_net = min(max(1, hw.n_nics) * nic, gpn * hw.pcie_bw) * cong
+    ring = tree = intra
+    nvls = None
+    if node_net is not None:
+        ring = min(x for x in (intra, node_net) if x is not None)
+        tree = min(x for x in (intra, node_net * (2 if nodes <= 2 else 1)) if x is not None)
+        nvls = node_net * (2 if nodes <= 2 else 1)
+    ie = profile.intra_p2p_efficiency
+    return replace(g, ring_bus_bw=ring, tree_bus_bw=tree, nvls_bus_bw=nvls,
+                   gpu_bw=hw.gpu_bw * ie if hw.gpu_bw else None, p2p_bw=hw.p2p_bw * ie if hw.p2p_bw else None,
+                   node_net_bw=node_net, nic_bw=nic)
+
+
+# --------------------------------------------------------------------------------------------
+# Time of the chosen algorithm
+def net_steps(g: CommGraph, coll: str, algo: str) -> int:
+    """Network steps one operation of ``algo`` makes (the count ``net_step_latency_us`` multiplies)."""
+    nn = g.n_nodes
+    if nn <= 1:
+        return 0
+    if coll == "all_to_all":
+        return g.n_ranks - g.gpus_per_node       # one exchange per remote peer
+    if coll == "send_recv":
+        return 1
+    if algo == "ring":
+        return 2 * (nn - 1) if coll == "all_reduce" else nn - 1
+    if algo in ("tree", "nvls_tree"):
+        return 2 * max(1, _log2i(nn))
+    if algo == "pat":
+        return max(1, _log2i(nn))
+    return 1
+
+
+def all_steps(g: CommGraph, coll: str, algo: str) -> int:
+    """Every step of one operation when the job spans nodes (0 on one node), the count
+    ``step_latency_us`` multiplies: ring ``2(n-1)`` / ``n-1`` hops, tree ``2 (log2 N + g - 1)`` (the
+    chain inside each node, the tree across nodes, up and down), send_recv 1.
+    In a multi-node ring every hop waits for the network proxy's progress (tuning.cc makes each
+    intra-node step at least the net overhead), so every hop pays what the transport adds.
+    all_to_all counts none: its per-peer steps are already in :func:`p2p_latency` (scaled by
+    ``latency_scale``); counting them again made one ``step_latency_us`` serve two different things
+    (sequential ring hops, ~8 us each on the published Polaris sweeps, and grouped point-to-point sends)
+    and the fit a compromise that missed 8-node all_gather mid sizes from a 2-node fit."""
+    nn, n, gpn = g.n_nodes, g.n_ranks, g.gpus_per_node
+    if nn <= 1 or coll == "all_to_all":
+        return 0
+    if coll == "send_recv":
+        return 1
+    if algo == "ring":
+        return 2 * (n - 1) if coll == "all_reduce" else n - 1
+    if algo in ("tree", "nvls_tree"):
+        return 2 * (max(1, _log2i(nn)) + gpn - 1)
+    return max(1, _log2i(nn))
+
+
+def p2p_latency(g: CommGraph, coll: str) -> float:
+    """NCCL's latency for the grouped point-to-point collectives, which its tuner does not model,
+    from its Ring/Simple constants (tuning.cc ncclTopoTuneModel): send_recv is one step (baseLat +
+    hwLat[intra or NET][Ring][Simple]); all_to_all is one send/recv per peer, each a step over
+    NVLink/PCIe to a node peer and over the network to a remote one (the published Polaris sweeps
+    grow ~linearly with the peers: ~57 us for 7 peers on 2 nodes, ~280 us for 31 on 8)."""
+    nn, n, gpn = g.n_nodes, g.n_ranks, g.gpus_per_node
+    intra_step = HW_LAT[_hw_intra(g.type_intra)]["ring"][2]
+    net_step = HW_LAT[HW_NET]["ring"][2]
+    if coll == "all_to_all":
+        return BASE_LAT["ring"][2] + (gpn - 1) * intra_step + (n - gpn) * net_step
+    return BASE_LAT["ring"][2] + (net_step if nn > 1 else intra_step)
+
+
+def p2p_seconds_per_byte(g: CommGraph, coll: str) -> float:
+    """1 / bandwidth (us per byte x 1e-3, i.e. the ``S / (1000 B)`` divisor) of all_to_all / send_recv."""
+    n, gpn, nn = g.n_ranks, g.gpus_per_node, g.n_nodes
+    intra = g.gpu_bw or g.ring_bus_bw or g.channels * g.bw_intra
+    if coll == "all_to_all":
+        t_intra = ((gpn - 1) / n) / (1000.0 * intra) if gpn > 1 else 0.0
+        t_inter = (gpn * (n - gpn) / n) / (1000.0 * g.node_net_bw) if nn > 1 and g.node_net_bw else 0.0
+        return max(t_intra, t_inter)
+    bw = g.p2p_bw or intra
+    if nn > 1 and g.nic_bw:
+        bw = min(bw, g.nic_bw) if gpn > 1 else g.nic_bw
+    return 1.0 / (1000.0 * bw)
+
+
+@dataclass(frozen=True)
+class Terms:
+    """The parts of one predicted time: NCCL's latency, the network steps, S / B (all us), and the
+    size (bytes)."""
+
+    lat: float
+    steps_net: int
+    transfer: float
+    size: int = 0
+    steps: int = 0
+
+    def fill_x(self, window: float) -> float:
+        """The network pipeline fill per unit of ``net_fill``: steps x the transfer time of
+        min(S, window) bytes (chunks fill the pipeline until they reach their full size)."""
+        if not self.steps_net or self.transfer <= 0 or self.size <= 0:
+            return 0.0
+        return self.steps_net * self.transfer * min(1.0, window / self.size)
+
+    def time(self, p: Profile) -> float:
+        t = p.latency_scale * self.lat + p.net_step_latency_us * self.steps_net + self.transfer \
+            + p.step_latency_us * self.steps
+        if p.ramp and self.transfer > 0 and self.lat > 0:
+            t += p.ramp * 2.0 * math.sqrt(self.lat * self.transfer)
+        if p.net_fill:
+            t += p.net_fill * self.fill_x(p.net_fill_bytes)
+        return t
+
+
+def terms(g: CommGraph, coll: str, algo: str, proto: Optional[str], size: int, profile: Profile = DEFAULT,
+          table: Optional[dict] = None) -> Terms:
+    """The :class:`Terms` of ``size`` bytes of ``coll`` run as ``algo``/``proto`` on ``g`` (whose
+    achievable fields :func:`apply` set).  ``table``: ``tuning_table(g, coll, achievable=True)``
+    when the caller has it."""
+    if coll in ("all_to_all", "send_recv"):
+        per_byte = p2p_seconds_per_byte(g, coll)
+        if coll == "all_to_all" and g.n_nodes > 1:
+            # the node's share leaves at the all_to_all efficiency of the network
+            n, gpn = g.n_ranks, g.gpus_per_node
+            t_intra = ((gpn - 1) / n) / (1000.0 * (g.gpu_bw or g.ring_bus_bw or g.channels * g.bw_intra)) if gpn > 1 else 0.0
+            t_inter = (gpn * (n - gpn) / n) / (1000.0 * g.node_net_bw * profile.alltoall_efficiency) if g.node_net_bw else 0.0
+            per_byte = max(t_intra, t_inter)
+        elif coll == "send_recv" and g.n_nodes > 1 and g.nic_bw:
+            nic = g.nic_bw * profile.p2p_efficiency
+            bw = min(g.p2p_bw or nic, nic) if g.gpus_per_node > 1 else nic
+            per_byte = 1.0 / (1000.0 * bw)
+        return Terms(p2p_latency(g, coll), net_steps(g, coll, "p2p"), size * per_byte, size,
+                     all_steps(g, coll, "p2p"))
+    if table is None:
+        table = tuning_table(g, coll, achievable=True)
+    cell = table.get((algo, proto))
+    if cell is None or cell.bw <= 0:
+        return Terms(math.inf, 0, math.inf, size)
+    bw, lat = cell.bw, cell.lat
+    pi = PROTOS.index(proto)
+    log_size = _log2i(size >> 6) if size >= 64 else -1
+    if algo == "tree" and coll == "all_reduce" and 0 <= log_size < len(TREE_CORRECTION[pi]):
+        bw *= TREE_CORRECTION[pi][log_size]
+    if (algo == "ring" and proto == "Simple" and coll == "all_reduce" and g.n_nodes > 1
+            and size / (g.channels * g.n_ranks) >= 64):
+        lat *= RING_PLATEAU[0] if g.cc < 80 else RING_PLATEAU[1]
+    if algo == "nvls" and g.n_nodes == 1:
+        bw *= profile.nvls_efficiency
+    if g.n_nodes > 1 and proto == "LL":
+        bw *= profile.net_ll_efficiency
+    elif g.n_nodes > 1 and proto == "LL128":
+        bw *= profile.net_ll128_efficiency
+    return Terms(lat, net_steps(g, coll, algo), size / (1000.0 * bw), size, all_steps(g, coll, algo))
+
+
+def time_us(g: CommGraph, coll: str, algo: str, proto: Optional[str], size: int, profile: Profile = DEFAULT,
+            table: Optional[dict] = None) -> float:
+    """Predicted time (us) of one operation (see the module docstring)."""
+    return terms(g, coll, algo, proto, size, profile, table).time(profile)
+
+
+def busbw_GBps(coll: str, n: int, size: int, t_us: float) -> float:
+    """nccl-tests' busbw of ``size`` bytes in ``t_us``."""
+    return (size / (t_us * 1e-6) / 1e9) * busbw_factor(coll, n) if t_us > 0 else 0.0
+
+
+__all__ = ["PCIE_RING_EFFICIENCY", "SOCKET_TRANSPORT_GBPS", "NET_EFFICIENCY", "Profile", "DEFAULT", "PARAMETERS",
+           "Hardware", "per_nic_GBps", "congestion_factor", "apply", "net_steps", "p2p_latency", "Terms", "terms",
+           "time_us", "busbw_GBps"]
