@@ -141,10 +141,10 @@ def resolve_example(name: str) -> Path:
 def load_topology(src: str) -> dict:
     """Any supported input -> topology document (finalised)."""
     if src.startswith("example:"):
-        p = resolve_example(src.split(":", 1)[1])
-        src_path = str(p)
-    else:
-        src_path = src
+        from gpucomm.probes.examples import load_example
+
+        return finalize(load_example(src.split(":", 1)[1]))
+    src_path = src
     p = Path(src_path)
     if p.is_dir():
         from gpucomm.probes.sources.snapshot import load_snapshot
