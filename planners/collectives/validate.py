@@ -74,12 +74,19 @@ def validate_tree(up: dict, down: dict, ranks: Iterable[int], max_children: int 
                 raise PlanInfeasible(f"rank {r} has parent {p} outside the tree")
             if r not in down[p]:
                 raise PlanInfeasible(f"rank {r} names parent {p}, which does not list it as a child")
+    # Every rank reaches the root: walk up from each rank until a rank already known to reach it,
+    # then mark the whole walk -- each rank is walked once, so the check is linear in the ranks
+    # (walking every rank to the root is O(ranks x depth), and a chain is deep).
+    reaches = {roots[0]}
     for r in ranks:
-        seen = set()
+        walk = []
+        on_walk = set()
         cur = r
-        while up[cur] != -1:
-            if cur in seen:
+        while cur not in reaches:
+            if cur in on_walk:
                 raise PlanInfeasible(f"tree has a cycle through rank {cur}")
-            seen.add(cur)
+            on_walk.add(cur)
+            walk.append(cur)
             cur = up[cur]
+        reaches.update(walk)
     return roots[0]
