@@ -8,7 +8,7 @@ import sys
 from typing import Callable, Iterable, Optional
 
 from gpucomm.probes.errors import InputError
-from gpucomm.probes.model import dumps_json, dumps_yaml
+from gpucomm.probes.model import dumps_yaml, write_json
 
 from gpucomm.settings import SETTINGS
 
@@ -48,6 +48,20 @@ def write_text(text: str) -> None:
         sys.stdout.flush()
 
 
+def write_stream(produce: Callable) -> None:
+    """Like :func:`write_text` for a large document: ``produce(write)`` hands the text over piece
+    by piece (``gpucomm.probes.model.write_json``), so it is never held whole."""
+    if SETTINGS.output and SETTINGS.output != "-":
+        try:
+            with open(SETTINGS.output, "w", encoding="utf-8") as f:
+                produce(f.write)
+        except OSError as e:
+            raise InputError(f"cannot write: {e.strerror}", SETTINGS.output) from None
+    else:
+        produce(sys.stdout.write)
+        sys.stdout.flush()
+
+
 def render_rich(draw: Callable) -> None:
     """Call ``draw(console)``; to a file the output is captured without colour."""
     if SETTINGS.output and SETTINGS.output != "-":
@@ -69,7 +83,7 @@ def emit(doc, *, table: Optional[Callable] = None, extra: Optional[dict] = None,
     allowed = list(allowed) if allowed is not None else (["table"] if table else []) + ["json", "yaml"] + list(extra)
     check_format(fmt, allowed)
     if fmt == "json":
-        write_text(dumps_json(doc))
+        write_stream(lambda write: write_json(doc, write))
     elif fmt == "yaml":
         write_text(dumps_yaml(doc))
     elif fmt in extra:
