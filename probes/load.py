@@ -140,27 +140,33 @@ def resolve_example(name: str) -> Path:
 
 def load_topology(src: str) -> dict:
     """Any supported input -> topology document (finalised)."""
+    return load_topology_text(src)[0]
+
+
+def load_topology_text(src: str) -> tuple:
+    """(document, the text it was read from) -- the text is None for a snapshot or an example.
+    Fleet commands key their per-node work on the text (planners/health/diff.py)."""
     if src.startswith("example:"):
         from gpucomm.probes.examples import load_example
 
-        return finalize(load_example(src.split(":", 1)[1]))
+        return finalize(load_example(src.split(":", 1)[1])), None
     src_path = src
     p = Path(src_path)
     if p.is_dir():
         from gpucomm.probes.sources.snapshot import load_snapshot
 
-        return finalize(load_snapshot(p))
+        return finalize(load_snapshot(p)), None
     if src_path.endswith((".tar.gz", ".tgz")) or _is_gzip(p):
         from gpucomm.probes.sources.snapshot import load_snapshot
 
-        return finalize(load_snapshot(p))
+        return finalize(load_snapshot(p)), None
     text = read_text_input(src_path)
     kind = detect_kind(text)
     if kind is None:
         raise InputError("unrecognised content", src_path,
                          expected="a gpucomm topology (JSON/YAML), a snapshot, `nvidia-smi topo -m` output, "
                                   "an NCCL topology XML or `rocm-smi --showtopo` output")
-    return finalize(load_document(text, src_path, kind))
+    return finalize(load_document(text, src_path, kind)), text
 
 
 def _is_gzip(p: Path) -> bool:
@@ -171,4 +177,4 @@ def _is_gzip(p: Path) -> bool:
         return False
 
 
-__all__ = ["load_topology", "detect_kind", "read_text_input", "SCHEMA", "os"]
+__all__ = ["load_topology", "load_topology_text", "detect_kind", "read_text_input", "SCHEMA", "os"]

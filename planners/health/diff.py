@@ -12,6 +12,13 @@ With three or more inputs every attribute gets a majority value (the most common
 unique) and each input counts the attributes where it departs from it; the **outlier** is the
 single input with the highest count (none when tied): the odd node out of a cluster.
 
+Fleets: the inputs are read one at a time (:func:`diff_stream` takes an iterator) and only their
+fingerprints are kept, one per **class** of identical nodes -- a node costs its name and its class
+number, not its document, so 10,000 saved topologies are compared in constant memory per node.
+With three or more inputs the report also lists the classes (largest first, with the attributes
+where each departs from the majority) and the **outliers**: every input outside the largest class,
+when one class is larger than every other.
+
 Exit status (gpucomm_cli): 0 when the inputs are identical, 5 when they differ -- the ``diff(1)``
 convention, shifted because 1 is gpucomm's "bad input" code.
 """
@@ -57,9 +64,9 @@ def _gib(v: Any) -> Optional[int]:
 def fingerprint(doc: dict) -> dict:
     """Flatten a topology into comparable attributes (see the module docstring)."""
     from gpucomm.planners.health.doctor import nvlink_totals
-    from gpucomm.probes.topology import Topology
+    from gpucomm.probes.topology import clean_document
 
-    doc = Topology.of(doc).doc
+    doc = clean_document(doc)[0]   # what Topology.of(doc).doc holds, without building the view
     fp: dict = {}
     host = doc.get("host") or {}
     for k in ("driver_version", "cuda_version", "cpu_vendor", "cpu_model", "cpu_arch", "sockets", "os", "kernel",
@@ -130,44 +137,143 @@ def _presence(attr: str) -> bool:
 
 def diff_documents(named: list) -> dict:
     """``named`` = [(input name, document), ...] (2 or more) -> the ``gpucomm.diff/v1`` report."""
-    names = _unique([n for n, _ in named])
-    fps = [fingerprint(d) for _, d in named]
-    attrs = sorted(set().union(*[fp.keys() for fp in fps]), key=_attr_key)
+    return diff_stream(iter(named))
+
+
+def _class_key(fp: dict) -> str:
+    return repr(sorted(fp.items()))
+
+
+# Values that differ on every node and that no fingerprint attribute reads (fingerprint() names
+# the fields it reads; "hostname" and "collected_at" are host fields it leaves out, "uuid",
+# "guid" and "sys_image_guid" identify single devices).  Two input texts equal once these values
+# are blanked give equal fingerprints, so a fleet computes one fingerprint per distinct text.
+VOLATILE_KEYS = ("hostname", "collected_at", "uuid", "guid", "sys_image_guid")
+
+
+def content_key(text: str, volatile=VOLATILE_KEYS) -> Optional[bytes]:
+    """A digest of a JSON input text with the scalar values of the ``volatile`` keys blanked, None
+    for another format (no shortcut); any other difference between two texts gives another key."""
+    import hashlib
+
+    if not text.lstrip("\ufeff \t\r\n").startswith("{"):
+        return None
+    pat = _VOLATILE_RE.get(volatile)
+    if pat is None:
+        pat = _VOLATILE_RE[volatile] = re.compile(
+            '"(%s)"(\\s*:\\s*)(?:"(?:[^"\\\\\\n]|\\\\.)*"|null|true|false|-?[0-9][0-9.eE+-]*)'
+            % "|".join(map(re.escape, volatile)))
+    text = pat.sub('"\\1"\\2~', text)
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=20).digest()
+
+
+_VOLATILE_RE: dict = {}
+
+
+def diff_sources(named_sources, fingerprints: Optional[list] = None) -> dict:
+    """:func:`diff_stream` over (name, source) pairs: each source is loaded when its turn comes
+    (``load_topology``), and inputs whose texts differ only in :data:`VOLATILE_KEYS` share one
+    fingerprint computation."""
+    from gpucomm.probes.load import load_topology_text
+
+    def docs():
+        for name, src in named_sources:
+            doc, text = load_topology_text(src)
+            yield name, doc, (content_key(text) if text is not None else None)
+
+    return diff_stream(docs(), fingerprints)
+
+
+def diff_stream(named, fingerprints: Optional[list] = None) -> dict:
+    """:func:`diff_documents` over an iterable of (name, document[, content key]) items, read one at
+    a time: each document is reduced to its fingerprint and dropped; nodes with the same
+    fingerprint share one, and an item whose content key (:func:`content_key`) was seen before
+    takes that input's class without a fingerprint of its own.
+    ``fingerprints``: a list that receives each input's fingerprint (one object per class)."""
+    names: list = []
+    seen: Counter = Counter()
+    inputs: list = []
+    member: list = []          # input -> class
+    classes: list = []         # class -> fingerprint
+    first_member: list = []    # class -> its first input
+    by_key: dict = {}
+    by_text: dict = {}         # content key -> class (inputs that need no fingerprint of their own)
+    for item in named:
+        name, doc = item[0], item[1]
+        text_key = item[2] if len(item) > 2 else None
+        seen[name] += 1
+        names.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
+        h = doc.get("host") or {}
+        inputs.append({"name": names[-1], "hostname": h.get("hostname"), "provenance": h.get("provenance"),
+                       "gpus": len(doc.get("gpus", [])), "nics": len(doc.get("nics", []))})
+        c = by_text.get(text_key) if text_key is not None else None
+        if c is None:
+            fp = fingerprint(doc)
+            key = _class_key(fp)
+            c = by_key.get(key)
+            if c is None:
+                c = by_key[key] = len(classes)
+                classes.append(fp)
+                first_member.append(len(member))
+            if text_key is not None:
+                by_text[text_key] = c
+        member.append(c)
+        if fingerprints is not None:
+            fingerprints.append(classes[c])
+    n = len(names)
+    size = Counter(member)
+    attrs = sorted(set().union(*[fp.keys() for fp in classes]), key=_attr_key)
     diffs = []
-    counts = {n: 0 for n in names}
+    departs = [[] for _ in classes]   # class -> attributes where it departs from the majority
     for a in attrs:
-        vals = [fp.get(a, False if a.endswith(".present") else None) for fp in fps]
-        known = [v for v in vals if v is not None]
-        if _presence(a):
-            known = vals
-        if len(set(map(repr, known))) <= 1:
+        default = False if a.endswith(".present") else None
+        cvals = [fp.get(a, default) for fp in classes]
+        presence = _presence(a)
+        known: Counter = Counter()   # repr -> inputs holding it
+        first: dict = {}
+        for c, v in enumerate(cvals):     # classes are numbered in the order of their first input
+            if v is None and not presence:
+                continue
+            r = repr(v)
+            known[r] += size[c]
+            first.setdefault(r, v)
+        if len(known) <= 1:
             continue
         majority = None
-        if len(named) >= 3:
-            c = Counter(map(repr, known))
-            (top, n_top), *rest = c.most_common()
+        if n >= 3:
+            (top, n_top), *rest = known.most_common()
             if not rest or rest[0][1] < n_top:
-                majority = next(v for v in known if repr(v) == top)
-        differs = [names[i] for i, v in enumerate(vals)
-                   if (v is not None or _presence(a)) and majority is not None and repr(v) != repr(majority)]
-        if len(named) == 2:
+                majority = first[top]
+        if n == 2:
             differs = list(names)
-        for n in differs:
-            counts[n] += 1
-        diffs.append({"attribute": a, "values": vals, "majority": majority, "differs": differs})
+            for c in range(len(classes)):
+                departs[c].append(a)
+        else:
+            bad = {c for c, v in enumerate(cvals)
+                   if (v is not None or presence) and majority is not None and repr(v) != repr(majority)}
+            differs = [nm for nm, c in zip(names, member) if c in bad]
+            for c in bad:
+                departs[c].append(a)
+        diffs.append({"attribute": a, "values": [cvals[c] for c in member], "majority": majority,
+                      "differs": differs})
+    counts = {nm: len(departs[c]) for nm, c in zip(names, member)}
     outlier = None
-    if len(named) >= 3 and diffs:
+    if n >= 3 and diffs:
         top = max(counts.values())
-        leaders = [n for n, c in counts.items() if c == top]
+        leaders = [nm for nm, k in counts.items() if k == top]
         if top > 0 and len(leaders) == 1:
             outlier = leaders[0]
-    inputs = []
-    for n, (_, d) in zip(names, named):
-        h = d.get("host") or {}
-        inputs.append({"name": n, "hostname": h.get("hostname"), "provenance": h.get("provenance"),
-                       "gpus": len(d.get("gpus", [])), "nics": len(d.get("nics", []))})
-    return {"schema": SCHEMA, "inputs": inputs, "identical": not diffs, "differences": diffs,
-            "compared": len(attrs), "counts": counts if len(named) >= 3 else {}, "outlier": outlier}
+    report = {"schema": SCHEMA, "inputs": inputs, "identical": not diffs, "differences": diffs,
+              "compared": len(attrs), "counts": counts if n >= 3 else {}, "outlier": outlier}
+    if n >= 3:
+        order = sorted(range(len(classes)), key=lambda c: (-size[c], first_member[c]))
+        report["classes"] = [{"class": i + 1, "size": size[c],
+                              "members": [nm for nm, m in zip(names, member) if m == c],
+                              "departs": departs[c]} for i, c in enumerate(order)]
+        largest = order[0]
+        unique = len(order) == 1 or size[order[1]] < size[largest]
+        report["outliers"] = [nm for nm, m in zip(names, member) if m != largest] if unique else []
+    return report
 
 
 def _attr_key(a: str) -> tuple:
@@ -211,4 +317,4 @@ def format_value(v: Any) -> str:
     return str(v)
 
 
-__all__ = ["SCHEMA", "fingerprint", "diff_documents", "format_value"]
+__all__ = ["SCHEMA", "fingerprint", "diff_documents", "diff_stream", "diff_sources", "content_key", "format_value"]
