@@ -21,7 +21,6 @@ asserted: the README quotes the output.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -211,6 +210,8 @@ def cluster_table(py: Path, runs: int, tmp: Path, big: bool) -> None:
         rows.append((f"diff over {count} saved node topologies, JSON", goal,
                      ["diff", *lst, "--format", "json", "-o", out]))
         rows.append((f"diff over {count} saved node topologies, table", goal, ["diff", *lst]))
+        rows.append((f"doctor over {count} saved node topologies, JSON", goal,
+                     ["doctor", *lst, "--format", "json", "-o", out]))
     print(f"\n## cluster scale, wheel install (median of {runs}; wall s, CPU s, peak RSS)\n")
     print("| what | wall s | CPU s | peak MiB | goal (wall s) |")
     print("|---|---|---|---|---|")

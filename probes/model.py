@@ -18,7 +18,6 @@ Extra fields used by gpucomm beyond the schema's minimum (all optional in the sc
 """
 from __future__ import annotations
 
-import json
 import re
 from enum import IntEnum
 from typing import Any, Iterable, Optional
