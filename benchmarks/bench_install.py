@@ -78,10 +78,12 @@ def build_venv(venv: Path, fresh: bool) -> Path:
     if fresh or not py.exists():
         shutil.rmtree(venv, ignore_errors=True)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(py), "-m", "pip", "install", "-q", str(whl)], check=True)
+        cmd = [str(py), "-m", "pip", "install", "-q", str(whl)]
     else:
-        subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(whl)],
-                       check=True)
+        cmd = [str(py), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(whl)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit("installing the wheel failed:\n" + r.stderr[-2000:])
     print(f"# wheel {whl.name} ({whl.stat().st_size / 1024:.0f} KiB) installed in {venv}", file=sys.stderr)
     return py
 

@@ -38,6 +38,11 @@ def read_text_input(path: str) -> str:
         raise InputError("is a directory but not a snapshot", path, expected="a snapshot with meta.json or sys/") from None
     except OSError as e:
         raise InputError(f"cannot read: {e.strerror}", path) from None
+    return decode_text_input(data, path)
+
+
+def decode_text_input(data: bytes, path: str) -> str:
+    """The text of an input's bytes (read_text_input's checks: empty, binary, encoding)."""
     if not data.strip():
         raise InputError("file is empty", path, expected="a topology, snapshot, nvidia-smi topo -m, NCCL XML or rocm-smi capture")
     # UTF-16 with BOM (PowerShell's `>` on Windows/WSL writes it) is common enough for smi captures.
@@ -143,9 +148,27 @@ def load_topology(src: str) -> dict:
     return load_topology_text(src)[0]
 
 
-def load_topology_text(src: str) -> tuple:
-    """(document, the text it was read from) -- the text is None for a snapshot or an example.
+def read_topology_text(src: str) -> Optional[str]:
+    """The text of a text input (as :func:`load_topology` reads it), None for an example, a
+    snapshot directory or an archive."""
+    if src.startswith("example:") or src.endswith((".tar.gz", ".tgz")):
+        return None
+    try:
+        with open(src, "rb") as f:   # one read: the gzip magic (a snapshot archive) and the text
+            data = f.read(MAX_INPUT_BYTES + 1)
+    except (IsADirectoryError, PermissionError, FileNotFoundError, OSError):
+        return None   # a snapshot directory, or an error load_topology reports in its own words
+    if data[:2] == b"\x1f\x8b" or len(data) > MAX_INPUT_BYTES:
+        return None   # an archive; or too large, which load_topology refuses with the size
+    return decode_text_input(data, src)
+
+
+def load_topology_text(src: str, text: Optional[str] = None) -> tuple:
+    """(document, the text it was read from) -- the text is None for a snapshot or an example;
+    ``text``: the input's text when the caller read it already (:func:`read_topology_text`).
     Fleet commands key their per-node work on the text (planners/health/diff.py)."""
+    if text is not None:
+        return _from_text(text, src), text
     if src.startswith("example:"):
         from gpucomm.probes.examples import load_example
 
@@ -161,12 +184,16 @@ def load_topology_text(src: str) -> tuple:
 
         return finalize(load_snapshot(p)), None
     text = read_text_input(src_path)
+    return _from_text(text, src_path), text
+
+
+def _from_text(text: str, src_path: str) -> dict:
     kind = detect_kind(text)
     if kind is None:
         raise InputError("unrecognised content", src_path,
                          expected="a gpucomm topology (JSON/YAML), a snapshot, `nvidia-smi topo -m` output, "
                                   "an NCCL topology XML or `rocm-smi --showtopo` output")
-    return finalize(load_document(text, src_path, kind)), text
+    return finalize(load_document(text, src_path, kind))
 
 
 def _is_gzip(p: Path) -> bool:
@@ -177,4 +204,4 @@ def _is_gzip(p: Path) -> bool:
         return False
 
 
-__all__ = ["load_topology", "load_topology_text", "detect_kind", "read_text_input", "SCHEMA", "os"]
+__all__ = ["load_topology", "load_topology_text", "read_topology_text", "detect_kind", "read_text_input", "SCHEMA", "os"]

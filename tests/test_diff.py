@@ -270,15 +270,50 @@ def test_content_key_ignores_only_the_volatile_values():
 
     a = (FAULTS / "pcie-4gpu-healthy.json").read_text(encoding="utf-8")
     d = json.loads(a)
-    d["host"]["hostname"], d["host"]["collected_at"] = "other", "2025-01-01T00:00:00Z"
+    assert isinstance(d["host"]["hostname"], str) and isinstance(d["gpus"][0]["uuid"], str)
+    d["host"]["hostname"] = "other"
     d["gpus"][0]["uuid"] = "GPU-ffff"
     b = json.dumps(d, sort_keys=True, indent=2) + "\n"
     assert content_key(json.dumps(json.loads(a), sort_keys=True, indent=2) + "\n") == content_key(b)
     d["gpus"][0]["numa_node"] = 7
     assert content_key(json.dumps(d, sort_keys=True, indent=2) + "\n") != content_key(b)
-    assert content_key('{"hostname": "a\\"b", "x": 1}') == content_key('{"hostname": null, "x": 1}')
+    assert content_key('{"hostname": "a\\"b", "x": 1}') == content_key('{"hostname": "c\\u00e9", "x": 1}')
+    assert content_key('{"hostname": "a", "x": 1}') != content_key('{"hostname": null, "x": 1}')  # types stay
     assert content_key('{"hostname": "a", "x": 1}') != content_key('{"hostname": "a", "x": 2}')
+    assert content_key('{"hostname": "\\q", "x": 1}') != content_key('{"hostname": "a", "x": 1}')  # not JSON
     assert content_key("GPU0 X NV18\n") is None      # not JSON: no shortcut
+
+
+def test_fleet_shortcut_is_exact(tmp_path):
+    """Nodes read through the shortcut give what reading each in full gives: host names, errors in
+    a text that only looks like a copy, and no shortcut when a volatile key sits elsewhere."""
+    from gpucomm.planners.health.diff import diff_sources, diff_stream, stream_sources
+    from gpucomm.probes.errors import InputError
+
+    paths = _fleet(tmp_path, 6, {4: "ib-rate-low"})
+    items = list(stream_sources([(p.stem, str(p)) for p in paths]))
+    assert [doc is None for _, doc, _, _ in items] == [False, True, True, True, False, True]
+    assert [info["hostname"] for *_, info in items] == [f"node{i:03d}" for i in range(6)]
+    full = diff_stream((p.stem, load_topology(str(p))) for p in paths)
+    assert diff_sources([(p.stem, str(p)) for p in paths]) == full
+    # an invalid escape in the host name: not a JSON string token, so the node is parsed (and refused)
+    bad = tmp_path / "bad.json"
+    bad.write_text(paths[1].read_text(encoding="utf-8").replace('"node001"', '"node\\q"'), encoding="utf-8")
+    with pytest.raises(InputError):
+        diff_sources([(p.stem, str(p)) for p in paths[:2]] + [("bad", str(bad))])
+    # a matrix column named "uuid" (a device with that name): its cells matter, so no shortcut
+    d = _load("pcie-4gpu-healthy")
+    odd = []
+    for i, cell in enumerate(["PIX", "PIX", "SYS"]):
+        d["matrix"]["GPU0"]["uuid"] = cell
+        d["matrix"]["uuid"] = {"GPU0": cell}
+        d["host"]["hostname"] = f"odd{i}"
+        odd.append(tmp_path / f"odd{i}.json")
+        odd[-1].write_text(json.dumps(d, sort_keys=True, indent=2), encoding="utf-8")
+    items = list(stream_sources([(p.stem, str(p)) for p in odd]))
+    assert all(doc is not None and key is None for _, doc, key, _ in items)
+    rep = diff_sources([(p.stem, str(p)) for p in odd])
+    assert rep["outliers"] == ["odd2"] and "matrix.GPU0.uuid" in _attrs(rep)
 
 
 def test_cli_fleet_table_groups_classes(tmp_path):

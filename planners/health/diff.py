@@ -144,51 +144,119 @@ def _class_key(fp: dict) -> str:
     return repr(sorted(fp.items()))
 
 
-# Values that differ on every node and that no fingerprint attribute reads (fingerprint() names
-# the fields it reads; "hostname" and "collected_at" are host fields it leaves out, "uuid",
-# "guid" and "sys_image_guid" identify single devices).  Two input texts equal once these values
-# are blanked give equal fingerprints, so a fleet computes one fingerprint per distinct text.
+# Fleets of saved topologies: the texts of identical nodes differ only in a few identifiers.  These
+# are the string values no fingerprint attribute reads (fingerprint() names the fields it reads),
+# each at the one place of the document where it lives.  Two texts that are equal once those
+# strings are blanked are the same document up to those strings, so they get the same
+# fingerprint: a fleet parses and fingerprints one node per distinct text, and reads only the
+# host name of the others.
 VOLATILE_KEYS = ("hostname", "collected_at", "uuid", "guid", "sys_image_guid")
-
-
-def content_key(text: str, volatile=VOLATILE_KEYS) -> Optional[bytes]:
-    """A digest of a JSON input text with the scalar values of the ``volatile`` keys blanked, None
-    for another format (no shortcut); any other difference between two texts gives another key."""
-    import hashlib
-
-    if not text.lstrip("\ufeff \t\r\n").startswith("{"):
-        return None
-    pat = _VOLATILE_RE.get(volatile)
-    if pat is None:
-        pat = _VOLATILE_RE[volatile] = re.compile(
-            '"(%s)"(\\s*:\\s*)(?:"(?:[^"\\\\\\n]|\\\\.)*"|null|true|false|-?[0-9][0-9.eE+-]*)'
-            % "|".join(map(re.escape, volatile)))
-    text = pat.sub('"\\1"\\2~', text)
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=20).digest()
-
-
+_VOLATILE_PLACE = {"hostname": "host", "collected_at": "host", "uuid": "gpus", "guid": "nics",
+                   "sys_image_guid": "nics"}
+# a JSON string token exactly (json.loads accepts every match: no raw control characters, only
+# JSON's escapes), so a text equal to a parsed one up to these tokens parses the same way
+_JSON_STRING = r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"'
 _VOLATILE_RE: dict = {}
 
 
+def _scan(text: str, volatile: tuple) -> tuple:
+    """(digest of ``text`` with the string values of the ``volatile`` keys blanked, [(key, string
+    token), ...]); (None, []) for a text that is not a JSON object (no shortcut)."""
+    import hashlib
+
+    if not text.lstrip("\ufeff \t\r\n").startswith("{"):
+        return None, []
+    pat = _VOLATILE_RE.get(volatile)
+    if pat is None:
+        pat = _VOLATILE_RE[volatile] = re.compile(
+            '"(%s)"(\\s*:\\s*)(%s)' % ("|".join(map(re.escape, volatile)), _JSON_STRING))
+    parts = pat.split(text)          # text, key, space, token, text, key, space, token, ..., text
+    found = list(zip(parts[1::4], parts[3::4]))
+    if found:
+        parts[3::4] = ["~"] * len(found)
+        for i in range(1, len(parts), 4):
+            parts[i] = f'"{parts[i]}"'
+        text = "".join(parts)
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=20).digest(), found
+
+
+def content_key(text: str, volatile: tuple = VOLATILE_KEYS) -> Optional[bytes]:
+    """A digest of a JSON input text with the string values of the ``volatile`` keys blanked
+    (None for another format); any other difference between two texts gives another key."""
+    return _scan(text, volatile)[0]
+
+
+def _exact(doc: dict, found: list, volatile: tuple) -> bool:
+    """True when every string value of a ``volatile`` key in ``doc`` sits where that key belongs
+    (the host, GPU or NIC records) and the text held each of them as one blanked token: then a
+    text equal up to those tokens is this document up to those values (a key elsewhere -- a
+    matrix column named "uuid" -- or written with escapes turns the shortcut off)."""
+    placed: Counter = Counter()
+    for key in volatile:
+        where = _VOLATILE_PLACE.get(key)
+        recs = [doc.get("host")] if where == "host" else (doc.get(where) if where else None)
+        for r in recs if isinstance(recs, list) else []:
+            if isinstance(r, dict) and isinstance(r.get(key), str):
+                placed[key] += 1
+    anywhere: Counter = Counter()
+    stack = [doc]
+    while stack:
+        o = stack.pop()
+        if isinstance(o, dict):
+            for k, v in o.items():
+                if isinstance(v, str):
+                    if k in volatile:
+                        anywhere[k] += 1
+                elif isinstance(v, (dict, list)):
+                    stack.append(v)
+        elif isinstance(o, list):
+            stack.extend(v for v in o if isinstance(v, (dict, list)))
+    matched = Counter(k for k, _ in found)
+    return all(matched[k] == anywhere[k] == placed[k] for k in volatile)
+
+
+def stream_sources(named_sources, volatile: tuple = VOLATILE_KEYS):
+    """(name, document or None, content key, input summary) for each (name, source) pair, loaded
+    when its turn comes.  A JSON text equal, up to the string values of ``volatile`` keys in their
+    places, to one loaded before yields None for the document: the consumer reuses what it computed
+    for that one (:func:`diff_stream`, ``doctor_fleet``)."""
+    import json
+
+    from gpucomm.probes.load import load_topology_text, read_topology_text
+
+    known: dict = {}     # content key -> summary of the first input with that text
+    for name, src in named_sources:
+        text = read_topology_text(src)
+        key, found = _scan(text, volatile) if text is not None else (None, [])
+        if key is not None and key in known:
+            info = dict(known[key])
+            host = [tok for k, tok in found if k == "hostname"]
+            if host:
+                info["hostname"] = json.loads(host[0])
+            yield name, None, key, info
+            continue
+        doc, _ = load_topology_text(src, text)
+        h = doc.get("host") or {}
+        info = {"hostname": h.get("hostname"), "provenance": h.get("provenance"), "gpus": len(doc.get("gpus", [])),
+                "nics": len(doc.get("nics", []))}
+        if key is not None and not _exact(doc, found, volatile):
+            key = None       # no shortcut for texts like this one
+        if key is not None:
+            known[key] = info
+        yield name, doc, key, info
+
+
 def diff_sources(named_sources, fingerprints: Optional[list] = None) -> dict:
-    """:func:`diff_stream` over (name, source) pairs: each source is loaded when its turn comes
-    (``load_topology``), and inputs whose texts differ only in :data:`VOLATILE_KEYS` share one
-    fingerprint computation."""
-    from gpucomm.probes.load import load_topology_text
-
-    def docs():
-        for name, src in named_sources:
-            doc, text = load_topology_text(src)
-            yield name, doc, (content_key(text) if text is not None else None)
-
-    return diff_stream(docs(), fingerprints)
+    """:func:`diff_stream` over (name, source) pairs (:func:`stream_sources`)."""
+    return diff_stream(stream_sources(named_sources, VOLATILE_KEYS), fingerprints)
 
 
 def diff_stream(named, fingerprints: Optional[list] = None) -> dict:
-    """:func:`diff_documents` over an iterable of (name, document[, content key]) items, read one at
-    a time: each document is reduced to its fingerprint and dropped; nodes with the same
-    fingerprint share one, and an item whose content key (:func:`content_key`) was seen before
-    takes that input's class without a fingerprint of its own.
+    """:func:`diff_documents` over an iterable of (name, document[, content key, summary]) items,
+    read one at a time: each document is reduced to its fingerprint and dropped; nodes with the
+    same fingerprint share one, and an item whose content key was seen before takes that input's
+    class without a fingerprint of its own (its document may then be None, its summary given:
+    :func:`stream_sources`).
     ``fingerprints``: a list that receives each input's fingerprint (one object per class)."""
     names: list = []
     seen: Counter = Counter()
@@ -203,9 +271,12 @@ def diff_stream(named, fingerprints: Optional[list] = None) -> dict:
         text_key = item[2] if len(item) > 2 else None
         seen[name] += 1
         names.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
-        h = doc.get("host") or {}
-        inputs.append({"name": names[-1], "hostname": h.get("hostname"), "provenance": h.get("provenance"),
-                       "gpus": len(doc.get("gpus", [])), "nics": len(doc.get("nics", []))})
+        if doc is None:      # stream_sources: same text as an earlier input, which has the class
+            inputs.append({"name": names[-1], **item[3]})
+        else:
+            h = doc.get("host") or {}
+            inputs.append({"name": names[-1], "hostname": h.get("hostname"), "provenance": h.get("provenance"),
+                           "gpus": len(doc.get("gpus", [])), "nics": len(doc.get("nics", []))})
         c = by_text.get(text_key) if text_key is not None else None
         if c is None:
             fp = fingerprint(doc)
@@ -317,4 +388,5 @@ def format_value(v: Any) -> str:
     return str(v)
 
 
-__all__ = ["SCHEMA", "fingerprint", "diff_documents", "diff_stream", "diff_sources", "content_key", "format_value"]
+__all__ = ["SCHEMA", "fingerprint", "diff_documents", "diff_stream", "diff_sources", "stream_sources", "content_key",
+           "format_value"]

@@ -733,7 +733,7 @@ def _findings_key(report: dict) -> str:
 
 def doctor_fleet(items, rules: Optional[list] = None) -> dict:
     """The doctor over many nodes, read one at a time: ``items`` yields (name, document[, content
-    key]); nodes with the same findings form a **class** (largest first); the **outliers** are the
+    key, summary]); nodes with the same findings form a **class** (largest first); the **outliers** are the
     nodes outside the largest class when one class is larger than every other.  Memory per node:
     its name, a few counts and its class; an item whose content key was seen before takes that
     node's findings without running the rules again (``gpucomm.doctor-fleet/v1``)."""
@@ -750,9 +750,14 @@ def doctor_fleet(items, rules: Optional[list] = None) -> dict:
         text_key = item[2] if len(item) > 2 else None
         seen[name] += 1
         names.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
-        h = doc.get("host") or {}
-        inputs.append({"name": names[-1], "hostname": h.get("hostname"), "gpus": len(doc.get("gpus", [])),
-                       "nics": len(doc.get("nics", []))})
+        if doc is None:      # stream_sources: same text as an earlier node, whose findings stand
+            info = item[3]
+            inputs.append({"name": names[-1], "hostname": info["hostname"], "gpus": info["gpus"],
+                           "nics": info["nics"]})
+        else:
+            h = doc.get("host") or {}
+            inputs.append({"name": names[-1], "hostname": h.get("hostname"), "gpus": len(doc.get("gpus", [])),
+                           "nics": len(doc.get("nics", []))})
         c = by_text.get(text_key) if text_key is not None else None
         if c is None:
             rep = run_doctor(doc, rules)
@@ -786,16 +791,11 @@ def doctor_fleet(items, rules: Optional[list] = None) -> dict:
 
 
 def doctor_sources(named_sources, rules: Optional[list] = None) -> dict:
-    """:func:`doctor_fleet` over (name, source) pairs, each loaded when its turn comes."""
-    from gpucomm.planners.health.diff import content_key
-    from gpucomm.probes.load import load_topology_text
+    """:func:`doctor_fleet` over (name, source) pairs, each loaded when its turn comes (nodes whose
+    texts differ only in host names, collection times and GPU UUIDs are read once)."""
+    from gpucomm.planners.health.diff import stream_sources
 
-    def docs():
-        for name, src in named_sources:
-            doc, text = load_topology_text(src)
-            yield name, doc, (content_key(text, DOCTOR_VOLATILE_KEYS) if text is not None else None)
-
-    return doctor_fleet(docs(), rules)
+    return doctor_fleet(stream_sources(named_sources, DOCTOR_VOLATILE_KEYS), rules)
 
 
 def parse_rules(spec: Optional[str]) -> Optional[list]:
