@@ -12,10 +12,11 @@ process (``VENV/bin/gpucomm``, cwd outside the checkout, bytecode compiled at in
 The rows of one table are timed round-robin (one warm-up round, then ``--runs`` rounds), so a busy
 moment on the machine hits every row alike; the figure is the median.
 
-Start-up table: ratios to ``python -c "import typer"`` (the floor of a typer CLI) and to
-``python -c pass``, with the goal of each row.  Cluster-scale table: wall and CPU seconds and peak
-memory (the child's ``ru_maxrss``) of commands on 10^3-10^5 GPUs, and of ``diff``/``doctor`` over
-1000 and 10,000 saved node topologies (written into the temporary folder first).  Nothing is
+Start-up table: wall-time ratios to ``python -c "import typer"`` (the floor of a typer CLI) and to
+``python -c pass``, with the goal of each row.  Cluster-scale table: wall and CPU seconds (user +
+system, the issue's measure: on a shared machine wall time also counts other people's work) and
+peak memory (the child's ``ru_maxrss``) of commands on 10^3-10^5 GPUs, and of ``diff``/``doctor``
+over 1000 and 10,000 saved node topologies (written into the temporary folder first).  Nothing is
 asserted: the README quotes the output.
 """
 from __future__ import annotations
@@ -48,6 +49,11 @@ STARTUP_MORE = [
      ["doctor", "--from", "example:hgx-h100-degraded", "--format", "json"]),
     ("gpucomm trees example:hgx-h100 --nodes 4 --format json", ["trees", "example:hgx-h100", "--nodes", "4",
                                                                "--format", "json"]),
+    ("gpucomm show <nvidia-smi topo -m capture> --format json",
+     ["show", str(ROOT / "fixtures" / "captures" / "topo" / "17_h100-sxm-x8_12nic.txt"), "--format", "json"]),
+    ("gpucomm show <NCCL topology XML> --format json",
+     ["show", str(ROOT / "fixtures" / "captures" / "ncclxml" / "oci-H100-topology.xml"), "--format", "json"]),
+    ("gpucomm probe --format json (this machine, live /sys)", ["probe", "--format", "json"]),
 ]
 
 
@@ -215,7 +221,7 @@ def cluster_table(py: Path, runs: int, tmp: Path, big: bool) -> None:
         rows.append((f"doctor over {count} saved node topologies, JSON", goal,
                      ["doctor", *lst, "--format", "json", "-o", out]))
     print(f"\n## cluster scale, wheel install (median of {runs}; wall s, CPU s, peak RSS)\n")
-    print("| what | wall s | CPU s | peak MiB | goal (wall s) |")
+    print("| what | wall s | CPU s | peak MiB | goal (CPU s) |")
     print("|---|---|---|---|---|")
     for label, goal, args in rows:
         res = []
@@ -227,7 +233,7 @@ def cluster_table(py: Path, runs: int, tmp: Path, big: bool) -> None:
         wall = statistics.median(r[0] for r in res)
         cpu = statistics.median(r[1] for r in res)
         rss = max(r[2] for r in res)
-        mark = "" if goal is None else f"<= {goal:g} {'ok' if wall <= goal else 'MISSED'}"
+        mark = "" if goal is None else f"<= {goal:g} {'ok' if cpu <= goal else 'MISSED'}"
         print(f"| `{label}` | {wall:.2f} | {cpu:.2f} | {rss:.0f} | {mark} |", flush=True)
 
 
