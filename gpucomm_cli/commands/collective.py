@@ -2,7 +2,7 @@
 own search would pick (planners/collectives/rings.py, planners/nccl/search.py), and NCCL's double binary trees
 (planners/collectives/trees.py).  ``--compare LOG`` adds what NCCL actually did, read from its debug log
 (probes/formats/nccllog.py)."""
-from __future__ import annotations
+# (no `from __future__ import annotations`: typer would compile every string annotation at start-up)
 
 import re
 

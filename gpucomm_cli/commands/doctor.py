@@ -4,7 +4,7 @@ Exit codes: doctor 5 when it finds an error or a warning, 0 when clean or info o
 the nodes are identical, 5 when they differ (``diff(1)`` returns 1, which is gpucomm's
 bad-input code).  Bad inputs exit 1 as everywhere else.
 """
-from __future__ import annotations
+# (no `from __future__ import annotations`: typer would compile every string annotation at start-up)
 
 from typing import List, Optional
 

@@ -1,6 +1,6 @@
 """``gpucomm paths``: path type, hops and bottleneck bandwidth between GPUs and NICs (NCCL's rules,
 planners/nccl/paths.py)."""
-from __future__ import annotations
+# (no `from __future__ import annotations`: typer would compile every string annotation at start-up)
 
 from typing import Optional, Tuple
 

@@ -1,7 +1,7 @@
 """``gpucomm plan``, ``gpucomm select``, ``gpucomm synth``: parse the flags, call
 :func:`gpucomm.planners.plan.build_full_plan`, :func:`gpucomm.planners.placement.select.select_gpus` or
 :func:`gpucomm.planners.placement.cluster.synth_cluster`, render the result."""
-from __future__ import annotations
+# (no `from __future__ import annotations`: typer would compile every string annotation at start-up)
 
 import os
 from pathlib import Path

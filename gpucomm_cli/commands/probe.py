@@ -1,5 +1,5 @@
 """``gpucomm probe``, ``show``, ``snapshot``, ``examples``: discovery and its rendering."""
-from __future__ import annotations
+# (no `from __future__ import annotations`: typer would compile every string annotation at start-up)
 
 from pathlib import Path
 from typing import Optional
