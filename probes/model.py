@@ -448,7 +448,7 @@ def _json_leaf(o, d: int, parts: list) -> bool:
         inner = _INDENTS[d + 1]
         parts.append("[" + inner + ("," + inner).join(map(int.__repr__, o)) + _INDENTS[d] + "]")
         return True
-    if kinds == _LIST and set(map(type, _chain.from_iterable(o))) <= _INT:   # groups: lists of rank lists
+    if kinds == _LIST and not isinstance(o, dict) and set(map(type, _chain.from_iterable(o))) <= _INT:   # groups: lists of rank lists
         i1, i2 = _INDENTS[d + 1], _INDENTS[d + 2]
         sep1, sep2, close2 = "," + i1, "," + i2, i1 + "]"
         parts.append("[" + i1 + sep1.join("[" + i2 + sep2.join(map(int.__repr__, x)) + close2 if x else "[]"
@@ -508,9 +508,10 @@ def _json_list(o, d: int, parts: list, write) -> None:
     if _json_leaf(o, d, parts):
         return
     inner = "," + _INDENTS[d + 1]
-    sep = "[" + _INDENTS[d + 1]
+    done = _json_records(o, d, parts, write) if type(o[0]) is dict else 0
+    sep = inner if done else "[" + _INDENTS[d + 1]
     plain, append = _PLAIN_TEXT, parts.append
-    for v in o:
+    for v in (o[done:] if done else o):
         f = plain.get(type(v))
         if f is not None:
             append(sep + f(v))
@@ -529,6 +530,52 @@ def _json_list(o, d: int, parts: list, write) -> None:
     if len(parts) > _FLUSH_PARTS:
         write("".join(parts))
         parts.clear()
+
+
+def _json_records(o, d: int, parts: list, write) -> int:
+    """Rank records: the dicts that open the list ``o`` (depth ``d``) and have the first one's str
+    keys, each value a plain scalar or a list of them, are written from one sorted key list; returns
+    how many were (the caller writes the rest, from the first record that is not one)."""
+    first = o[0]
+    keys = sorted(first)
+    if not keys or any(type(k) is not str for k in keys):
+        return 0
+    if len(_INDENTS) < d + 5:
+        _INDENTS.extend(_indent(i) for i in range(len(_INDENTS), d + 5))
+    i1, i2, i3 = _INDENTS[d + 1], _INDENTS[d + 2], _INDENTS[d + 3]
+    heads = [("{" if j == 0 else ",") + i2 + _key_text(k) + ": " for j, k in enumerate(keys)]
+    tail, sep, sep3, close3 = i1 + "}", "[" + i1, "," + i3, i2 + "]"
+    shape, plain, append = first.keys(), _PLAIN_TEXT, parts.append
+    n = 0
+    for r in o:
+        if type(r) is not dict or r.keys() != shape:
+            return n
+        texts = []
+        for head, k in zip(heads, keys):
+            v = r[k]
+            f = plain.get(type(v))
+            if f is not None:
+                texts.append(head + f(v))
+            elif type(v) is list or type(v) is tuple:
+                if not v:
+                    texts.append(head + "[]")
+                    continue
+                kinds = set(map(type, v))
+                if kinds == _INT:
+                    texts.append(head + "[" + i3 + sep3.join(map(int.__repr__, v)) + close3)
+                elif kinds <= _PLAIN:
+                    texts.append(head + "[" + i3 + sep3.join([plain[type(x)](x) for x in v]) + close3)
+                else:
+                    return n
+            else:
+                return n
+        append(sep + "".join(texts) + tail)
+        sep = "," + i1
+        n += 1
+        if not n & 2047:   # a record is one piece: hand on ~2048 at a time
+            write("".join(parts))
+            parts.clear()
+    return n
 
 
 _INDENTS = [_indent(d) for d in range(16)]

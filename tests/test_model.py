@@ -121,7 +121,11 @@ _JSONISH = st.recursive(
     lambda inner: st.one_of(st.lists(inner, max_size=6), st.tuples(inner, inner),
                             st.dictionaries(_KEYS, inner, max_size=6),
                             st.lists(st.lists(st.integers(-5, 5), max_size=4), max_size=5),
-                            st.lists(st.integers(-5, 5), max_size=5)),
+                            st.lists(st.integers(-5, 5), max_size=5),
+                            # rank records: same keys, scalars and lists of them (and sometimes not)
+                            st.lists(st.fixed_dictionaries({"down": st.lists(st.integers(-5, 5), max_size=3),
+                                                            "rank": inner, "up": _SCALARS,
+                                                            "é": st.lists(_SCALARS, max_size=2)}), max_size=4)),
     max_leaves=60)
 
 
@@ -147,6 +151,15 @@ def test_dumps_json_deep_and_wide_documents():
              "bw": r / 3} for r in range(3000)]
     doc = {"deep": deep, "ranks": rows, "groups": {"tp": [list(range(i, i + 8)) for i in range(0, 3000, 8)],
                                                    "cp": [[r] for r in range(3000)], "empty": [[], [1], []]}}
+    assert model.dumps_json(doc) == _stdlib_json(doc)
+
+
+def test_dumps_json_records_and_their_exceptions():
+    rows = [{"rank": r, "down": [r + 1, r + 2][: r % 3], "up": r - 1 if r else None, "nics": ["mlx5_0"]}
+            for r in range(5000)]
+    rows[4000] = dict(rows[4000], up={"node": 3})          # not a record: the rest goes the long way
+    rows.insert(4500, {"rank": 1})                          # other keys
+    doc = {"ranks": rows, "": [[1, 2]], "x": [{"": []}, {1: [2]}, {"a": (1, 2.5)}, {"a": ((1,),)}]}
     assert model.dumps_json(doc) == _stdlib_json(doc)
 
 
