@@ -1,49 +1,66 @@
 """Bundled recorded hosts, named ``example:<name>`` (the CLI contract, docs/ARCHITECTURE.md).
 
-In a source checkout they are the directories of ``fixtures/hosts/``; the installed package ships the
-same hosts as snapshot archives in ``probes/examples/<name>.tar.gz`` (written by
-``fixtures/pack_examples.py``; a test keeps the two in sync)."""
+The recorded hosts are the snapshot directories of ``fixtures/hosts/`` (about 1,400 sysfs files
+each).  The package ships what ``example:<name>`` needs in a form read in milliseconds:
+``probes/examples/<name>.json`` is the document a replay of that snapshot gives (``load_snapshot``
+then ``finalize``), compact and in the replay's own key order, and ``probes/examples/index.json``
+holds each host's ``meta.json`` (description, the real capture it agrees with).  Both are written
+by ``fixtures/pack_examples.py``; the suite replays every snapshot and checks that the shipped
+document is exactly what the replay gives (tests/test_fixture_hosts.py), so the shortcut can never
+answer differently from the recorded host.
+
+In a source checkout a host that has not been packed yet (a new ``fixtures/hosts/<name>``) is
+replayed from its directory."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from gpucomm.probes.errors import InputError
 
 _HERE = Path(__file__).resolve().parent
+PACKED = _HERE / "examples"
+INDEX = "index.json"
+MAX_EXAMPLE_BYTES = 16 * 1024 * 1024  # a packed document is ~100 KB; bounded like every read
+
+
+def _packed() -> dict:
+    """{name: path of the packed document} of the shipped examples."""
+    if not PACKED.is_dir():
+        return {}
+    return {p.name[: -len(".json")]: p for p in PACKED.glob("*.json") if p.name != INDEX}
 
 
 def list_examples() -> dict:
-    """{name: path} of every bundled host: a fixtures/hosts directory when this is a source checkout,
-    else the packaged archive."""
-    out: dict = {}
+    """{name: path} of every bundled host: the packed document (``probes/examples/<name>.json``),
+    or, in a source checkout, the ``fixtures/hosts/<name>`` snapshot directory of a host not packed
+    yet."""
+    out = _packed()
     hosts = _HERE.parent / "fixtures" / "hosts"
     if hosts.is_dir():
-        for p in sorted(hosts.iterdir()):
+        for p in hosts.iterdir():
             if p.is_dir() and (p / "meta.json").is_file():
-                out[p.name] = p
-    packed = _HERE / "examples"
-    if packed.is_dir():
-        for p in sorted(packed.glob("*.tar.gz")):
-            out.setdefault(p.name[: -len(".tar.gz")], p)
+                out.setdefault(p.name, p)
     return dict(sorted(out.items()))
 
 
-def example_meta(path: Path) -> dict:
-    """meta.json of a bundled host (directory or archive)."""
-    import json
-    import tarfile
+def _read_json(path: Path):
+    with open(path, "rb") as f:
+        data = f.read(MAX_EXAMPLE_BYTES + 1)
+    if len(data) > MAX_EXAMPLE_BYTES:
+        raise ValueError(f"larger than {MAX_EXAMPLE_BYTES} bytes")
+    return json.loads(data.decode("utf-8"))
 
+
+def example_meta(path: Path) -> dict:
+    """meta.json of a bundled host (packed document or snapshot directory); {} when unreadable."""
     try:
         if path.is_dir():
-            return json.loads((path / "meta.json").read_text(encoding="utf-8"))
-        with tarfile.open(path, "r:gz") as tf:
-            for m in tf.getmembers():
-                if m.name.count("/") == 1 and m.name.endswith("/meta.json") and m.isfile():
-                    f = tf.extractfile(m)
-                    return json.loads(f.read().decode("utf-8")) if f else {}
-    except (OSError, ValueError, tarfile.TarError):
-        pass
-    return {}
+            return _read_json(path / "meta.json")
+        meta = _read_json(path.parent / INDEX).get(path.name[: -len(".json")])
+        return meta if isinstance(meta, dict) else {}
+    except (OSError, ValueError, AttributeError):
+        return {}
 
 
 def example_path(name: str) -> Path:
@@ -52,3 +69,19 @@ def example_path(name: str) -> Path:
         raise InputError(f"no bundled example {name!r}", f"example:{name}",
                          expected="one of: " + (", ".join(sorted(ex)) or "(none installed)"))
     return ex[name]
+
+
+def load_example(name: str) -> dict:
+    """The topology document of ``example:<name>`` (not yet finalized: the caller does that)."""
+    path = example_path(name)
+    if path.is_dir():
+        from gpucomm.probes.sources.snapshot import load_snapshot
+
+        return load_snapshot(path)
+    try:
+        doc = _read_json(path)
+    except (OSError, ValueError) as e:
+        raise InputError(f"bundled example is unreadable ({e}); reinstall gpucomm", f"example:{name}") from None
+    if not isinstance(doc, dict):
+        raise InputError("bundled example is not a topology document; reinstall gpucomm", f"example:{name}")
+    return doc

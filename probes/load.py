@@ -38,6 +38,11 @@ def read_text_input(path: str) -> str:
         raise InputError("is a directory but not a snapshot", path, expected="a snapshot with meta.json or sys/") from None
     except OSError as e:
         raise InputError(f"cannot read: {e.strerror}", path) from None
+    return decode_text_input(data, path)
+
+
+def decode_text_input(data: bytes, path: str) -> str:
+    """The text of an input's bytes (read_text_input's checks: empty, binary, encoding)."""
     if not data.strip():
         raise InputError("file is empty", path, expected="a topology, snapshot, nvidia-smi topo -m, NCCL XML or rocm-smi capture")
     # UTF-16 with BOM (PowerShell's `>` on Windows/WSL writes it) is common enough for smi captures.
@@ -174,23 +179,52 @@ def _load_stdin() -> dict:
 
 def load_topology(src: str) -> dict:
     """Any supported input -> topology document (finalised); ``-`` reads standard input."""
+    return load_topology_text(src)[0]
+
+
+def read_topology_text(src: str) -> Optional[str]:
+    """The text of a text input (as :func:`load_topology` reads it), None for standard input, an
+    example, a snapshot directory or an archive."""
+    if src == STDIN or src.startswith("example:") or src.endswith((".tar.gz", ".tgz")):
+        return None
+    try:
+        with open(src, "rb") as f:   # one read: the gzip magic (a snapshot archive) and the text
+            data = f.read(MAX_INPUT_BYTES + 1)
+    except (IsADirectoryError, PermissionError, FileNotFoundError, OSError):
+        return None   # a snapshot directory, or an error load_topology reports in its own words
+    if data[:2] == b"\x1f\x8b" or len(data) > MAX_INPUT_BYTES:
+        return None   # an archive; or too large, which load_topology refuses with the size
+    return decode_text_input(data, src)
+
+
+def load_topology_text(src: str, text: Optional[str] = None) -> tuple:
+    """(document, the text it was read from) -- the text is None for standard input, a snapshot or
+    an example; ``text``: the input's text when the caller read it already
+    (:func:`read_topology_text`).  Fleet commands key their per-node work on the text
+    (planners/health/diff.py)."""
+    if text is not None:
+        return _from_text(text, src), text
     if src == STDIN:
-        return _load_stdin()
+        return _load_stdin(), None
     if src.startswith("example:"):
-        p = resolve_example(src.split(":", 1)[1])
-        src_path = str(p)
-    else:
-        src_path = src
+        from gpucomm.probes.examples import load_example
+
+        return finalize(load_example(src.split(":", 1)[1])), None
+    src_path = src
     p = Path(src_path)
     if p.is_dir():
         from gpucomm.probes.sources.snapshot import load_snapshot
 
-        return finalize(load_snapshot(p))
+        return finalize(load_snapshot(p)), None
     if src_path.endswith((".tar.gz", ".tgz")) or _is_gzip(p):
         from gpucomm.probes.sources.snapshot import load_snapshot
 
-        return finalize(load_snapshot(p))
+        return finalize(load_snapshot(p)), None
     text = read_text_input(src_path)
+    return _from_text(text, src_path), text
+
+
+def _from_text(text: str, src_path: str) -> dict:
     kind = detect_kind(text)
     if kind is None:
         raise InputError("unrecognised content", src_path,
@@ -207,4 +241,4 @@ def _is_gzip(p: Path) -> bool:
         return False
 
 
-__all__ = ["load_topology", "detect_kind", "read_text_input", "SCHEMA", "os"]
+__all__ = ["load_topology", "load_topology_text", "read_topology_text", "detect_kind", "read_text_input", "SCHEMA", "os"]

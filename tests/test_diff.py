@@ -158,3 +158,197 @@ def test_fingerprint_never_crashes_and_self_diff_is_empty(edits):
     assert all(isinstance(k, str) for k in fp)
     rep = diff_documents([("x", doc), ("y", copy.deepcopy(doc))])
     assert rep["schema"] == SCHEMA and rep["identical"]
+
+
+# --------------------------------------------------------------------------------------------
+# Fleets: classes of identical nodes, outliers, and the streamed form equal to the plain algorithm
+def _reference_diff(named: list) -> dict:
+    """The pairwise-over-every-input algorithm diff_stream replaced (kept here as the oracle)."""
+    from collections import Counter
+
+    from gpucomm.planners.health.diff import _attr_key, _presence, _unique
+
+    names = _unique([n for n, _ in named])
+    fps = [fingerprint(d) for _, d in named]
+    attrs = sorted(set().union(*[fp.keys() for fp in fps]), key=_attr_key)
+    diffs, counts = [], {n: 0 for n in names}
+    for a in attrs:
+        vals = [fp.get(a, False if a.endswith(".present") else None) for fp in fps]
+        known = vals if _presence(a) else [v for v in vals if v is not None]
+        if len(set(map(repr, known))) <= 1:
+            continue
+        majority = None
+        if len(named) >= 3:
+            (top, n_top), *rest = Counter(map(repr, known)).most_common()
+            if not rest or rest[0][1] < n_top:
+                majority = next(v for v in known if repr(v) == top)
+        differs = [names[i] for i, v in enumerate(vals)
+                   if (v is not None or _presence(a)) and majority is not None and repr(v) != repr(majority)]
+        if len(named) == 2:
+            differs = list(names)
+        for n in differs:
+            counts[n] += 1
+        diffs.append({"attribute": a, "values": vals, "majority": majority, "differs": differs})
+    outlier = None
+    if len(named) >= 3 and diffs:
+        top = max(counts.values())
+        leaders = [n for n, c in counts.items() if c == top]
+        if top > 0 and len(leaders) == 1:
+            outlier = leaders[0]
+    inputs = [{"name": n, "hostname": (d.get("host") or {}).get("hostname"),
+               "provenance": (d.get("host") or {}).get("provenance"), "gpus": len(d.get("gpus", [])),
+               "nics": len(d.get("nics", []))} for n, (_, d) in zip(names, named)]
+    return {"schema": SCHEMA, "inputs": inputs, "identical": not diffs, "differences": diffs,
+            "compared": len(attrs), "counts": counts if len(named) >= 3 else {}, "outlier": outlier}
+
+
+_FLEET_FAULTS = ["pcie-4gpu-healthy", "ib-rate-low", "nvlink-down-nvml", "mig-enabled", "pcie-peer-narrow"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from(_FLEET_FAULTS), min_size=2, max_size=12), st.lists(st.text(max_size=3), max_size=12))
+def test_streamed_diff_equals_the_pairwise_algorithm(kinds, labels):
+    named = []
+    for i, k in enumerate(kinds):
+        d = _load(k)
+        d["host"]["hostname"] = f"node{i}"
+        named.append(((labels[i] if i < len(labels) else "") or k, d))
+    rep = diff_documents(named)
+    _validate(rep)
+    extra = {k: rep.pop(k) for k in ("classes", "outliers") if k in rep}
+    assert rep == _reference_diff(named)
+    if len(named) >= 3:
+        classes = extra["classes"]
+        assert sum(c["size"] for c in classes) == len(named)
+        assert sorted(m for c in classes for m in c["members"]) == sorted(i["name"] for i in rep["inputs"])
+        assert [c["size"] for c in classes] == sorted((c["size"] for c in classes), reverse=True)
+        # members of one class are identical: every difference shows one value per class
+        value = {i["name"]: idx for idx, i in enumerate(rep["inputs"])}
+        for c in classes:
+            for d in rep["differences"]:
+                assert len({repr(d["values"][value[m]]) for m in c["members"]}) == 1
+                assert (d["attribute"] in c["departs"]) == (c["members"][0] in d["differs"])
+    else:
+        assert not extra
+
+
+def _fleet(tmp_path, count: int, odd: dict) -> list:
+    """``count`` saved topologies of one machine (own hostnames and GPU UUIDs), ``odd`` = {i: fault}."""
+    from gpucomm.probes.model import dumps_json
+
+    paths = []
+    for i in range(count):
+        d = _load(odd.get(i, "pcie-4gpu-healthy"))
+        d["host"]["hostname"] = f"node{i:03d}"
+        for g in d["gpus"]:
+            g["uuid"] = f"GPU-{i:08x}-{g['index']}"
+        p = tmp_path / f"node{i:03d}.json"
+        p.write_text(dumps_json(d), encoding="utf-8")
+        paths.append(p)
+    return paths
+
+
+def test_fleet_classes_and_outliers(tmp_path):
+    from gpucomm.planners.health.diff import diff_sources, diff_stream
+
+    paths = _fleet(tmp_path, 20, {3: "ib-rate-low", 11: "nvlink-down-nvml", 17: "ib-rate-low"})
+    named = [(p.stem, str(p)) for p in paths]
+    rep = diff_sources(named)
+    _validate(rep)
+    assert rep["outliers"] == ["node003", "node011", "node017"]
+    assert [(c["size"], c["members"][:1]) for c in rep["classes"]] == [(17, ["node000"]), (2, ["node003"]),
+                                                                      (1, ["node011"])]
+    assert rep["classes"][1]["departs"] == ["mlx5_1.port1.rate_gbps"]
+    assert rep["classes"][2]["departs"] == ["GPU0.nvlinks_active"]
+    assert rep["counts"]["node011"] == 1 and rep["outlier"] is None    # two outlier classes tie at 1
+    # the content-key shortcut gives the same report as fingerprinting every node
+    assert rep == diff_stream((n, load_topology(s)) for n, s in named)
+
+
+def test_content_key_ignores_only_the_volatile_values():
+    from gpucomm.planners.health.diff import content_key
+
+    a = (FAULTS / "pcie-4gpu-healthy.json").read_text(encoding="utf-8")
+    d = json.loads(a)
+    assert isinstance(d["host"]["hostname"], str) and isinstance(d["gpus"][0]["uuid"], str)
+    d["host"]["hostname"] = "other"
+    d["gpus"][0]["uuid"] = "GPU-ffff"
+    b = json.dumps(d, sort_keys=True, indent=2) + "\n"
+    assert content_key(json.dumps(json.loads(a), sort_keys=True, indent=2) + "\n") == content_key(b)
+    d["gpus"][0]["numa_node"] = 7
+    assert content_key(json.dumps(d, sort_keys=True, indent=2) + "\n") != content_key(b)
+    assert content_key('{"hostname": "a\\"b", "x": 1}') == content_key('{"hostname": "c\\u00e9", "x": 1}')
+    assert content_key('{"hostname": "a", "x": 1}') != content_key('{"hostname": null, "x": 1}')  # types stay
+    assert content_key('{"hostname": "a", "x": 1}') != content_key('{"hostname": "a", "x": 2}')
+    assert content_key('{"hostname": "\\q", "x": 1}') != content_key('{"hostname": "a", "x": 1}')  # not JSON
+    assert content_key("GPU0 X NV18\n") is None      # not JSON: no shortcut
+
+
+def test_fleet_shortcut_is_exact(tmp_path):
+    """Nodes read through the shortcut give what reading each in full gives: host names, errors in
+    a text that only looks like a copy, and no shortcut when a volatile key sits elsewhere."""
+    from gpucomm.planners.health.diff import diff_sources, diff_stream, stream_sources
+    from gpucomm.probes.errors import InputError
+
+    paths = _fleet(tmp_path, 6, {4: "ib-rate-low"})
+    items = list(stream_sources([(p.stem, str(p)) for p in paths]))
+    assert [doc is None for _, doc, _, _ in items] == [False, True, True, True, False, True]
+    assert [info["hostname"] for *_, info in items] == [f"node{i:03d}" for i in range(6)]
+    full = diff_stream((p.stem, load_topology(str(p))) for p in paths)
+    assert diff_sources([(p.stem, str(p)) for p in paths]) == full
+    # an invalid escape in the host name: not a JSON string token, so the node is parsed (and refused)
+    bad = tmp_path / "bad.json"
+    bad.write_text(paths[1].read_text(encoding="utf-8").replace('"node001"', '"node\\q"'), encoding="utf-8")
+    with pytest.raises(InputError):
+        diff_sources([(p.stem, str(p)) for p in paths[:2]] + [("bad", str(bad))])
+    # a matrix column named "uuid" (a device with that name): its cells matter, so no shortcut
+    d = _load("pcie-4gpu-healthy")
+    odd = []
+    for i, cell in enumerate(["PIX", "PIX", "SYS"]):
+        d["matrix"]["GPU0"]["uuid"] = cell
+        d["matrix"]["uuid"] = {"GPU0": cell}
+        d["host"]["hostname"] = f"odd{i}"
+        odd.append(tmp_path / f"odd{i}.json")
+        odd[-1].write_text(json.dumps(d, sort_keys=True, indent=2), encoding="utf-8")
+    items = list(stream_sources([(p.stem, str(p)) for p in odd]))
+    assert all(doc is not None and key is None for _, doc, key, _ in items)
+    rep = diff_sources([(p.stem, str(p)) for p in odd])
+    assert rep["outliers"] == ["odd2"] and "matrix.GPU0.uuid" in _attrs(rep)
+
+
+def test_cli_fleet_table_groups_classes(tmp_path):
+    paths = _fleet(tmp_path, 12, {5: "ib-rate-low"})
+    r = run_cli("diff", *paths)
+    assert r.code == 5
+    assert "12 inputs in 2 class(es)" in r.stdout and "outliers: node005" in r.stdout
+    assert "class 1 (11)" in r.stdout and "mlx5_1.port1.rate_gbps" in r.stdout
+    assert "node011" not in r.stdout.split("attributes by class")[1]   # no column per input
+    same = run_cli("diff", *paths[:5], *paths[6:])
+    assert same.code == 0 and "identical" in same.stdout
+    r = run_cli("diff", *paths, "--all")
+    assert r.code == 5 and "GPU0.numa_node" in r.stdout
+
+
+def test_cli_fleet_doctor(tmp_path):
+    import jsonschema
+
+    schema = json.loads((ROOT / "planners" / "schema" / "doctor-fleet.schema.json").read_text(encoding="utf-8"))
+    paths = _fleet(tmp_path, 9, {2: "pcie-peer-narrow", 7: "mig-enabled"})
+    r = run_cli("doctor", *paths, "--format", "json")
+    assert r.code == 5, r.stderr
+    rep = r.json()
+    jsonschema.validate(rep, schema)
+    assert rep["nodes"] == 9 and rep["degraded_nodes"] == 1 and rep["outliers"] == ["node002", "node007"]
+    assert [c["size"] for c in rep["classes"]] == [7, 1, 1]
+    assert {f["rule"] for f in rep["classes"][1]["findings"]} == {"pcie-downtrained"}
+    assert [i["class"] for i in rep["inputs"]][:3] == [1, 1, 2]
+    from gpucomm.planners.health.doctor import doctor_fleet   # without the content-key shortcut
+
+    assert doctor_fleet((p.stem, load_topology(str(p))) for p in paths) == rep
+    r = run_cli("doctor", *paths)
+    assert r.code == 5 and "outliers: node002, node007" in r.stdout and "pcie-downtrained" in r.stdout
+    healthy = [p for i, p in enumerate(paths) if i not in (2, 7)]
+    r = run_cli("doctor", "--from", healthy[0], *healthy[1:], "--format", "json")
+    assert r.code == 0 and r.json()["classes"][0]["size"] == 7 and r.json()["outliers"] == []
+    one = run_cli("doctor", healthy[0], "--format", "json")    # one node: the single-node report
+    assert one.code == 0 and one.json()["schema"] == "gpucomm.doctor/v1"

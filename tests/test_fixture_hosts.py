@@ -476,8 +476,10 @@ def test_capture_edits_parser(text, device, old):
     assert out != text  # an edit that changes nothing is refused above
 
 
-def test_packaged_example_archives_in_sync():
-    """probes/examples/<name>.tar.gz (what a wheel ships) holds exactly fixtures/hosts/<name>."""
+def test_packaged_examples_in_sync():
+    """probes/examples/ (what a wheel ships) holds exactly one document per host of fixtures/hosts,
+    as a replay of its snapshot gives it, and the index of their meta.json: nothing stale, nothing
+    extra."""
     import subprocess
     import sys
 
@@ -486,10 +488,59 @@ def test_packaged_example_archives_in_sync():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_packaged_archive_loads_like_directory():
-    from gpucomm.probes.model import dumps_json
-    from gpucomm.probes.sources.snapshot import load_snapshot
+@pytest.mark.parametrize("name", HOSTS)
+def test_packaged_example_is_the_replay_of_its_snapshot(name):
+    """The replay test: ``example:<name>`` (the shipped document) is the document a replay of the
+    recorded snapshot gives -- equal values, the same key order, the golden bytes."""
+    from gpucomm.probes.examples import PACKED, example_path, load_example
+    from gpucomm.probes.load import load_topology
 
-    a = load_snapshot(ROOT / "probes" / "examples" / "hgx-h100.tar.gz")
-    d = load_snapshot(HOSTS_DIR / "hgx-h100")
-    assert dumps_json(a) == dumps_json(d)
+    assert example_path(name) == PACKED / f"{name}.json"   # the shipped form, not the directory
+    replayed = load_topology(str(HOSTS_DIR / name))
+    shipped = load_topology(f"example:{name}")
+    assert shipped == replayed
+    assert json.dumps(shipped) == json.dumps(replayed)      # key order too (tables iterate dicts)
+    assert dumps_json(shipped) == (HOSTS_DIR / name / gen.GOLDEN).read_text(encoding="utf-8")
+    assert load_example(name) is not load_example(name)     # a fresh copy per call
+
+
+def test_example_meta_comes_from_the_index():
+    from gpucomm.probes.examples import example_meta, list_examples
+
+    for name, path in list_examples().items():
+        assert example_meta(path) == meta(name)
+
+
+def test_unpacked_host_is_replayed_from_its_directory(tmp_path, monkeypatch):
+    """In a source checkout a host folder without a packed document (a new machine) is still an
+    example: replayed from the snapshot directory."""
+    import shutil
+
+    from gpucomm.probes import examples
+
+    pkg = tmp_path / "probes"
+    (pkg / "examples").mkdir(parents=True)
+    shutil.copytree(HOSTS_DIR / "cpu-only", tmp_path / "fixtures" / "hosts" / "cpu-only", symlinks=True)
+    monkeypatch.setattr(examples, "_HERE", pkg)
+    monkeypatch.setattr(examples, "PACKED", pkg / "examples")
+    assert examples.list_examples() == {"cpu-only": tmp_path / "fixtures" / "hosts" / "cpu-only"}
+    assert dumps_json(examples.load_example("cpu-only")) == _doc_text("cpu-only")
+    assert examples.example_meta(examples.example_path("cpu-only")) == meta("cpu-only")
+    with pytest.raises(InputError, match="no bundled example 'hgx-h100'"):
+        examples.example_path("hgx-h100")
+
+
+def test_unreadable_packed_example_is_one_line(tmp_path, monkeypatch):
+    from gpucomm.probes import examples
+
+    pkg = tmp_path / "probes"
+    (pkg / "examples").mkdir(parents=True)
+    (pkg / "examples" / "broken.json").write_text('{"gpus": [', encoding="utf-8")
+    (pkg / "examples" / "listy.json").write_text("[1, 2]", encoding="utf-8")
+    monkeypatch.setattr(examples, "_HERE", pkg)
+    monkeypatch.setattr(examples, "PACKED", pkg / "examples")
+    for name in ("broken", "listy"):
+        with pytest.raises(InputError) as e:
+            examples.load_example(name)
+        assert "reinstall gpucomm" in str(e.value) and "\n" not in str(e.value)
+    assert examples.example_meta(pkg / "examples" / "broken.json") == {}   # no index: no meta

@@ -104,3 +104,78 @@ def test_new_document_is_schema_valid_and_deterministic():
 def test_path_type_order_is_nccls():
     names = [p.name for p in sorted(model.PathType)]
     assert names == ["LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS", "NET", "DIS"]
+
+
+# ------------------------------------------------------------------------------------------
+# dumps_json / write_json: the same bytes as json.dumps(indent=2, sort_keys=True) (probes/model.py)
+def _stdlib_json(doc) -> str:
+    return json.dumps(doc, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70),
+                     st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=8),
+                     st.sampled_from([model.PathType.NVL, model.PathType.SYS, "é\u2028\x00\"\\", -0.0, 1e300]))
+_KEYS = st.one_of(st.text(max_size=6), st.sampled_from(["a", "b", "ranks", "GPU0", "é"]))
+_JSONISH = st.recursive(
+    _SCALARS,
+    lambda inner: st.one_of(st.lists(inner, max_size=6), st.tuples(inner, inner),
+                            st.dictionaries(_KEYS, inner, max_size=6),
+                            st.lists(st.lists(st.integers(-5, 5), max_size=4), max_size=5),
+                            st.lists(st.integers(-5, 5), max_size=5),
+                            # rank records: same keys, scalars and lists of them (and sometimes not)
+                            st.lists(st.fixed_dictionaries({"down": st.lists(st.integers(-5, 5), max_size=3),
+                                                            "rank": inner, "up": _SCALARS,
+                                                            "é": st.lists(_SCALARS, max_size=2)}), max_size=4)),
+    max_leaves=60)
+
+
+@given(_JSONISH)
+@settings(max_examples=400, deadline=None)
+def test_dumps_json_is_json_dumps(doc):
+    assert model.dumps_json(doc) == _stdlib_json(doc)
+
+
+@given(st.dictionaries(st.one_of(st.integers(-3, 3), st.floats(-2, 2, allow_nan=False), st.booleans(), st.none()),
+                       st.integers(), max_size=1))
+@settings(max_examples=60, deadline=None)
+def test_dumps_json_non_string_keys(doc):
+    """json converts int/float/bool/None keys after sorting; so do we (one key: mixed keys do not sort)."""
+    assert model.dumps_json({"k": doc, "x": [doc]}) == _stdlib_json({"k": doc, "x": [doc]})
+
+
+def test_dumps_json_deep_and_wide_documents():
+    deep: object = 1
+    for i in range(40):                      # deeper than the prepared indents
+        deep = {"d": [deep, {"i": i}], "e": []}
+    rows = [{"rank": r, "nics": [f"mlx5_{r % 8}"], "coords": {"tp": r % 8, "pp": r // 8}, "up": None,
+             "bw": r / 3} for r in range(3000)]
+    doc = {"deep": deep, "ranks": rows, "groups": {"tp": [list(range(i, i + 8)) for i in range(0, 3000, 8)],
+                                                   "cp": [[r] for r in range(3000)], "empty": [[], [1], []]}}
+    assert model.dumps_json(doc) == _stdlib_json(doc)
+
+
+def test_dumps_json_records_and_their_exceptions():
+    rows = [{"rank": r, "down": [r + 1, r + 2][: r % 3], "up": r - 1 if r else None, "nics": ["mlx5_0"]}
+            for r in range(5000)]
+    rows[4000] = dict(rows[4000], up={"node": 3})          # not a record: the rest goes the long way
+    rows.insert(4500, {"rank": 1})                          # other keys
+    doc = {"ranks": rows, "": [[1, 2]], "x": [{"": []}, {1: [2]}, {"a": (1, 2.5)}, {"a": ((1,),)}]}
+    assert model.dumps_json(doc) == _stdlib_json(doc)
+
+
+def test_write_json_streams_in_pieces():
+    rows = [{"rank": r, "gpus": [r, r + 1], "name": f"n{r}"} for r in range(40_000)]
+    pieces: list = []
+    model.write_json({"ranks": rows}, pieces.append)
+    assert len(pieces) > 4 and max(map(len, pieces)) < len("".join(pieces)) / 4   # not one big string
+    assert "".join(pieces) == _stdlib_json({"ranks": rows})
+
+
+@pytest.mark.parametrize("bad,exc", [(float("nan"), ValueError), ({"x": float("inf")}, ValueError),
+                                     ([-float("inf")], ValueError), ({"s": {1, 2}}, TypeError),
+                                     ({(1, 2): 3}, TypeError), ([object()], TypeError)])
+def test_dumps_json_refuses_what_json_refuses(bad, exc):
+    with pytest.raises(exc):
+        _stdlib_json(bad)
+    with pytest.raises(exc):
+        model.dumps_json(bad)

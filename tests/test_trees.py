@@ -70,6 +70,32 @@ def test_double_binary_tree_properties(n):
         assert (d0 == r) == (pct == 0) or u == 0
 
 
+def test_validate_tree_rejects_broken_trees():
+    # a cycle hanging off nothing: 1 <-> 2, each the other's parent and child (consistent links)
+    with pytest.raises(PlanInfeasible, match="cycle"):
+        validate_tree({0: -1, 1: 2, 2: 1}, {0: [], 1: [2], 2: [1]}, [0, 1, 2])
+    # a longer cycle below a healthy part: 0 root -> 3; 1 -> 2 -> 4 -> 1
+    with pytest.raises(PlanInfeasible, match="cycle"):
+        validate_tree({0: -1, 3: 0, 1: 4, 2: 1, 4: 2}, {0: [3], 3: [], 1: [2], 2: [4], 4: [1]}, [0, 1, 2, 3, 4],
+                      max_children=1)
+    with pytest.raises(PlanInfeasible, match="2 roots"):
+        validate_tree({0: -1, 1: -1}, {0: [], 1: []}, [0, 1])
+    with pytest.raises(PlanInfeasible, match="parent is"):
+        validate_tree({0: -1, 1: 0, 2: 0}, {0: [1], 1: [2], 2: []}, [0, 1, 2])
+    with pytest.raises(PlanInfeasible, match="children"):
+        validate_tree({0: -1, 1: 0, 2: 0, 3: 0}, {0: [1, 2, 3], 1: [], 2: [], 3: []}, range(4))
+
+
+def test_validate_tree_deep_chain():
+    """A chain 200,000 ranks deep (a tree that is one long chain) validates: each rank is walked
+    once, not once per rank below it (that was ~2 x 10^10 steps)."""
+    n = 200_000
+    up = {r: r - 1 for r in range(n)}
+    up[0] = -1
+    down = {r: [r + 1] if r + 1 < n else [] for r in range(n)}
+    assert validate_tree(up, down, range(n), max_children=1) == 0
+
+
 @pytest.mark.parametrize("nodes,gpn", [(1, 8), (2, 8), (3, 4), (4, 1), (7, 2), (16, 8), (64, 8)])
 def test_connect_trees_are_valid_with_chains(nodes, gpn):
     rnd = random.Random(nodes * 100 + gpn)

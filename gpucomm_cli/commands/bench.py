@@ -14,7 +14,7 @@ and only rank 0 prints::
     export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
     srun --ntasks-per-node 8 --gpus-per-node 8 gpucomm bench collective
 """
-from __future__ import annotations
+# (no `from __future__ import annotations`: typer would compile every string annotation at start-up)
 
 import sys
 from typing import Optional

@@ -2,7 +2,6 @@
 tuning model cannot know from the user's own nccl-tests (or ``gpucomm bench``) runs
 (:mod:`gpucomm.planners.collectives.calibrate`), and the ``--calibration PROFILE.json`` reader
 ``predict``, ``plan`` and ``rings`` share."""
-from __future__ import annotations
 
 import json
 from typing import List, Optional

@@ -2,7 +2,7 @@
 own search would pick (planners/collectives/rings.py, planners/nccl/search.py), and NCCL's double binary trees
 (planners/collectives/trees.py).  ``--compare LOG`` adds what NCCL actually did, read from its debug log
 (probes/formats/nccllog.py)."""
-from __future__ import annotations
+# (no `from __future__ import annotations`: typer would compile every string annotation at start-up)
 
 import re
 
@@ -11,7 +11,6 @@ from typing import Optional
 import typer
 
 from gpucomm.commands.common import TOPO_HELP, from_option, load_topo, topo_argument, usage_error
-from gpucomm.render.tables import plural, print_table
 from gpucomm.probes import units
 from gpucomm.settings import diag
 
@@ -113,6 +112,7 @@ def _log_diagnostics(sec: dict) -> None:
 
 def render_rings_log(console, sec: dict, out: dict) -> None:
     """The --compare part of ``gpucomm rings``: NCCL (log) | our model of NCCL | our rings."""
+    from gpucomm.render.tables import print_table
     from rich.table import Table
 
     cmp_ = sec["comparison"]
@@ -172,6 +172,7 @@ def rings(
 
     Each channel is a cycle over the GPUs (or, across nodes, a NIC-to-NIC chain); link capacity is
     shared between channels.  Formats: table (default), json (schema gpucomm.rings/v1), yaml."""
+    from gpucomm.render.tables import plural, print_table
     from gpucomm.planners.collectives.rings import rings_report
     from gpucomm.probes.formats.nccllog import load_nccl_log
     from gpucomm.render.output import emit
@@ -242,6 +243,7 @@ def rings(
 
 def render_trees_log(console, sec: dict, out: dict) -> None:
     """The --compare part of ``gpucomm trees``."""
+    from gpucomm.render.tables import print_table
     from rich.table import Table
 
     cmp_ = sec["comparison"]
@@ -289,6 +291,7 @@ def trees(
     """NCCL's double binary trees across nodes (chains inside a node), two tree channels per ring.
 
     Formats: table (default), json (schema gpucomm.trees/v1), yaml."""
+    from gpucomm.render.tables import plural, print_table
     from gpucomm.planners.collectives.trees import trees_report
     from gpucomm.probes.errors import InputError
     from gpucomm.probes.formats.nccllog import load_nccl_log

@@ -4,20 +4,20 @@ Exit codes: doctor 5 when it finds an error or a warning, 0 when clean or info o
 the nodes are identical, 5 when they differ (``diff(1)`` returns 1, which is gpucomm's
 bad-input code).  Bad inputs exit 1 as everywhere else.
 """
-from __future__ import annotations
+# (no `from __future__ import annotations`: typer would compile every string annotation at start-up)
 
 from typing import List, Optional
 
 import typer
 
-from gpucomm.commands.common import from_option, load_topo, topo_argument, usage_error
+from gpucomm.commands.common import LIVE_HELP, TOPO_HELP, from_option, load_topo, usage_error
 from gpucomm.exitcodes import ExitCode
-from gpucomm.render.tables import plural, print_table
 
 _SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
 def _describe(doc: dict, src: Optional[str]) -> str:
+    from gpucomm.render.tables import plural
     h = doc.get("host") or {}
     name = src or f"this node ({h.get('hostname') or 'unknown host'})"
     return f"{name}: {plural(len(doc.get('gpus', [])), 'GPU')}, {plural(len(doc.get('nics', [])), 'NIC')}"
@@ -40,7 +40,9 @@ def short_names(inputs: List[str]) -> List[str]:
 
 
 def doctor(
-    topo: Optional[str] = topo_argument(),
+    fleet: Optional[List[str]] = typer.Argument(None, metavar="[TOPO ...]", show_default=False,
+                                                help=TOPO_HELP + LIVE_HELP + " Several: one fleet report, nodes "
+                                                "grouped by their findings, the outliers named."),
     src: Optional[str] = from_option(),
     rules: Optional[str] = typer.Option(None, "--rules", help="Comma list of rules to run (default: all): "
                                         "pcie-downtrained, nvlink-inactive, ib-port-down, ib-rate-low, "
@@ -49,12 +51,18 @@ def doctor(
 ) -> None:
     """Find degraded or misconfigured links: PCIe down-trained, NVLink down, IB ports down or slow, GPU/NIC
     NUMA mismatches, ACS/IOMMU blocking P2P, MIG. Exits 5 when it finds errors or warnings."""
+    from gpucomm.render.tables import plural, print_table
     from gpucomm.planners.health.doctor import parse_rules, run_doctor
 
     from gpucomm.render.output import emit
 
     only = parse_rules(rules)
-    doc, name = load_topo(topo, src)
+    if fleet and (len(fleet) > 1 or src):
+        inputs = ([src] if src else []) + list(fleet)
+        if inputs.count("-") > 1:
+            usage_error("standard input (-) can be read once")
+        return doctor_many(inputs, only)
+    doc, name = load_topo(fleet[0] if fleet else None, src)
     report = run_doctor(doc, only)
     title = _describe(doc, name)
 
@@ -88,6 +96,49 @@ def doctor(
     raise typer.Exit(int(ExitCode.DEGRADED) if report["degraded"] else int(ExitCode.OK))
 
 
+def doctor_many(inputs: List[str], only: Optional[list]) -> None:
+    """``gpucomm doctor A B C ...``: the fleet report (gpucomm.doctor-fleet/v1), streamed over the inputs."""
+    from gpucomm.planners.health.doctor import doctor_sources
+
+    from gpucomm.render.output import emit
+
+    report = doctor_sources(zip(short_names(inputs), inputs), only)
+
+    def table(console):
+        from rich.table import Table
+
+        classes = report["classes"]
+        bad = report["degraded_nodes"]
+        console.print(f"gpucomm doctor: {report['nodes']} nodes in {len(classes)} class(es) by findings; "
+                      f"{bad} degraded, {report['nodes'] - bad} without errors or warnings", soft_wrap=True)
+        if report["outliers"]:
+            out = report["outliers"]
+            console.print("outliers: " + ", ".join(out[:20]) + (f", ... ({len(out)})" if len(out) > 20 else ""),
+                          soft_wrap=True)
+        for c in classes[:20]:
+            m = c["members"]
+            cnt = c["counts"]
+            console.print(f"class {c['class']}: {c['size']} node(s): " + ", ".join(m[:4])
+                          + (f", ... ({len(m)})" if len(m) > 4 else "")
+                          + f" -- {cnt['error']} error(s), {cnt['warning']} warning(s), {cnt['info']} info",
+                          soft_wrap=True)
+        if len(classes) > 20:
+            console.print(f"... {len(classes) - 20} more classes (--format json lists every one)")
+        t = Table(title="findings by class", show_lines=True, title_justify="left")
+        for col in ("class", "severity", "rule", "subject", "finding and fix"):
+            t.add_column(col, no_wrap=col != "finding and fix")
+        for c in classes[:20]:
+            for f in c["findings"]:
+                t.add_row(f"{c['class']} ({c['size']})", f"[{_SEV_STYLE[f['severity']]}]{f['severity']}[/]",
+                          f["rule"], f["subject"], f"{f['message']}\nfix: {f['fix']}")
+        if t.row_count:
+            console.print(t)
+        console.print(f"checked: {', '.join(report['checked'])}")
+
+    emit(report, table=table)
+    raise typer.Exit(int(ExitCode.DEGRADED) if report["degraded"] else int(ExitCode.OK))
+
+
 def diff(
     inputs: Optional[List[str]] = typer.Argument(None, metavar="A B [C ...]", help="Two or more topologies (any "
                                                  "TOPO: saved JSON/YAML, snapshot, topo -m capture, NCCL XML, "
@@ -98,8 +149,8 @@ def diff(
 ) -> None:
     """What differs between nodes (GPU models/count, NVLink counts, PCIe width, NICs and rates, NUMA, driver);
     with 3 or more inputs, the odd node out. Exits 0 when identical, 5 when they differ."""
-    from gpucomm.planners.health.diff import diff_documents, fingerprint, format_value
-    from gpucomm.probes.load import load_topology
+    from gpucomm.render.tables import plural, print_table
+    from gpucomm.planners.health.diff import diff_sources, format_value
 
     from gpucomm.render.output import emit
 
@@ -108,19 +159,21 @@ def diff(
         usage_error(f"diff needs at least two inputs, got {len(inputs)} (gpucomm diff A B [C ...])")
     if inputs.count("-") > 1:
         usage_error("standard input (-) can be read once")
-    named = list(zip(short_names(inputs), [load_topology(src) for src in inputs]))
-    report = diff_documents(named)
+    fps: list = []   # each input's fingerprint, one object per class of identical inputs
+    report = diff_sources(zip(short_names(inputs), inputs), fingerprints=fps if all_attrs else None)
 
     def table(console):
         from rich.table import Table
 
         names = [i["name"] for i in report["inputs"]]
+        if len(names) > CLASS_VIEW_INPUTS:
+            draw_diff_classes(report, console, fps if all_attrs else None)
+            return
         if report["identical"]:
             console.print(f"gpucomm diff: identical ({report['compared']} attributes compared across "
                           f"{len(names)} inputs)")
         rows = report["differences"]
         if all_attrs:
-            fps = [fingerprint(d) for _, d in named]
             keys = sorted(set().union(*[f.keys() for f in fps]), key=lambda a: a)
             differing = {r["attribute"] for r in rows}
             rows = [{"attribute": k, "values": [f.get(k) for f in fps], "differs": [], "majority": None,
@@ -148,6 +201,60 @@ def diff(
 
     emit(report, table=table)
     raise typer.Exit(int(ExitCode.OK) if report["identical"] else int(ExitCode.DEGRADED))
+
+
+CLASS_VIEW_INPUTS = 8    # more inputs than this: one column per class of identical nodes
+CLASS_COLUMNS = 8
+
+
+def draw_diff_classes(report: dict, console, fps: Optional[list] = None) -> None:
+    """The diff table of a fleet: identical inputs grouped into classes (largest first), one column
+    per class, and the outliers named."""
+    from rich.table import Table
+
+    from gpucomm.planners.health.diff import format_value
+
+    names = [i["name"] for i in report["inputs"]]
+    index = {n: i for i, n in enumerate(names)}
+    classes = report["classes"]
+    shown = classes[:CLASS_COLUMNS]
+
+    def members(c: dict) -> str:
+        m = c["members"]
+        return ", ".join(m[:4]) + (f", ... ({len(m)})" if len(m) > 4 else "")
+
+    head = f"gpucomm diff: {len(names)} inputs in {len(classes)} class(es) of identical nodes"
+    if report["identical"]:
+        console.print(f"{head}: identical ({report['compared']} attributes compared)")
+    else:
+        out = report["outliers"]
+        console.print(f"{head}; {len(report['differences'])} difference(s); "
+                      + (f"outliers: {', '.join(out[:20])}" + (f", ... ({len(out)})" if len(out) > 20 else "")
+                         if out else "no single majority class"), soft_wrap=True)
+    for c in classes[:20]:
+        why = f" -- departs from the majority in {len(c['departs'])} attribute(s)" if c["departs"] else ""
+        console.print(f"class {c['class']}: {c['size']} input(s): {members(c)}{why}", soft_wrap=True)
+    if len(classes) > 20:
+        console.print(f"... {len(classes) - 20} more classes (--format json lists every one)")
+    rows = [(r["attribute"], r["values"], r["majority"]) for r in report["differences"]]
+    if fps is not None:
+        rows = []
+        for k in sorted(set().union(*[f.keys() for f in fps])):
+            rows.append((k, [f.get(k) for f in fps], None))
+    if not rows:
+        return
+    t = Table(title=f"attributes by class{'' if len(shown) == len(classes) else f' (first {len(shown)} classes)'}",
+              title_justify="left")
+    t.add_column("attribute", no_wrap=True)
+    for c in shown:
+        t.add_column(f"class {c['class']} ({c['size']})")
+    majority = any(m is not None for _, _, m in rows)
+    if majority:
+        t.add_column("majority")
+    for attr, values, maj in rows:
+        cells = [format_value(values[index[c["members"][0]]]) for c in shown]
+        t.add_row(attr, *cells, *([format_value(maj)] if majority else []))
+    console.print(t)
 
 
 def register(app: typer.Typer) -> None:

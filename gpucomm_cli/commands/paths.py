@@ -1,13 +1,12 @@
 """``gpucomm paths``: path type, hops and bottleneck bandwidth between GPUs and NICs (NCCL's rules,
 planners/nccl/paths.py)."""
-from __future__ import annotations
+# (no `from __future__ import annotations`: typer would compile every string annotation at start-up)
 
 from typing import Optional, Tuple
 
 import typer
 
 from gpucomm.commands.common import from_option, load_topo, topo_argument, usage_error
-from gpucomm.render.tables import print_table
 from gpucomm.settings import diag
 
 PATHS_SCHEMA = "gpucomm.paths/v1"
@@ -37,6 +36,7 @@ def paths(
     Types follow NCCL (LOC NVL NVB C2C PIX PXB P2C PXN PHB SYS); bandwidths are NCCL's per-link
     constants (PCIe width*speed, NVLink count*per-link) unless the topology carries measured values.
     Formats: table (default), json (schema gpucomm.paths/v1), yaml."""
+    from gpucomm.render.tables import print_table
     from gpucomm.render.output import emit
 
     rule_l = (rule or "").strip().lower()

@@ -1,7 +1,7 @@
 """``gpucomm plan``, ``gpucomm select``, ``gpucomm synth``: parse the flags, call
 :func:`gpucomm.planners.plan.build_full_plan`, :func:`gpucomm.planners.placement.select.select_gpus` or
 :func:`gpucomm.planners.placement.cluster.synth_cluster`, render the result."""
-from __future__ import annotations
+# (no `from __future__ import annotations`: typer would compile every string annotation at start-up)
 
 import os
 from pathlib import Path
@@ -10,7 +10,6 @@ from typing import Optional
 import typer
 
 from gpucomm.commands.common import TOPO_HELP, from_option, load_topo, pick_source, topo_argument, usage_error
-from gpucomm.render.tables import plural, print_table
 from gpucomm.settings import diag
 
 EMITS = ("torchrun", "slurm", "rankfile", "env", "wrapper", "json", "nccl-xml", "megatron", "deepspeed",
@@ -34,6 +33,7 @@ def _fmt_s(x: Optional[float]) -> str:
 
 
 def draw_plan(plan: dict, console) -> None:
+    from gpucomm.render.tables import plural, print_table
     from rich.table import Table
 
     p = plan["parallelism"]
@@ -114,13 +114,19 @@ def draw_plan(plan: dict, console) -> None:
 
 
 def installed_torch_version() -> Optional[str]:
-    """The torch installed here, from its metadata (importing torch would take seconds)."""
-    try:
-        from importlib.metadata import PackageNotFoundError, version
+    """The torch installed here, from the name of its ``torch-<version>.dist-info`` folder on sys.path
+    (importing torch would take seconds, importlib.metadata pulls in zipfile and email)."""
+    import sys
 
-        return version("torch")
-    except (ImportError, PackageNotFoundError, ValueError):
-        return None
+    for folder in sys.path:
+        try:
+            names = os.listdir(folder or ".")
+        except OSError:
+            continue
+        for n in names:
+            if n.startswith("torch-") and n.endswith(".dist-info"):
+                return n[len("torch-"):-len(".dist-info")]
+    return None
 
 
 MODEL_HELP = ("A model: a preset (llama-8b, llama-70b, llama-405b) optionally followed by ,key=value overrides, "
@@ -237,6 +243,7 @@ def plan(
 
 # ============================================================================================
 def draw_select(res: dict, console) -> None:
+    from gpucomm.render.tables import print_table
     from rich.table import Table
 
     d = res["details"]

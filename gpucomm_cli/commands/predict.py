@@ -1,6 +1,6 @@
 """``gpucomm predict``: parse the flags, call :mod:`gpucomm.planners.collectives.predict`, render the
 nccl-tests-style table (or JSON/YAML)."""
-from __future__ import annotations
+# (no `from __future__ import annotations`: typer would compile every string annotation at start-up)
 
 from typing import Optional
 

@@ -1,5 +1,5 @@
 """``gpucomm probe``, ``show``, ``snapshot``, ``examples``: discovery and its rendering."""
-from __future__ import annotations
+# (no `from __future__ import annotations`: typer would compile every string annotation at start-up)
 
 from pathlib import Path
 from typing import Optional
@@ -7,7 +7,6 @@ from typing import Optional
 import typer
 
 from gpucomm.commands.common import from_option, load_topo, topo_argument
-from gpucomm.render.tables import print_table
 from gpucomm.settings import SETTINGS, diag
 
 TOPO_FORMATS = ["table", "json", "yaml", "matrix", "tree", "dot", "nccl-xml", "k8s-labels", "nfd"]
@@ -125,6 +124,7 @@ def snapshot(
 
 def examples() -> None:
     """List the bundled example machines (use them as example:<name>)."""
+    from gpucomm.render.tables import print_table
     from gpucomm.probes.examples import example_meta, list_examples
 
     from gpucomm.render.output import emit

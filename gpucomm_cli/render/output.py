@@ -8,7 +8,7 @@ import sys
 from typing import Callable, Iterable, Optional
 
 from gpucomm.probes.errors import InputError
-from gpucomm.probes.model import dumps_json, dumps_yaml
+from gpucomm.probes.model import dumps_yaml, write_json
 
 from gpucomm.settings import SETTINGS
 
@@ -48,8 +48,9 @@ def write_text(text: str) -> None:
         sys.stdout.flush()
 
 
-def write_file_atomic(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename."""
+def write_file_atomic(path: str, text) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename;
+    ``text`` may be a producer ``produce(write)`` that hands the text over piece by piece."""
     import tempfile
 
     folder = os.path.dirname(os.path.abspath(path))
@@ -57,7 +58,10 @@ def write_file_atomic(path: str, text: str) -> None:
     try:
         fd, tmp = tempfile.mkstemp(prefix=".gpucomm-", suffix=".tmp", dir=folder)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+            if callable(text):
+                text(f.write)
+            else:
+                f.write(text)
         os.replace(tmp, path)
         tmp = None
     except OSError as e:
@@ -65,6 +69,16 @@ def write_file_atomic(path: str, text: str) -> None:
     finally:
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def write_stream(produce: Callable) -> None:
+    """Like :func:`write_text` for a large document: ``produce(write)`` hands the text over piece
+    by piece (``gpucomm.probes.model.write_json``), so it is never held whole."""
+    if SETTINGS.output and SETTINGS.output != "-":
+        write_file_atomic(SETTINGS.output, produce)
+    else:
+        produce(sys.stdout.write)
+        sys.stdout.flush()
 
 
 def render_rich(draw: Callable) -> None:
@@ -95,7 +109,7 @@ def emit(doc, *, table: Optional[Callable] = None, extra: Optional[dict] = None,
     allowed = list(allowed) if allowed is not None else (["table"] if table else []) + ["json", "yaml"] + list(extra)
     check_format(fmt, allowed)
     if fmt == "json":
-        write_text(dumps_json(doc))
+        write_stream(lambda write: write_json(doc, write))
     elif fmt == "yaml":
         write_text(dumps_yaml(doc))
     elif fmt in extra:

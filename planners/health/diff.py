@@ -12,6 +12,13 @@ With three or more inputs every attribute gets a majority value (the most common
 unique) and each input counts the attributes where it departs from it; the **outlier** is the
 single input with the highest count (none when tied): the odd node out of a cluster.
 
+Fleets: the inputs are read one at a time (:func:`diff_stream` takes an iterator) and only their
+fingerprints are kept, one per **class** of identical nodes -- a node costs its name and its class
+number, not its document, so 10,000 saved topologies are compared in constant memory per node.
+With three or more inputs the report also lists the classes (largest first, with the attributes
+where each departs from the majority) and the **outliers**: every input outside the largest class,
+when one class is larger than every other.
+
 Exit status (gpucomm_cli): 0 when the inputs are identical, 5 when they differ -- the ``diff(1)``
 convention, shifted because 1 is gpucomm's "bad input" code.
 """
@@ -57,9 +64,9 @@ def _gib(v: Any) -> Optional[int]:
 def fingerprint(doc: dict) -> dict:
     """Flatten a topology into comparable attributes (see the module docstring)."""
     from gpucomm.planners.health.doctor import nvlink_totals
-    from gpucomm.probes.topology import Topology
+    from gpucomm.probes.topology import clean_document
 
-    doc = Topology.of(doc).doc
+    doc = clean_document(doc)[0]   # what Topology.of(doc).doc holds, without building the view
     fp: dict = {}
     host = doc.get("host") or {}
     for k in ("driver_version", "cuda_version", "cpu_vendor", "cpu_model", "cpu_arch", "sockets", "os", "kernel",
@@ -130,44 +137,214 @@ def _presence(attr: str) -> bool:
 
 def diff_documents(named: list) -> dict:
     """``named`` = [(input name, document), ...] (2 or more) -> the ``gpucomm.diff/v1`` report."""
-    names = _unique([n for n, _ in named])
-    fps = [fingerprint(d) for _, d in named]
-    attrs = sorted(set().union(*[fp.keys() for fp in fps]), key=_attr_key)
+    return diff_stream(iter(named))
+
+
+def _class_key(fp: dict) -> str:
+    return repr(sorted(fp.items()))
+
+
+# Fleets of saved topologies: the texts of identical nodes differ only in a few identifiers.  These
+# are the string values no fingerprint attribute reads (fingerprint() names the fields it reads),
+# each at the one place of the document where it lives.  Two texts that are equal once those
+# strings are blanked are the same document up to those strings, so they get the same
+# fingerprint: a fleet parses and fingerprints one node per distinct text, and reads only the
+# host name of the others.
+VOLATILE_KEYS = ("hostname", "collected_at", "uuid", "guid", "sys_image_guid")
+_VOLATILE_PLACE = {"hostname": "host", "collected_at": "host", "uuid": "gpus", "guid": "nics",
+                   "sys_image_guid": "nics"}
+# a JSON string token exactly (json.loads accepts every match: no raw control characters, only
+# JSON's escapes), so a text equal to a parsed one up to these tokens parses the same way
+_JSON_STRING = r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"'
+_VOLATILE_RE: dict = {}
+
+
+def _scan(text: str, volatile: tuple) -> tuple:
+    """(digest of ``text`` with the string values of the ``volatile`` keys blanked, [(key, string
+    token), ...]); (None, []) for a text that is not a JSON object (no shortcut)."""
+    import hashlib
+
+    if not text.lstrip("\ufeff \t\r\n").startswith("{"):
+        return None, []
+    pat = _VOLATILE_RE.get(volatile)
+    if pat is None:
+        pat = _VOLATILE_RE[volatile] = re.compile(
+            '"(%s)"(\\s*:\\s*)(%s)' % ("|".join(map(re.escape, volatile)), _JSON_STRING))
+    parts = pat.split(text)          # text, key, space, token, text, key, space, token, ..., text
+    found = list(zip(parts[1::4], parts[3::4]))
+    if found:
+        parts[3::4] = ["~"] * len(found)
+        for i in range(1, len(parts), 4):
+            parts[i] = f'"{parts[i]}"'
+        text = "".join(parts)
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=20).digest(), found
+
+
+def content_key(text: str, volatile: tuple = VOLATILE_KEYS) -> Optional[bytes]:
+    """A digest of a JSON input text with the string values of the ``volatile`` keys blanked
+    (None for another format); any other difference between two texts gives another key."""
+    return _scan(text, volatile)[0]
+
+
+def _exact(doc: dict, found: list, volatile: tuple) -> bool:
+    """True when every string value of a ``volatile`` key in ``doc`` sits where that key belongs
+    (the host, GPU or NIC records) and the text held each of them as one blanked token: then a
+    text equal up to those tokens is this document up to those values (a key elsewhere -- a
+    matrix column named "uuid" -- or written with escapes turns the shortcut off)."""
+    placed: Counter = Counter()
+    for key in volatile:
+        where = _VOLATILE_PLACE.get(key)
+        recs = [doc.get("host")] if where == "host" else (doc.get(where) if where else None)
+        for r in recs if isinstance(recs, list) else []:
+            if isinstance(r, dict) and isinstance(r.get(key), str):
+                placed[key] += 1
+    anywhere: Counter = Counter()
+    stack = [doc]
+    while stack:
+        o = stack.pop()
+        if isinstance(o, dict):
+            for k, v in o.items():
+                if isinstance(v, str):
+                    if k in volatile:
+                        anywhere[k] += 1
+                elif isinstance(v, (dict, list)):
+                    stack.append(v)
+        elif isinstance(o, list):
+            stack.extend(v for v in o if isinstance(v, (dict, list)))
+    matched = Counter(k for k, _ in found)
+    return all(matched[k] == anywhere[k] == placed[k] for k in volatile)
+
+
+def stream_sources(named_sources, volatile: tuple = VOLATILE_KEYS):
+    """(name, document or None, content key, input summary) for each (name, source) pair, loaded
+    when its turn comes.  A JSON text equal, up to the string values of ``volatile`` keys in their
+    places, to one loaded before yields None for the document: the consumer reuses what it computed
+    for that one (:func:`diff_stream`, ``doctor_fleet``)."""
+    import json
+
+    from gpucomm.probes.load import load_topology_text, read_topology_text
+
+    known: dict = {}     # content key -> summary of the first input with that text
+    for name, src in named_sources:
+        text = read_topology_text(src)
+        key, found = _scan(text, volatile) if text is not None else (None, [])
+        if key is not None and key in known:
+            info = dict(known[key])
+            host = [tok for k, tok in found if k == "hostname"]
+            if host:
+                info["hostname"] = json.loads(host[0])
+            yield name, None, key, info
+            continue
+        doc, _ = load_topology_text(src, text)
+        h = doc.get("host") or {}
+        info = {"hostname": h.get("hostname"), "provenance": h.get("provenance"), "gpus": len(doc.get("gpus", [])),
+                "nics": len(doc.get("nics", []))}
+        if key is not None and not _exact(doc, found, volatile):
+            key = None       # no shortcut for texts like this one
+        if key is not None:
+            known[key] = info
+        yield name, doc, key, info
+
+
+def diff_sources(named_sources, fingerprints: Optional[list] = None) -> dict:
+    """:func:`diff_stream` over (name, source) pairs (:func:`stream_sources`)."""
+    return diff_stream(stream_sources(named_sources, VOLATILE_KEYS), fingerprints)
+
+
+def diff_stream(named, fingerprints: Optional[list] = None) -> dict:
+    """:func:`diff_documents` over an iterable of (name, document[, content key, summary]) items,
+    read one at a time: each document is reduced to its fingerprint and dropped; nodes with the
+    same fingerprint share one, and an item whose content key was seen before takes that input's
+    class without a fingerprint of its own (its document may then be None, its summary given:
+    :func:`stream_sources`).
+    ``fingerprints``: a list that receives each input's fingerprint (one object per class)."""
+    names: list = []
+    seen: Counter = Counter()
+    inputs: list = []
+    member: list = []          # input -> class
+    classes: list = []         # class -> fingerprint
+    first_member: list = []    # class -> its first input
+    by_key: dict = {}
+    by_text: dict = {}         # content key -> class (inputs that need no fingerprint of their own)
+    for item in named:
+        name, doc = item[0], item[1]
+        text_key = item[2] if len(item) > 2 else None
+        seen[name] += 1
+        names.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
+        if doc is None:      # stream_sources: same text as an earlier input, which has the class
+            inputs.append({"name": names[-1], **item[3]})
+        else:
+            h = doc.get("host") or {}
+            inputs.append({"name": names[-1], "hostname": h.get("hostname"), "provenance": h.get("provenance"),
+                           "gpus": len(doc.get("gpus", [])), "nics": len(doc.get("nics", []))})
+        c = by_text.get(text_key) if text_key is not None else None
+        if c is None:
+            fp = fingerprint(doc)
+            key = _class_key(fp)
+            c = by_key.get(key)
+            if c is None:
+                c = by_key[key] = len(classes)
+                classes.append(fp)
+                first_member.append(len(member))
+            if text_key is not None:
+                by_text[text_key] = c
+        member.append(c)
+        if fingerprints is not None:
+            fingerprints.append(classes[c])
+    n = len(names)
+    size = Counter(member)
+    attrs = sorted(set().union(*[fp.keys() for fp in classes]), key=_attr_key)
     diffs = []
-    counts = {n: 0 for n in names}
+    departs = [[] for _ in classes]   # class -> attributes where it departs from the majority
     for a in attrs:
-        vals = [fp.get(a, False if a.endswith(".present") else None) for fp in fps]
-        known = [v for v in vals if v is not None]
-        if _presence(a):
-            known = vals
-        if len(set(map(repr, known))) <= 1:
+        default = False if a.endswith(".present") else None
+        cvals = [fp.get(a, default) for fp in classes]
+        presence = _presence(a)
+        known: Counter = Counter()   # repr -> inputs holding it
+        first: dict = {}
+        for c, v in enumerate(cvals):     # classes are numbered in the order of their first input
+            if v is None and not presence:
+                continue
+            r = repr(v)
+            known[r] += size[c]
+            first.setdefault(r, v)
+        if len(known) <= 1:
             continue
         majority = None
-        if len(named) >= 3:
-            c = Counter(map(repr, known))
-            (top, n_top), *rest = c.most_common()
+        if n >= 3:
+            (top, n_top), *rest = known.most_common()
             if not rest or rest[0][1] < n_top:
-                majority = next(v for v in known if repr(v) == top)
-        differs = [names[i] for i, v in enumerate(vals)
-                   if (v is not None or _presence(a)) and majority is not None and repr(v) != repr(majority)]
-        if len(named) == 2:
+                majority = first[top]
+        if n == 2:
             differs = list(names)
-        for n in differs:
-            counts[n] += 1
-        diffs.append({"attribute": a, "values": vals, "majority": majority, "differs": differs})
+            for c in range(len(classes)):
+                departs[c].append(a)
+        else:
+            bad = {c for c, v in enumerate(cvals)
+                   if (v is not None or presence) and majority is not None and repr(v) != repr(majority)}
+            differs = [nm for nm, c in zip(names, member) if c in bad]
+            for c in bad:
+                departs[c].append(a)
+        diffs.append({"attribute": a, "values": [cvals[c] for c in member], "majority": majority,
+                      "differs": differs})
+    counts = {nm: len(departs[c]) for nm, c in zip(names, member)}
     outlier = None
-    if len(named) >= 3 and diffs:
+    if n >= 3 and diffs:
         top = max(counts.values())
-        leaders = [n for n, c in counts.items() if c == top]
+        leaders = [nm for nm, k in counts.items() if k == top]
         if top > 0 and len(leaders) == 1:
             outlier = leaders[0]
-    inputs = []
-    for n, (_, d) in zip(names, named):
-        h = d.get("host") or {}
-        inputs.append({"name": n, "hostname": h.get("hostname"), "provenance": h.get("provenance"),
-                       "gpus": len(d.get("gpus", [])), "nics": len(d.get("nics", []))})
-    return {"schema": SCHEMA, "inputs": inputs, "identical": not diffs, "differences": diffs,
-            "compared": len(attrs), "counts": counts if len(named) >= 3 else {}, "outlier": outlier}
+    report = {"schema": SCHEMA, "inputs": inputs, "identical": not diffs, "differences": diffs,
+              "compared": len(attrs), "counts": counts if n >= 3 else {}, "outlier": outlier}
+    if n >= 3:
+        order = sorted(range(len(classes)), key=lambda c: (-size[c], first_member[c]))
+        report["classes"] = [{"class": i + 1, "size": size[c],
+                              "members": [nm for nm, m in zip(names, member) if m == c],
+                              "departs": departs[c]} for i, c in enumerate(order)]
+        largest = order[0]
+        unique = len(order) == 1 or size[order[1]] < size[largest]
+        report["outliers"] = [nm for nm, m in zip(names, member) if m != largest] if unique else []
+    return report
 
 
 def _attr_key(a: str) -> tuple:
@@ -211,4 +388,5 @@ def format_value(v: Any) -> str:
     return str(v)
 
 
-__all__ = ["SCHEMA", "fingerprint", "diff_documents", "format_value"]
+__all__ = ["SCHEMA", "fingerprint", "diff_documents", "diff_stream", "diff_sources", "stream_sources", "content_key",
+           "format_value"]

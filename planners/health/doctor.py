@@ -718,6 +718,86 @@ def run_doctor(doc: dict, rules: Optional[list] = None) -> dict:
 
 
 
+# --------------------------------------------------------------------------------------------
+# Many nodes: ``gpucomm doctor A B C ...`` (saved topologies of a fleet)
+FLEET_SCHEMA = "gpucomm.doctor-fleet/v1"
+# Values no rule reads (every rule names its fields above): two input texts equal once these are
+# blanked get the same findings.  NIC GUIDs are not among them: a zero GUID marks a NIC as not
+# RDMA-capable (facts.nic_is_rdma).
+DOCTOR_VOLATILE_KEYS = ("hostname", "collected_at", "uuid")
+
+
+def _findings_key(report: dict) -> str:
+    return repr([(f["severity"], f["rule"], f["subject"], f["message"], f["fix"]) for f in report["findings"]])
+
+
+def doctor_fleet(items, rules: Optional[list] = None) -> dict:
+    """The doctor over many nodes, read one at a time: ``items`` yields (name, document[, content
+    key, summary]); nodes with the same findings form a **class** (largest first); the **outliers** are the
+    nodes outside the largest class when one class is larger than every other.  Memory per node:
+    its name, a few counts and its class; an item whose content key was seen before takes that
+    node's findings without running the rules again (``gpucomm.doctor-fleet/v1``)."""
+    names: list = []
+    seen: Counter = Counter()
+    inputs: list = []
+    member: list = []
+    classes: list = []          # class -> doctor report (findings shared by its members)
+    first_member: list = []
+    by_findings: dict = {}
+    by_text: dict = {}
+    for item in items:
+        name, doc = item[0], item[1]
+        text_key = item[2] if len(item) > 2 else None
+        seen[name] += 1
+        names.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
+        if doc is None:      # stream_sources: same text as an earlier node, whose findings stand
+            info = item[3]
+            inputs.append({"name": names[-1], "hostname": info["hostname"], "gpus": info["gpus"],
+                           "nics": info["nics"]})
+        else:
+            h = doc.get("host") or {}
+            inputs.append({"name": names[-1], "hostname": h.get("hostname"), "gpus": len(doc.get("gpus", [])),
+                           "nics": len(doc.get("nics", []))})
+        c = by_text.get(text_key) if text_key is not None else None
+        if c is None:
+            rep = run_doctor(doc, rules)
+            key = _findings_key(rep)
+            c = by_findings.get(key)
+            if c is None:
+                c = by_findings[key] = len(classes)
+                classes.append(rep)
+                first_member.append(len(member))
+            if text_key is not None:
+                by_text[text_key] = c
+        member.append(c)
+        inputs[-1]["class"] = c
+    size = Counter(member)
+    order = sorted(range(len(classes)), key=lambda c: (-size[c], first_member[c]))
+    number = {c: i + 1 for i, c in enumerate(order)}
+    out_classes = []
+    for c in order:
+        rep = classes[c]
+        out_classes.append({"class": number[c], "size": size[c],
+                            "members": [nm for nm, m in zip(names, member) if m == c],
+                            "findings": rep["findings"], "counts": rep["counts"], "degraded": rep["degraded"]})
+    for i in inputs:
+        i["class"] = number[i["class"]]
+    unique = len(order) == 1 or (len(order) > 1 and size[order[1]] < size[order[0]])
+    outliers = [nm for nm, m in zip(names, member) if m != order[0]] if order and unique else []
+    degraded_nodes = sum(size[c] for c in range(len(classes)) if classes[c]["degraded"])
+    return {"schema": FLEET_SCHEMA, "nodes": len(names), "checked": list(RULES) if not rules else list(rules),
+            "inputs": inputs, "classes": out_classes, "outliers": outliers,
+            "degraded_nodes": degraded_nodes, "degraded": bool(degraded_nodes)}
+
+
+def doctor_sources(named_sources, rules: Optional[list] = None) -> dict:
+    """:func:`doctor_fleet` over (name, source) pairs, each loaded when its turn comes (nodes whose
+    texts differ only in host names, collection times and GPU UUIDs are read once)."""
+    from gpucomm.planners.health.diff import stream_sources
+
+    return doctor_fleet(stream_sources(named_sources, DOCTOR_VOLATILE_KEYS), rules)
+
+
 def parse_rules(spec: Optional[str]) -> Optional[list]:
     """``--rules a,b`` -> names, in RULES order; raises InputError on an unknown name."""
     from gpucomm.probes.errors import InputError
@@ -731,4 +811,4 @@ def parse_rules(spec: Optional[str]) -> Optional[list]:
     return [r for r in RULES if r in want]
 
 
-__all__ = ["SCHEMA", "RULES", "run_doctor", "parse_rules", "nvlink_totals", "expected_pair_bw", "MEASURED_MARGIN"]
+__all__ = ["SCHEMA", "FLEET_SCHEMA", "RULES", "run_doctor", "doctor_fleet", "doctor_sources", "parse_rules", "nvlink_totals", "expected_pair_bw", "MEASURED_MARGIN"]

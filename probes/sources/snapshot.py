@@ -13,14 +13,9 @@ again on the extracted tree), and member count and sizes are bounded.
 """
 from __future__ import annotations
 
-import gzip
-import io
 import json
 import os
 import posixpath
-import tarfile
-import tempfile
-import zlib
 from pathlib import Path
 from typing import Optional
 
@@ -177,6 +172,8 @@ def write_snapshot(host: Optional[Host] = None, out_path=None, collected_at: Opt
     ``collected_at`` (an ISO timestamp) is stored in meta.json only when given (deterministic
     output by default).  Returns ``{"path", "kind", "files", "bytes", "sources", "document"}``:
     ``document`` is the topology probed while recording."""
+    import tempfile
+
     from gpucomm.probes.sources.probe import probe_host
 
     if out_path is None:
@@ -263,6 +260,10 @@ def _count(stage: Path) -> tuple:
 
 def _write_tar(stage: Path, out: Path) -> None:
     """Deterministic .tar.gz: sorted members, zero mtimes/owners, gzip header without a date."""
+    import gzip
+    import io
+    import tarfile
+
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
         root = stage.parent
@@ -300,6 +301,8 @@ def load_snapshot(path) -> dict:
         return _load_dir(p, str(p))
     if not p.exists():
         raise InputError("no such file or directory", str(p))
+    import tempfile   # archives only: a directory (the common replay) needs none of these modules
+
     with tempfile.TemporaryDirectory(prefix="gpucomm-load-") as td:
         root = safe_extract(p, Path(td))
         return _load_dir(root, str(p))
@@ -344,6 +347,9 @@ def _read_meta(root: Path) -> tuple:
 
 def safe_extract(archive: Path, dest: Path) -> Path:
     """Extract a snapshot archive into ``dest`` safely; returns the snapshot root inside it."""
+    import tarfile
+    import zlib
+
     label = str(archive)
     total = 0
     try:
@@ -411,7 +417,10 @@ def safe_extract(archive: Path, dest: Path) -> Path:
     raise InputError("archive is not a snapshot", label, expected="one top-level directory holding meta.json and sys/")
 
 
-def _members(tf: tarfile.TarFile, label: str):
+def _members(tf, label: str):
+    import tarfile
+    import zlib
+
     while True:
         try:
             m = tf.next()
