@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from gpucomm.probes.errors import InputError
+from gpucomm.probes.limits import MAX_NVML_RECORD_BYTES
 from gpucomm.probes import facts
 from gpucomm.probes.sources.host import Host
 from gpucomm.probes.facts import arch_from_name, nvlink_bw_per_link
@@ -334,15 +335,14 @@ class RecordedNvml:
 
     def record(self) -> dict:
         if self._rec is None:
+            from gpucomm.probes.load import parse_json
+            from gpucomm.probes.sources.host import _confined_read
+
             try:
-                text = self.path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as e:
-                raise InputError(f"cannot read: {getattr(e, 'strerror', None) or e}", str(self.path)) from None
-            try:
-                rec = json.loads(text)
-            except ValueError as e:
-                raise InputError(f"invalid JSON: {getattr(e, 'msg', e)}", str(self.path),
-                                 line=getattr(e, "lineno", None), expected=f"a {NVML_SCHEMA} record") from None
+                text = _confined_read(self.path, self.path.parent, MAX_NVML_RECORD_BYTES).decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise InputError(f"cannot read: {e}", str(self.path)) from None
+            rec = parse_json(text, str(self.path), expected=f"a {NVML_SCHEMA} record")
             if not isinstance(rec, dict) or rec.get("schema") != NVML_SCHEMA:
                 got = rec.get("schema") if isinstance(rec, dict) else type(rec).__name__
                 raise InputError(f"schema is {got!r}", str(self.path), expected=repr(NVML_SCHEMA))
