@@ -18,7 +18,6 @@ the P2P status matrix and the fabric (MNNVL clique) info.
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, Callable, Optional
