@@ -267,6 +267,8 @@ def warn(doc: dict, message: str) -> None:
     """Add a warning once.  A document keeps at most MAX_WARNINGS distinct warnings and then one
     line saying that more were left out, so de-duplication costs O(MAX_WARNINGS) = O(1) per call
     whatever the input (an 8 MB capture of junk lines warns once per line)."""
+    if len(message) > 500:  # a warning quotes the input: never all of it
+        message = message[:497] + "..."
     ws = doc["warnings"]
     if len(ws) > MAX_WARNINGS or message in ws:
         return

@@ -60,8 +60,9 @@ _IDS = {"type": ["object", "null"], "additionalProperties": _NULL_STR}
 _CPULIST = {"type": ["string", "null"], "x-cpulist": True}
 
 # Fields gpucomm reads beyond (or more strictly than) the shipped schema, in the schema's dialect.
-# "x-bad": what a wrong value means -- "refuse" (the document is broken), "drop" (a list item is
-# dropped), default: unknown (null, or removed where null is not allowed).
+# "x-bad": what a wrong value means -- "refuse" (the document is broken), "drop" (the list item
+# holding it is dropped), "drop-entry" (this entry of a mapping is dropped), default: unknown
+# (null, or removed where null is not allowed).
 EXTRA: dict = {
     "properties": {
         "host": {"x-bad": "refuse", "properties": {"iommu": _NULL_STR, "gdr": _NULL_STR, "provenance": {"x-bad": "unknown"}}},
@@ -107,7 +108,8 @@ EXTRA: dict = {
             "name": {"x-bad": "drop"}, "status": {"x-bad": "drop"}, "detail": {"type": ["string", "null"]}}}},
         "warnings": {"x-bad": "refuse", "items": {"x-bad": "drop"}},
         "matrix": {"x-bad": "refuse", "additionalProperties": {
-            "type": "object", "x-bad": "drop", "additionalProperties": {"type": "string", "x-bad": "drop", "x-cell": True}}},
+            "type": "object", "x-bad": "drop-entry",
+            "additionalProperties": {"type": "string", "x-bad": "drop-entry", "x-cell": True}}},
         "net_interfaces": {"type": "array", "items": {"type": "object", "x-bad": "drop", "properties": {
             "name": {"type": "string", "x-bad": "drop"}, "kind": _NULL_STR, "operstate": _NULL_STR,
             "pci_bus_id": _NULL_STR, "rdma": _NULL_STR, "speed_mbps": {"type": ["integer", "null"], "minimum": 0},
@@ -118,8 +120,8 @@ EXTRA: dict = {
             "role": _NULL_STR, "numa_node": _NULL_INT, "gen": {"type": ["integer", "null"], "minimum": 0},
             "width": {"type": ["integer", "null"], "minimum": 0}}}},
         "measured": {"type": "object", "properties": {
-            "p2p": {"type": "object", "additionalProperties": {"type": "object", "x-bad": "drop", "additionalProperties": {
-                "type": "object", "x-bad": "drop", "properties": {"bw_GBps": _NULL_NUM, "lat_us": _NULL_NUM}}}},
+            "p2p": {"type": "object", "additionalProperties": {"type": "object", "x-bad": "drop-entry", "additionalProperties": {
+                "type": "object", "x-bad": "drop-entry", "properties": {"bw_GBps": _NULL_NUM, "lat_us": _NULL_NUM}}}},
             "host_device": {"type": ["object", "array", "null"]}, "collectives": {"type": ["object", "array", "null"]},
             "process_p2p": {"type": ["object", "array", "null"]}}},
         "nccl_graph": {"type": "object"},
@@ -184,6 +186,8 @@ def _expected(s: dict) -> str:
         words += f" >= {s['minimum']}"
     if s.get("x-cpulist"):
         words = "a CPU list like 0-31,64-95" + (" or null" if "null" in types else "")
+    if s.get("x-cell"):
+        words = "an nvidia-smi code: X, NV# (up to 4 digits), PIX, PXB, PHB, NODE, SYS"
     return words
 
 
@@ -238,7 +242,18 @@ def _ok(v: Any, s: dict) -> bool:
 
 
 class _Drop(Exception):
-    """The list item holding the bad field is dropped."""
+    """The list item holding the bad field is dropped (_DropEntry: the mapping entry itself)."""
+
+    def __init__(self, where: str, v: Any, s: dict) -> None:
+        super().__init__(where)
+        self.where, self.what = where, f"is {_short(v)} (expected {_expected(s)})"
+
+    def note(self, at: str) -> str:
+        return f"{self.what}; dropped" if self.where == at else f"dropped: {self.where} {self.what}"
+
+
+class _DropEntry(_Drop):
+    pass
 
 
 class _Validator:
@@ -302,7 +317,12 @@ class _Validator:
                 sub = addl
             if sub is None:
                 continue
-            self.value(obj, key, sub, f"{where}.{key}" if where else key)
+            w = f"{where}.{key}" if where else key
+            try:
+                self.value(obj, key, sub, w)
+            except _DropEntry as d:  # an entry of a mapping (a matrix cell, a measured pair)
+                del obj[key]
+                self.note(w, d.note(w))
 
     def value(self, c: dict, key: str, s: dict, where: str) -> None:
         v = c[key]
@@ -311,7 +331,9 @@ class _Validator:
             if bad == "refuse":
                 self.refuse(where, v, s)
             if bad == "drop":
-                raise _Drop(f"{where} is {_short(v)} (expected {_expected(s)})")
+                raise _Drop(where, v, s)
+            if bad == "drop-entry":
+                raise _DropEntry(where, v, s)
             types = s.get("type")
             types = [types] if isinstance(types, str) else list(types or [])
             if "null" in types or (s.get("enum") and None in s["enum"]) or not types:
@@ -333,13 +355,13 @@ class _Validator:
                 if not _ok(it, s):
                     if s.get("x-bad") == "refuse":
                         self.refuse(w, it, s)
-                    raise _Drop(f"{w} is {_short(it)} (expected {_expected(s)})")
+                    raise _Drop(w, it, s)
                 if isinstance(it, dict):
                     self.walk(it, s, w)
                 elif isinstance(it, list) and isinstance(s.get("items"), dict):
                     self.items(it, s["items"], w)
             except _Drop as d:
-                self.note(w, f"dropped: {d}")
+                self.note(w, d.note(w))
                 continue
             keep.append(it)
         lst[:] = keep

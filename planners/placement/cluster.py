@@ -376,11 +376,12 @@ def _link_fabric(switches: Dict[str, Switch], path: str) -> Fabric:
             seen_node[n] = s.name
     depth: Dict[str, int] = {}  # levels above each switch: linear, with cycle detection
     for s in switches.values():
-        chain, cur = [], s.name
+        chain, seen, cur = [], set(), s.name
         while cur is not None and cur not in depth:
-            if cur in chain:
+            if cur in seen:
                 raise InputError(f"switch {cur!r} is part of a cycle", path, switches[cur].line)
             chain.append(cur)
+            seen.add(cur)
             cur = switches[cur].parent
         d = depth[cur] if cur is not None else -1
         for name in reversed(chain):

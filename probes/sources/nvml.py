@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from gpucomm.probes.errors import InputError
-from gpucomm.probes.limits import MAX_NVML_RECORD_BYTES
+from gpucomm.probes.limits import MAX_GPUS, MAX_NVML_RECORD_BYTES
 from gpucomm.probes import facts
 from gpucomm.probes.sources.host import Host
 from gpucomm.probes.facts import arch_from_name, nvlink_bw_per_link
@@ -344,7 +344,11 @@ class RecordedNvml:
             rec = parse_json(text, str(self.path), expected=f"a {NVML_SCHEMA} record")
             if not isinstance(rec, dict) or rec.get("schema") != NVML_SCHEMA:
                 got = rec.get("schema") if isinstance(rec, dict) else type(rec).__name__
-                raise InputError(f"schema is {got!r}", str(self.path), expected=repr(NVML_SCHEMA))
+                raise InputError(f"schema is {str(got)[:40]!r}", str(self.path), expected=repr(NVML_SCHEMA))
+            devs = rec.get("devices")
+            if isinstance(devs, list) and len(devs) > MAX_GPUS:
+                raise InputError(f"{len(devs)} devices, more than the limit of {MAX_GPUS} per node", str(self.path),
+                                 expected="NCCL's own bound, NCCL_TOPO_MAX_NODES (README: Limits)")
             self._rec = rec
         return self._rec
 

@@ -431,8 +431,10 @@ def _read_meta(root: Path) -> tuple:
         meta = json.loads(read_limited(f, MAX_READ).decode("utf-8"))
     except InputError as e:
         return {}, f"unreadable ({e.message}); host facts missing"
-    except (ValueError, RecursionError) as e:
-        return {}, f"unreadable ({getattr(e, 'msg', None) or type(e).__name__}); host facts missing"
+    except RecursionError:
+        return {}, "unreadable (nested too deep); host facts missing"
+    except ValueError as e:
+        return {}, f"unreadable ({' '.join(str(getattr(e, 'msg', None) or e).split())[:80]}); host facts missing"
     if not isinstance(meta, dict):
         return {}, "is not a JSON object; host facts missing"
     return meta, None
