@@ -336,7 +336,7 @@ class _Validator:
                 raise _DropEntry(where, v, s)
             types = s.get("type")
             types = [types] if isinstance(types, str) else list(types or [])
-            if "null" in types or (s.get("enum") and None in s["enum"]) or not types:
+            if "null" in types or (s.get("enum") and None in s["enum"]) or (not types and not s.get("enum")):
                 c[key] = None
             else:
                 del c[key]
