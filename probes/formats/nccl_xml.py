@@ -762,6 +762,9 @@ def _new_nic(ctx: _Ctx, name: str, bus: Optional[str], parent: str, numa: Option
                      netdev=name if bus is None else None)
     if guid:
         rec["sys_image_guid"] = guid  # NCCL's guid is the card's sys_image_guid (ports share it)
+    raw_guid = _int(na.get("guid"))
+    if raw_guid is not None and 0 <= raw_guid < 1 << 16:
+        rec["rdma"] = False  # the socket plugin's guid is its dev index (net_socket.cc); IB's the card's
     if bus is None:
         # A <nic> straight under <cpu>: NCCL's socket/virtual NIC, joined to the CPU at LOC bandwidth.
         rec["link_layer"] = "Ethernet"
@@ -1450,6 +1453,10 @@ class _Export:
         attrs = [("numaid", n), ("affinity", affinity), ("arch", arch),
                  ("vendor", vendor if arch in (None, "x86_64") else None),
                  ("familyid", rec.get("familyid")), ("modelid", rec.get("modelid"))]
+        if rec.get("modelid") is None and arch == "x86_64":
+            ident = facts.cpu_identity(rec, host)  # a CPU known by its model name: its CPUID ids
+            if ident["model"] is not None and ident["family"] is not None:
+                attrs[-2:] = [("familyid", ident["family"]), ("modelid", ident["model"])]
         kids = self.children.get(("cpu", str(n)), [])
         self.w.open(1, "cpu", attrs, leaf=not kids)
         if kids:
@@ -1566,7 +1573,9 @@ def _emit_nets(w: _Writer, depth: int, doc: dict, nic: dict) -> None:
         rate = p.get("rate_gbps")
         speed = int(round(rate * 1000)) if isinstance(rate, (int, float)) and rate > 0 else None
         attrs = [("name", nic["name"]), ("dev", dev + i), ("speed", speed), ("port", p.get("port")),
-                 ("latency", extra.get("latency")), ("guid", guid_to_nccl(nic.get("sys_image_guid") or nic.get("guid"))),
+                 ("latency", extra.get("latency")),
+                 ("guid", guid_to_nccl(nic.get("sys_image_guid") or nic.get("guid"))
+                  or (None if facts.nic_is_rdma(nic) else f"0x{dev + i:x}")),  # socket: dev (net_socket.cc)
                  ("maxconn", extra.get("maxconn")),
                  ("gdr", nic.get("gdr"))]
         attrs += [(k, v) for k, v in extra.items() if k not in ("latency", "maxconn")]
