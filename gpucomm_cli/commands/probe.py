@@ -116,7 +116,8 @@ def snapshot(
         sys.stdout.flush()
         sys.stdout.buffer.write(res["data"])
         sys.stdout.buffer.flush()
-    diag(f"gpucomm: snapshot written to {res['path']} ({res.get('files', 0)} files, {res.get('bytes', 0)} bytes)")
+    where = "standard output" if str(res["path"]) == "-" else res["path"]
+    diag(f"gpucomm: snapshot written to {where} ({res.get('files', 0)} files, {res.get('bytes', 0)} bytes)")
 
 
 def examples() -> None:
