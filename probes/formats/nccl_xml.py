@@ -762,9 +762,6 @@ def _new_nic(ctx: _Ctx, name: str, bus: Optional[str], parent: str, numa: Option
                      netdev=name if bus is None else None)
     if guid:
         rec["sys_image_guid"] = guid  # NCCL's guid is the card's sys_image_guid (ports share it)
-    raw_guid = _int(na.get("guid"))
-    if raw_guid is not None and 0 <= raw_guid < 1 << 16:
-        rec["rdma"] = False  # the socket plugin's guid is its dev index (net_socket.cc); IB's the card's
     if bus is None:
         # A <nic> straight under <cpu>: NCCL's socket/virtual NIC, joined to the CPU at LOC bandwidth.
         rec["link_layer"] = "Ethernet"

@@ -13,6 +13,7 @@ again on the extracted tree), and member count and sizes are bounded.
 """
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import json
@@ -495,6 +496,9 @@ def safe_extract(archive: Path, dest: Path) -> Path:
     for s in symlinks:
         real = os.path.realpath(s)
         if real != droot and not real.startswith(droot + os.sep):
+            for t in symlinks:  # leave no link pointing outside behind
+                with contextlib.suppress(OSError):
+                    os.unlink(t)
             raise InputError(f"symlink {os.path.relpath(s, dest)!r} resolves outside the archive", label)
     if (dest / "meta.json").is_file() or (dest / "sys").is_dir():
         return dest
@@ -521,7 +525,9 @@ def _check_members(tf: tarfile.TarFile, label: str) -> list:
             raise InputError(f"unsafe member name {m.name[:80]!r}", label, expected="relative paths inside the archive")
         if m.issym():
             ln = m.linkname
-            resolved = posixpath.normpath(posixpath.join(posixpath.dirname(name), ln))
+            # where the link lands: "sys/." is written as "sys" (pathlib drops "." parts)
+            at = "/".join(x for x in parts if x not in ("", "."))
+            resolved = posixpath.normpath(posixpath.join(posixpath.dirname(at), ln))
             if ln.startswith("/") or resolved == ".." or resolved.startswith("../") or "\x00" in ln:
                 raise InputError(f"symlink {name[:80]!r} -> {ln[:80]!r} leaves the archive", label)
         elif m.isfile():
