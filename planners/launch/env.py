@@ -304,7 +304,8 @@ def _front_end_netdev(view: NodeView, used: set, warnings: Optional[list] = None
     if not cands and placeholders and warnings is not None:
         warnings.append("NCCL_SOCKET_IFNAME left out: the host interface(s) " + ", ".join(placeholders[:4])
                         + (" ..." if len(placeholders) > 4 else "") + " have no device name in this topology "
-                        "(nvidia-smi's placeholder without a NIC Legend); set it to your host interface")
+                        "(a placeholder: nvidia-smi's NIC<i> without a NIC Legend, or a PCI bus id); "
+                        "set it to your host interface")
     return sorted(cands)[0][2] if cands else None
 
 
