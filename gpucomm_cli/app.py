@@ -45,9 +45,14 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _globals(
+    ctx: typer.Context,
     format: Optional[str] = typer.Option(None, "--format", "-f", help="Output format: table (default), json, yaml, "
                                          "or a command-specific one (matrix, tree, dot, nccl-xml, ...)."),
-    output: Optional[str] = typer.Option(None, "--output", "-o", help="Write data to FILE instead of stdout."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="Write data to FILE instead of stdout (- is "
+                                         "stdout); the format follows FILE's extension (.json, .yaml, .xml, .dot) "
+                                         "unless --format says otherwise. An existing FILE is kept unless --force."),
+    force: bool = typer.Option(False, "--force", help="Let -o, snapshot and synth --out-dir replace existing files "
+                               "(never through a symbolic link)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No diagnostics on stderr."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="More diagnostics on stderr."),
     traceback: bool = typer.Option(False, "--traceback", help="Re-raise errors with a Python traceback."),
@@ -55,6 +60,11 @@ def _globals(
 ) -> None:
     SETTINGS.format = format
     SETTINGS.output = output
+    SETTINGS.force = force
+    if output and output != "-" and ctx.invoked_subcommand not in (None, "snapshot"):
+        from gpucomm.probes.files import check_writable
+
+        check_writable(output, force)  # before the work, not after it
     SETTINGS.quiet = quiet
     SETTINGS.verbose = verbose
     SETTINGS.traceback = traceback
@@ -76,7 +86,7 @@ _register()
 # Global flags may appear anywhere (``gpucomm probe --format json``); they are hoisted in front of
 # the command name before click parses argv.
 _GLOBAL_VALUE = {"--format", "-f", "--output", "-o"}
-_GLOBAL_FLAG = {"--quiet", "-q", "--verbose", "-v", "--traceback"}
+_GLOBAL_FLAG = {"--quiet", "-q", "--verbose", "-v", "--traceback", "--force"}
 
 
 def hoist_globals(argv: List[str]) -> List[str]:
@@ -138,11 +148,13 @@ def share_global_options(group) -> None:
 
 def run(argv: Optional[List[str]] = None) -> int:
     """Run the CLI and return an exit code (used by main() and by tests)."""
-    from gpucomm.probes.errors import GpucommError
+    from gpucomm.probes.errors import GpucommError, set_reporter
+    from gpucomm.settings import diag
 
     click = _click_module()
 
     reset()
+    set_reporter(lambda message: diag(f"gpucomm: warning: {message}"))
     args = hoist_globals(list(sys.argv[1:] if argv is None else argv))
     command = typer.main.get_command(app)
     share_global_options(command)
@@ -175,5 +187,16 @@ def run(argv: Optional[List[str]] = None) -> int:
         return int(ExitCode.INTERNAL)
 
 
+def _terminate(signum, frame) -> None:
+    """SIGTERM ends the run like Ctrl-C: temporary files and directories are removed on the way out."""
+    raise KeyboardInterrupt
+
+
 def main() -> None:
+    import signal
+
+    try:
+        signal.signal(signal.SIGTERM, _terminate)
+    except (ValueError, OSError):  # pragma: no cover - not the main thread
+        pass
     sys.exit(run())

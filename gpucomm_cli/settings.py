@@ -1,5 +1,5 @@
-"""Global options (``--format``, ``-o``, ``--quiet``, ``--verbose``, ``--traceback``), set once by
-the app callback and read by commands and renderers."""
+"""Global options (``--format``, ``-o``, ``--force``, ``--quiet``, ``--verbose``, ``--traceback``),
+set once by the app callback and read by commands and renderers."""
 from __future__ import annotations
 
 import sys
@@ -14,6 +14,8 @@ class Settings:
     quiet: bool = False
     verbose: bool = False
     traceback: bool = False
+    force: bool = False
+    said: set = field(default_factory=set)  # diagnostics printed in this run (each once)
     stdout: object = field(default_factory=lambda: sys.stdout)
     stderr: object = field(default_factory=lambda: sys.stderr)
 
@@ -29,6 +31,7 @@ def reset() -> Settings:
 
 def diag(message: str, *, verbose_only: bool = False) -> None:
     """A diagnostic line on stderr (suppressed by --quiet; --verbose-only lines need --verbose)."""
-    if SETTINGS.quiet or (verbose_only and not SETTINGS.verbose):
+    if SETTINGS.quiet or (verbose_only and not SETTINGS.verbose) or message in SETTINGS.said:
         return
+    SETTINGS.said.add(message)
     print(message, file=sys.stderr)

@@ -1,8 +1,23 @@
 """Exceptions shared by probes and planners.  The CLI maps each to an exit code (the CLI contract, docs/ARCHITECTURE.md);
-nothing below the CLI prints or exits."""
+nothing below the CLI prints or exits: a problem that is not fatal (a field repaired while a file
+is loaded) goes to :func:`report`, which the CLI points at stderr."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
+
+_reporter: Optional[Callable[[str], None]] = None
+
+
+def set_reporter(fn: Optional[Callable[[str], None]]) -> None:
+    """Where :func:`report` sends its lines (None: nowhere; the CLI sets its warning printer)."""
+    global _reporter
+    _reporter = fn
+
+
+def report(message: str) -> None:
+    """A non-fatal problem with an input, as it is found (also kept in the document's warnings)."""
+    if _reporter is not None:
+        _reporter(message)
 
 
 class GpucommError(Exception):

@@ -10,34 +10,28 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
-from gpucomm.probes.errors import InputError
+from gpucomm.probes.errors import InputError, report
+from gpucomm.probes.files import kind_of, read_limited
+from gpucomm.probes.limits import MAX_DEPTH, MAX_INPUT_BYTES, MAX_INT_DIGITS, MAX_YAML_NODES
 from gpucomm.probes.model import SCHEMA, finalize
 
-MAX_INPUT_BYTES = 64 * 1024 * 1024
 # ANSI SGR escapes, with or without the ESC byte (same pattern as gpucomm.probes.formats.smi_topo).
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b|\[[0-9;]*m")
 
 
 def read_text_input(path: str) -> str:
-    """Read a text input, rejecting binary junk and wrong encodings with a one-line error."""
-    p = Path(path)
+    """Read a text input (a regular file of at most MAX_INPUT_BYTES), rejecting binary junk and
+    wrong encodings with a one-line error."""
     try:
-        size = p.stat().st_size
-    except FileNotFoundError:
-        raise InputError("no such file", path) from None
-    except OSError as e:
-        raise InputError(f"cannot read: {e.strerror}", path) from None
-    if size > MAX_INPUT_BYTES:
-        raise InputError(f"file is {size} bytes, larger than the {MAX_INPUT_BYTES} byte limit", path)
-    try:
-        data = p.read_bytes()
-    except IsADirectoryError:
-        raise InputError("is a directory but not a snapshot", path, expected="a snapshot with meta.json or sys/") from None
-    except OSError as e:
-        raise InputError(f"cannot read: {e.strerror}", path) from None
+        if stat.S_ISDIR(os.stat(path).st_mode):
+            raise InputError("is a directory but not a snapshot", path, expected="a snapshot with meta.json or sys/")
+    except OSError:
+        pass  # read_limited names the problem
+    data = read_limited(path, MAX_INPUT_BYTES)
     return decode_text_input(data, path)
 
 
@@ -66,6 +60,22 @@ def decode_text_input(data: bytes, path: str) -> str:
     if sum(1 for ch in text if ord(ch) > 127) > len(text) // 20:
         raise InputError("not valid UTF-8 text", path, expected="a UTF-8 text file")
     return text
+
+
+# Box-drawing characters of rich's tables and trees (gpucomm's table and tree formats); no tool
+# capture gpucomm reads draws with them (nvidia-smi and rocm-smi frame with ASCII + - | =).
+_BOX_LINE = re.compile(r"^\s*[\u2500-\u257f]", re.M)
+
+
+def rendered_by_gpucomm(text: str) -> Optional[str]:
+    """The name of the gpucomm picture ``text`` is (table, tree, dot), else None: pictures are
+    for people and are refused as inputs (reading one back gives a wrong topology)."""
+    head = text[:65536]
+    if re.match(r"\s*(?:strict\s+)?(?:di)?graph\s+gpucomm\s*\{", head):
+        return "Graphviz DOT picture"
+    if len(_BOX_LINE.findall(head, 0, 65536)) >= 2 or re.match(r"\s*Topology\s*\n[\u2500-\u257f]", head):
+        return "table or tree"
+    return None
 
 
 def detect_kind(text: str) -> Optional[str]:
@@ -114,23 +124,144 @@ def load_document(text: str, path: str, kind: str) -> dict:
     raise InputError(f"unknown input kind {kind}", path)  # pragma: no cover
 
 
-def load_saved(text: str, path: str, kind: str) -> dict:
-    """A saved topology document (JSON or YAML, the latter with safe_load only)."""
-    if kind == "json":
-        try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise InputError(f"invalid JSON: {e.msg}", path, line=e.lineno, expected="a gpucomm topology document") from None
-    else:
-        import yaml
+def _parse_int(digits: str) -> int:
+    if len(digits.lstrip("-")) > MAX_INT_DIGITS:
+        raise _TooLong(len(digits.lstrip("-")))
+    return int(digits)
 
-        try:
-            doc = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            line = getattr(getattr(e, "problem_mark", None), "line", None)
-            msg = str(getattr(e, "problem", None) or "invalid YAML")
-            raise InputError(f"invalid YAML: {msg}", path, line=(line + 1) if line is not None else None,
-                             expected="a gpucomm topology document") from None
+
+class _TooLong(ValueError):
+    pass
+
+
+def parse_json(text: str, path: str, expected: str = "a gpucomm topology document") -> Any:
+    """JSON text -> data, with one-line errors: syntax, integers of more than MAX_INT_DIGITS
+    digits, nesting deeper than MAX_DEPTH.  NaN and Infinity are read (Python's json accepts
+    them) and judged by the document's validation."""
+    try:
+        data = json.loads(text, parse_int=_parse_int)
+    except json.JSONDecodeError as e:
+        raise InputError(f"invalid JSON: {e.msg}", path, line=e.lineno, expected=expected) from None
+    except _TooLong as e:
+        raise InputError(f"an integer of {e.args[0]} digits (more than {MAX_INT_DIGITS})", path, expected=expected) from None
+    except RecursionError:
+        raise InputError(f"nested deeper than {MAX_DEPTH} levels", path, expected=expected) from None
+    except ValueError as e:
+        raise InputError(f"invalid JSON: {' '.join(str(e).split())[:120]}", path, expected=expected) from None
+    check_depth(data, path, expected)
+    return data
+
+
+def check_depth(data: Any, path: str, expected: str = "a gpucomm topology document") -> None:
+    """Refuse data nested deeper than MAX_DEPTH (iteratively: no recursion on hostile input)."""
+    stack = [(data, 1)]
+    while stack:
+        o, d = stack.pop()
+        if isinstance(o, dict):
+            children = o.values()
+        elif isinstance(o, list):
+            children = o
+        else:
+            continue
+        if d > MAX_DEPTH:
+            raise InputError(f"nested deeper than {MAX_DEPTH} levels", path, expected=expected)
+        stack.extend((c, d + 1) for c in children if isinstance(c, (dict, list)))
+
+
+def _yaml_loader():
+    import yaml
+
+    class BoundedLoader(yaml.SafeLoader):
+        """yaml.SafeLoader that refuses nesting deeper than MAX_DEPTH while composing (the
+        composer recurses once per level)."""
+
+        depth = 0
+
+        def compose_node(self, parent, index):
+            self.depth += 1
+            if self.depth > MAX_DEPTH:
+                raise _TooDeep()
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+
+    return BoundedLoader
+
+
+class _TooDeep(Exception):
+    pass
+
+
+def _expanded_size(node) -> int:
+    """Values a composed YAML node stands for, an alias counted each time it is used; memoised
+    per node, so linear in the document; -1 for a recursive alias."""
+    import yaml
+
+    size: dict = {}
+    stack = [(node, False)]
+    visiting: set = set()
+    while stack:
+        n, done = stack.pop()
+        k = id(n)
+        if done:
+            visiting.discard(k)
+            if isinstance(n, yaml.MappingNode):
+                kids = [c for pair in n.value for c in pair]
+            elif isinstance(n, yaml.SequenceNode):
+                kids = n.value
+            else:
+                kids = []
+            size[k] = min(1 + sum(size[id(c)] for c in kids), MAX_YAML_NODES + 1)
+            continue
+        if k in size:
+            continue
+        if k in visiting:
+            return -1
+        visiting.add(k)
+        stack.append((n, True))
+        if isinstance(n, yaml.MappingNode):
+            stack.extend((c, False) for pair in n.value for c in pair if id(c) not in size)
+        elif isinstance(n, yaml.SequenceNode):
+            stack.extend((c, False) for c in n.value if id(c) not in size)
+    return size[id(node)]
+
+
+def parse_yaml(text: str, path: str, expected: str = "a gpucomm topology document") -> Any:
+    """YAML text -> data through a bounded safe loader: one-line errors for syntax, nesting deeper
+    than MAX_DEPTH, aliases that expand past MAX_YAML_NODES values or refer to themselves, and
+    integers too long for Python."""
+    import yaml
+
+    loader = _yaml_loader()(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        n = _expanded_size(node)
+        if n < 0:
+            raise InputError("a YAML alias refers to itself (a recursive document)", path, expected=expected)
+        if n > MAX_YAML_NODES:
+            raise InputError(f"YAML aliases expand the document past {MAX_YAML_NODES} values", path, expected=expected)
+        data = loader.construct_document(node)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        msg = str(getattr(e, "problem", None) or "invalid YAML")
+        raise InputError(f"invalid YAML: {msg}", path, line=(mark.line + 1) if mark is not None else None,
+                         expected=expected) from None
+    except (_TooDeep, RecursionError):
+        raise InputError(f"nested deeper than {MAX_DEPTH} levels", path, expected=expected) from None
+    except ValueError as e:  # int("9" * 5000): Python's integer string conversion limit
+        raise InputError(f"invalid YAML: {' '.join(str(e).split())[:120]}", path, expected=expected) from None
+    finally:
+        loader.dispose()
+    return data
+
+
+def load_saved(text: str, path: str, kind: str) -> dict:
+    """A saved topology document (JSON or YAML, the latter with a bounded safe loader), checked
+    and repaired by :func:`gpucomm.probes.validate.validate_document`."""
+    doc = parse_json(text, path) if kind == "json" else parse_yaml(text, path)
     from gpucomm.probes.validate import check_document
 
     check_document(doc, path)
@@ -161,20 +292,11 @@ def _load_stdin() -> dict:
         with tempfile.TemporaryDirectory(prefix="gpucomm-stdin-") as tmp:
             path = Path(tmp) / "stdin.tar.gz"
             path.write_bytes(data)
-            return finalize(load_snapshot(path))
-    with tempfile.NamedTemporaryFile(prefix="gpucomm-stdin-", suffix=".txt") as f:
-        f.write(data)
-        f.flush()
-        try:
-            text = read_text_input(f.name)
-        except InputError as e:
-            raise InputError(str(e).replace(f.name, "<stdin>", 1)) from None
-    kind = detect_kind(text)
-    if kind is None:
-        raise InputError("unrecognised content", "<stdin>",
-                         expected="a gpucomm topology (JSON/YAML), `nvidia-smi topo -m` output, an NCCL topology XML, "
-                                  "`rocm-smi --showtopo` output or a snapshot .tar.gz")
-    return finalize(load_document(text, "<stdin>", kind))
+            from gpucomm.probes.validate import validate_document
+
+            return finalize(validate_document(load_snapshot(path), "<stdin>", report=report))
+    text = decode_text_input(data, "<stdin>")
+    return _from_text(text, "<stdin>")
 
 
 def load_topology(src: str) -> dict:
@@ -188,12 +310,11 @@ def read_topology_text(src: str) -> Optional[str]:
     if src == STDIN or src.startswith("example:") or src.endswith((".tar.gz", ".tgz")):
         return None
     try:
-        with open(src, "rb") as f:   # one read: the gzip magic (a snapshot archive) and the text
-            data = f.read(MAX_INPUT_BYTES + 1)
-    except (IsADirectoryError, PermissionError, FileNotFoundError, OSError):
+        data = read_limited(src, MAX_INPUT_BYTES)   # regular files only, bounded (probes/files.py)
+    except InputError:
         return None   # a snapshot directory, or an error load_topology reports in its own words
-    if data[:2] == b"\x1f\x8b" or len(data) > MAX_INPUT_BYTES:
-        return None   # an archive; or too large, which load_topology refuses with the size
+    if data[:2] == b"\x1f\x8b":
+        return None   # an archive
     return decode_text_input(data, src)
 
 
@@ -211,34 +332,47 @@ def load_topology_text(src: str, text: Optional[str] = None) -> tuple:
 
         return finalize(load_example(src.split(":", 1)[1])), None
     src_path = src
+    from gpucomm.probes.validate import validate_document
+
     p = Path(src_path)
     if p.is_dir():
         from gpucomm.probes.sources.snapshot import load_snapshot
 
-        return finalize(load_snapshot(p)), None
+        return finalize(validate_document(load_snapshot(p), src_path, report=report)), None
     if src_path.endswith((".tar.gz", ".tgz")) or _is_gzip(p):
         from gpucomm.probes.sources.snapshot import load_snapshot
 
-        return finalize(load_snapshot(p)), None
+        return finalize(validate_document(load_snapshot(p), src_path, report=report)), None
     text = read_text_input(src_path)
     return _from_text(text, src_path), text
 
 
 def _from_text(text: str, src_path: str) -> dict:
+    """A text input -> validated, finalised document (pictures drawn by gpucomm refused)."""
+    from gpucomm.probes.validate import validate_document
+
+    picture = rendered_by_gpucomm(text)
+    if picture:
+        raise InputError(f"this is a {picture} drawn by gpucomm for people, not an input", src_path,
+                         expected="data: save a topology with `--format json -o FILE.json` (or .yaml, .xml)")
     kind = detect_kind(text)
     if kind is None:
         raise InputError("unrecognised content", src_path,
                          expected="a gpucomm topology (JSON/YAML), a snapshot, `nvidia-smi topo -m` output, "
                                   "an NCCL topology XML or `rocm-smi --showtopo` output")
-    return finalize(load_document(text, src_path, kind))
+    doc = load_document(text, src_path, kind)
+    return finalize(validate_document(doc, src_path, saved=kind in ("json", "yaml"), report=report))
 
 
 def _is_gzip(p: Path) -> bool:
     try:
+        if not stat.S_ISREG(os.stat(p).st_mode):
+            return False  # a FIFO or device is refused by read_text_input, never opened here
         with open(p, "rb") as f:
             return f.read(2) == b"\x1f\x8b"
     except OSError:
         return False
 
 
-__all__ = ["load_topology", "load_topology_text", "read_topology_text", "detect_kind", "read_text_input", "SCHEMA", "os"]
+__all__ = ["load_topology", "load_topology_text", "read_topology_text", "detect_kind", "read_text_input",
+           "parse_json", "parse_yaml", "check_depth", "rendered_by_gpucomm", "SCHEMA", "MAX_INPUT_BYTES", "kind_of"]

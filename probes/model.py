@@ -22,6 +22,8 @@ import re
 from enum import IntEnum
 from typing import Any, Iterable, Optional
 
+from gpucomm.probes.limits import MAX_WARNINGS
+
 SCHEMA = "gpucomm.topology/v1"
 PROVENANCES = ("live", "snapshot", "nvidia-smi", "nccl-xml", "rocm-smi", "json", "fixture")
 
@@ -49,7 +51,7 @@ class PathType(IntEnum):
 SMI_LEVELS = ("X", "NV", "PIX", "PXB", "PHB", "NODE", "SYS")
 SMI_TO_PATH = {"X": "LOC", "PIX": "PIX", "PXB": "PXB", "PHB": "PHB", "NODE": "PHB", "SYS": "SYS", "SOC": "SYS"}
 
-_NV_RE = re.compile(r"^NV(\d+)$")
+_NV_RE = re.compile(r"^NV(\d{1,4})$")  # more digits: not a link count
 
 
 def smi_rank(code: str) -> int:
@@ -261,8 +263,18 @@ def cpu_id(numa: Optional[int]) -> str:
 
 
 def warn(doc: dict, message: str) -> None:
-    if message not in doc["warnings"]:
-        doc["warnings"].append(message)
+    """Add a warning once.  A document keeps at most MAX_WARNINGS distinct warnings and then one
+    line saying that more were left out, so de-duplication costs O(MAX_WARNINGS) = O(1) per call
+    whatever the input (an 8 MB capture of junk lines warns once per line)."""
+    if len(message) > 500:  # a warning quotes the input: never all of it
+        message = message[:497] + "..."
+    ws = doc["warnings"]
+    if len(ws) > MAX_WARNINGS or message in ws:
+        return
+    if len(ws) == MAX_WARNINGS:
+        ws.append(f"more than {MAX_WARNINGS} warnings; the rest are left out")
+        return
+    ws.append(message)
 
 
 # --------------------------------------------------------------------------------------------
@@ -272,7 +284,7 @@ def _sort_key_link(l: dict) -> tuple:
 
 
 def _matrix_key(k: str) -> tuple:
-    m = re.match(r"^GPU(\d+)$", k)
+    m = re.match(r"^GPU(\d{1,6})$", k)
     return (0, int(m.group(1)), "") if m else (1, 0, k)
 
 

@@ -34,7 +34,7 @@ from gpucomm.probes.model import cpu_id, gpu_id, is_sentinel_bus_id, natural_key
 
 NVS_ID = "NVS"
 LINK_KINDS = ("nvlink", "pcie", "smp", "c2c", "xgmi", "net")
-_NV_RE = re.compile(r"^NV(\d+)$")
+_NV_RE = re.compile(r"^NV(\d{1,4})$")  # more digits: not a link count
 
 
 def nv_count(code: Optional[str]) -> int:

@@ -244,7 +244,7 @@ def test_cli_plan_and_rings_take_a_calibration(tmp_path):
     assert run_cli("rings", "example:hgx-h100", "--calibration", tmp_path / "none.json").code == 1
 
 
-@pytest.mark.parametrize("content, why", [("{not json", "not JSON"), ('{"schema": "x"}', "not a calibration profile"),
+@pytest.mark.parametrize("content, why", [("{not json", "invalid JSON"), ('{"schema": "x"}', "not a calibration profile"),
                                           ("", "empty")])
 def test_cli_bad_calibration_file_is_one_line(tmp_path, content, why):
     p = tmp_path / "p.json"

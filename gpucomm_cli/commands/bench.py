@@ -47,40 +47,57 @@ def _emit_result(result: dict, render) -> None:
     emit(result, extra={"table": lambda: render(result)}, allowed=["table", "json", "yaml"])
 
 
-def _save(path: str, result: dict) -> None:
-    """Merge ``result`` into the topology at PATH (created from a live probe when it does not exist)."""
+def _check_save(path: Optional[str]) -> None:
+    """Refuse a --save target before the benchmark runs, not after."""
+    if path:
+        _read_save_target(path)
+
+
+def _read_save_target(path: str):
+    """(document or None when PATH does not exist, as_yaml) -- refusing what --save cannot update."""
     from pathlib import Path
 
-    from gpucomm.planners.measure.bench import apply_measurements
     from gpucomm.probes.errors import InputError
-    from gpucomm.probes.model import dumps_json, dumps_yaml, finalize
+    from gpucomm.probes.files import check_writable
 
     p = Path(path)
-    as_yaml = False
-    if p.exists():
-        from gpucomm.probes.load import detect_kind, load_saved, read_text_input
+    if p.is_symlink():
+        raise InputError("is a symbolic link; not followed", path, expected="the topology file itself")
+    if not p.exists():
+        check_writable(path)
+        return None, False
+    from gpucomm.probes.load import detect_kind, load_saved, read_text_input
 
-        if p.is_dir():
-            raise InputError("--save needs a topology file, not a directory", path,
-                             expected="a JSON/YAML topology (gpucomm probe --format json -o topo.json)")
-        text = read_text_input(path)
-        kind = detect_kind(text)
-        if kind not in ("json", "yaml"):
-            raise InputError("--save can only update a saved topology document", path,
-                             expected="JSON/YAML from `gpucomm probe --format json -o FILE`")
-        as_yaml = kind == "yaml"
-        doc = load_saved(text, path, kind)
-    else:
+    if p.is_dir():
+        raise InputError("--save needs a topology file, not a directory", path,
+                         expected="a JSON/YAML topology (gpucomm probe --format json -o topo.json)")
+    text = read_text_input(path)
+    kind = detect_kind(text)
+    if kind not in ("json", "yaml"):
+        raise InputError("--save can only update a saved topology document", path,
+                         expected="JSON/YAML from `gpucomm probe --format json -o FILE`")
+    from gpucomm.probes.errors import report
+    from gpucomm.probes.validate import validate_document
+
+    return validate_document(load_saved(text, path, kind), path, saved=True, report=report), kind == "yaml"
+
+
+def _save(path: str, result: dict) -> None:
+    """Merge ``result`` into the topology at PATH (created from a live probe when it does not exist)."""
+    from gpucomm.planners.measure.bench import apply_measurements
+    from gpucomm.probes.files import write_atomic
+    from gpucomm.probes.model import dumps_json, dumps_yaml, finalize
+
+    doc, as_yaml = _read_save_target(path)
+    if doc is None:
         from gpucomm.probes.sources.host import Host
         from gpucomm.probes.sources.probe import probe_host
 
         doc = probe_host(Host())
     doc, notes = apply_measurements(doc, result)
     finalize(doc)
-    try:
-        p.write_text(dumps_yaml(doc) if as_yaml else dumps_json(doc), encoding="utf-8")
-    except OSError as e:
-        raise InputError(f"cannot write: {e.strerror}", path) from None
+    # --save updates the file it read: replaced atomically (a failed write leaves it as it was)
+    write_atomic(path, dumps_yaml(doc) if as_yaml else dumps_json(doc), force=True)
     for n in notes:
         diag(f"gpucomm: {n} in {path}")
 
@@ -119,6 +136,11 @@ def collective(
     """nccl-tests style sweep: size, count, type, redop, root, time, algbw, busbw (same busbw formulas)."""
     from gpucomm.planners.measure.bench import TorchMissing, render_collective_table, run_collective_bench
 
+    _check_save(save)
+    if save_calibration:
+        from gpucomm.probes.files import check_writable
+
+        check_writable(save_calibration, SETTINGS.force)   # refused before the benchmark runs
     try:
         result = run_collective_bench(backend=backend, sizes=sizes, iters=iters, warmup=warmup, ops=ops,
                                       nproc=nproc, dtype=dtype, progress=_progress_enabled(), timeout_s=timeout)
@@ -139,7 +161,7 @@ def _save_calibration(path: str, result: dict, topology: Optional[str]) -> None:
     from gpucomm.planners.collectives.calibrate import build_calibration
     from gpucomm.planners.measure.bench import render_collective_table
     from gpucomm.probes.model import dumps_json
-    from gpucomm.render.output import write_file_atomic
+    from gpucomm.probes.files import write_atomic
 
     if topology:
         from gpucomm.probes.load import load_topology
@@ -155,7 +177,7 @@ def _save_calibration(path: str, result: dict, topology: Optional[str]) -> None:
     cal = build_calibration(doc, [("gpucomm bench collective", render_collective_table(result))], source,
                             nodes=nodes, gpus_per_node=max(1, world // nodes))
     cal["created_by"] = "gpucomm bench collective --save-calibration"
-    write_file_atomic(path, dumps_json(cal))
+    write_atomic(path, dumps_json(cal), force=SETTINGS.force)
     diag(f"gpucomm: calibration of {len(cal['runs'])} run(s) written to {path} (fitted: {', '.join(cal['fitted'])})")
 
 
@@ -177,6 +199,7 @@ def p2p(
     """Pairwise bandwidth (both directions) and latency matrix; host<->device per GPU in copy mode."""
     from gpucomm.planners.measure.bench import TorchMissing, render_p2p_table, run_p2p_bench
 
+    _check_save(save)
     try:
         result = run_p2p_bench(backend=backend, size=size, iters=iters, warmup=warmup, nproc=nproc, gpus=gpus,
                                mode=mode, progress=_progress_enabled(), timeout_s=timeout)

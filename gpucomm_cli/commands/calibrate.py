@@ -3,7 +3,6 @@ tuning model cannot know from the user's own nccl-tests (or ``gpucomm bench``) r
 (:mod:`gpucomm.planners.collectives.calibrate`), and the ``--calibration PROFILE.json`` reader
 ``predict``, ``plan`` and ``rings`` share."""
 
-import json
 from typing import List, Optional
 
 import typer
@@ -14,15 +13,10 @@ from gpucomm.settings import SETTINGS, diag
 def read_calibration(path: str) -> dict:
     """The ``gpucomm.calibration/v1`` document at ``path`` (checked: one-line InputError otherwise)."""
     from gpucomm.planners.collectives.calibrate import profile_from_document
-    from gpucomm.probes.errors import InputError
-    from gpucomm.probes.load import read_text_input
+    from gpucomm.probes.load import parse_json, read_text_input
 
     text = read_text_input(path)
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputError(f"not JSON ({e.msg} at line {e.lineno})", path,
-                         expected="a calibration profile written by gpucomm calibrate") from None
+    doc = parse_json(text, path, expected="a calibration profile written by gpucomm calibrate")
     profile_from_document(doc, path)   # raises on anything that is not a usable profile
     return doc
 
@@ -32,15 +26,15 @@ def read_run_texts(paths: List[str]) -> list:
     collective --format json`` result rendered as the nccl-tests table it stands for."""
     from gpucomm.planners.measure.bench import SCHEMA as BENCH_SCHEMA, render_collective_table
     from gpucomm.probes.errors import InputError
-    from gpucomm.probes.load import read_text_input
+    from gpucomm.probes.load import parse_json, read_text_input
 
     out = []
     for p in paths:
         text = read_text_input(p)
         if text.lstrip().startswith("{"):
-            try:
-                doc = json.loads(text)
-            except json.JSONDecodeError:
+            try:   # bounded: depth, digits (probes/load.py)
+                doc = parse_json(text, p, expected="gpucomm bench collective --format json output, or nccl-tests output")
+            except InputError:
                 doc = None
             if isinstance(doc, dict) and doc.get("schema") == BENCH_SCHEMA:
                 if doc.get("kind") != "collective":

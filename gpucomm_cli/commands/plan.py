@@ -338,16 +338,23 @@ def synth(
     cluster_doc, conf = synth_cluster(nodes, src, fat_tree, nodes_per_leaf, leaves_per_spine, prefix,
                                       link_gbps=rate or None,
                                       topology_conf_name="topology.conf" if out_dir is not None else None)
-    fmt = chosen_format("yaml")
+    fmt = chosen_format("yaml", ["yaml", "json", "table"])
     if fmt not in ("yaml", "json", "table"):
         usage_error(f"{fmt!r} is not a format of synth (it has yaml, json)", "--format")
     if out_dir is not None:
+        from gpucomm.probes.files import check_writable, write_atomic
+        from gpucomm.settings import SETTINGS
+
+        if out_dir.is_symlink():
+            raise InputError("is a symbolic link; not followed", str(out_dir), expected="a directory")
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
-            (out_dir / "topology.conf").write_text(conf, encoding="utf-8")
-            (out_dir / "cluster.yaml").write_text(yaml.safe_dump(cluster_doc, sort_keys=True), encoding="utf-8")
         except OSError as e:
             raise InputError(f"cannot write: {e.strerror}", str(out_dir)) from None
+        for name in ("topology.conf", "cluster.yaml"):  # both refused before either is written
+            check_writable(out_dir / name, SETTINGS.force)
+        write_atomic(out_dir / "topology.conf", conf, force=SETTINGS.force)
+        write_atomic(out_dir / "cluster.yaml", yaml.safe_dump(cluster_doc, sort_keys=True), force=SETTINGS.force)
         diag(f"gpucomm: wrote {out_dir / 'cluster.yaml'} and {out_dir / 'topology.conf'} ({nodes} nodes)")
         summary = {"schema": "gpucomm.synth/v1", "cluster": str(out_dir / "cluster.yaml"), "topology_conf": str(out_dir / "topology.conf"),
                    "nodes": nodes, "levels": fat_tree}

@@ -1,6 +1,7 @@
 """``gpucomm probe``, ``show``, ``snapshot``, ``examples``: discovery and its rendering."""
 # (no `from __future__ import annotations`: typer would compile every string annotation at start-up)
 
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -116,10 +117,19 @@ def snapshot(
 
     target = out or SETTINGS.output
     if not target:
-        raise InputError("snapshot needs an output path", expected="gpucomm snapshot -o node.tar.gz")
+        raise InputError("snapshot needs an output path", expected="gpucomm snapshot -o node.tar.gz (- for stdout)")
+    if target == "-" and sys.stdout.isatty():
+        raise InputError("will not write a .tar.gz to a terminal", "-", expected="-o FILE.tar.gz, or - with stdout redirected")
+    if sysfs_root and not sysfs_root.is_dir():
+        raise InputError("not a directory", str(sysfs_root), expected="a directory holding sys/")
     host = Host(root=sysfs_root) if sysfs_root else Host()
-    res = write_snapshot(host, Path(target))
-    diag(f"gpucomm: snapshot written to {res['path']} ({res.get('files', 0)} files, {res.get('bytes', 0)} bytes)")
+    res = write_snapshot(host, target, force=SETTINGS.force)
+    if target == "-":
+        sys.stdout.flush()
+        sys.stdout.buffer.write(res["data"])
+        sys.stdout.buffer.flush()
+    where = "standard output" if str(res["path"]) == "-" else res["path"]
+    diag(f"gpucomm: snapshot written to {where} ({res.get('files', 0)} files, {res.get('bytes', 0)} bytes)")
 
 
 def examples() -> None:

@@ -1,5 +1,10 @@
 """Rendering shared by every command: deterministic JSON/YAML, rich tables, and the choice of
-stdout or ``-o FILE``.  Data goes to stdout, diagnostics to stderr."""
+stdout or ``-o FILE``.  Data goes to stdout, diagnostics to stderr.
+
+``-o FILE``: the format follows FILE's extension (:data:`EXTENSION_FORMATS`) unless --format says
+otherwise; FILE is written atomically (a temporary file in its directory, then a rename), an
+existing FILE is replaced only with --force and a symbolic link is never followed
+(:func:`gpucomm.probes.files.write_atomic`); ``-o -`` is stdout."""
 from __future__ import annotations
 
 import io
@@ -12,9 +17,37 @@ from gpucomm.probes.model import dumps_yaml, write_json
 
 from gpucomm.settings import SETTINGS
 
+# -o FILE.ext -> --format (data formats that read back, and the Graphviz picture)
+EXTENSION_FORMATS = {".json": "json", ".yaml": "yaml", ".yml": "yaml", ".xml": "nccl-xml", ".dot": "dot", ".gv": "dot"}
 
-def chosen_format(default: str = "table") -> str:
-    return (SETTINGS.format or default).lower()
+
+def output_file() -> Optional[str]:
+    """The -o FILE data goes to, None for stdout (no -o, or ``-o -``)."""
+    out = SETTINGS.output
+    return out if out and out != "-" else None
+
+
+def format_from_output() -> Optional[str]:
+    """The format -o FILE's extension names (None: no -o, or no known extension)."""
+    out = output_file()
+    if out is None:
+        return None
+    low = out.lower()
+    return next((fmt for ext, fmt in EXTENSION_FORMATS.items() if low.endswith(ext)), None)
+
+
+def chosen_format(default: str = "table", allowed: Optional[Iterable[str]] = None) -> str:
+    """--format, else the one -o FILE's extension names, else ``default``."""
+    if SETTINGS.format:
+        return SETTINGS.format.lower()
+    implied = format_from_output()
+    if implied is not None:
+        allowed = list(allowed) if allowed is not None else None
+        if allowed is not None and implied not in allowed:
+            raise InputError(f"the extension asks for {implied}, which this command does not write",
+                             SETTINGS.output, expected="--format " + "|".join(allowed) + ", or another file name")
+        return implied
+    return default
 
 
 def check_format(fmt: str, allowed: Iterable[str]) -> None:
@@ -40,42 +73,25 @@ def make_console(file=None, width: Optional[int] = None):
 
 
 def write_text(text: str) -> None:
-    """Write data to -o FILE (atomically: a reader never sees half a file) or stdout."""
-    if SETTINGS.output and SETTINGS.output != "-":
-        write_file_atomic(SETTINGS.output, text)
+    """Write data to -o FILE (atomically; see the module docstring) or stdout."""
+    out = output_file()
+    if out is not None:
+        from gpucomm.probes.files import write_atomic
+
+        write_atomic(out, text, force=SETTINGS.force)
     else:
         sys.stdout.write(text)
         sys.stdout.flush()
 
 
-def write_file_atomic(path: str, text) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename;
-    ``text`` may be a producer ``produce(write)`` that hands the text over piece by piece."""
-    import tempfile
-
-    folder = os.path.dirname(os.path.abspath(path))
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".gpucomm-", suffix=".tmp", dir=folder)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            if callable(text):
-                text(f.write)
-            else:
-                f.write(text)
-        os.replace(tmp, path)
-        tmp = None
-    except OSError as e:
-        raise InputError(f"cannot write: {e.strerror}", path) from None
-    finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def write_stream(produce: Callable) -> None:
     """Like :func:`write_text` for a large document: ``produce(write)`` hands the text over piece
     by piece (``gpucomm.probes.model.write_json``), so it is never held whole."""
-    if SETTINGS.output and SETTINGS.output != "-":
-        write_file_atomic(SETTINGS.output, produce)
+    out = output_file()
+    if out is not None:
+        from gpucomm.probes.files import write_atomic
+
+        write_atomic(out, produce, force=SETTINGS.force)
     else:
         produce(sys.stdout.write)
         sys.stdout.flush()
@@ -84,7 +100,7 @@ def write_stream(produce: Callable) -> None:
 def render_rich(draw: Callable) -> None:
     """Call ``draw(console)``; to a file or a pipe the output is captured without colour and
     without the padding rich leaves at the end of lines."""
-    to_file = SETTINGS.output and SETTINGS.output != "-"
+    to_file = output_file() is not None
     if to_file or not (hasattr(sys.stdout, "isatty") and sys.stdout.isatty()):
         buf = io.StringIO()
         draw(make_console(buf))
@@ -105,8 +121,8 @@ def emit(doc, *, table: Optional[Callable] = None, extra: Optional[dict] = None,
     table: ``draw(console)`` for the table format; extra: {format: callable -> str} for
     command-specific formats (matrix, dot, nccl-xml, torchrun, ...)."""
     extra = extra or {}
-    fmt = chosen_format(default)
     allowed = list(allowed) if allowed is not None else (["table"] if table else []) + ["json", "yaml"] + list(extra)
+    fmt = chosen_format(default, allowed)
     check_format(fmt, allowed)
     if fmt == "json":
         write_stream(lambda write: write_json(doc, write))

@@ -456,7 +456,7 @@ def tree(doc: dict, console) -> None:
             by_gpu.setdefault(gpu, []).append((other, l))
         for gpu in sorted(by_gpu, key=lambda n: _natural(g.display(n))):
             peers = sorted(by_gpu[gpu], key=lambda x: _natural(g.display(x[0])))
-            text = ", ".join(f"{g.display(o)} NV{l.get('count') or 1} ({l.get('bw_GBps'):g} GB/s)" for o, l in peers)
+            text = ", ".join(f"{g.display(o)} NV{l.get('count') or 1} ({_gbps(l.get('bw_GBps'))})" for o, l in peers)
             b.add(f"{g.display(gpu)} -> {text}")
     other = [l for l in doc.get("links", []) if l.get("kind") in ("smp", "c2c", "xgmi", "net")]
     if other:
@@ -664,3 +664,8 @@ def dot(doc: dict) -> str:
 
 
 __all__ = ["matrix_text", "matrix_rich", "summary_table", "tree", "dot", "level_style", "LEGEND"]
+
+
+def _gbps(bw) -> str:
+    """A link bandwidth for the tree, ``? GB/s`` when the document does not give one."""
+    return f"{bw:g} GB/s" if isinstance(bw, (int, float)) and not isinstance(bw, bool) else "? GB/s"

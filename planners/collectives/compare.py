@@ -182,6 +182,7 @@ def select_runs(text: str, path: str, collective: Optional[str] = None) -> tuple
         raise InputError(f"no {want} run in the file (it holds {have})", path)
     out = []
     for r in runs:
+        warnings.extend(w for w in r.get("warnings") or [] if w not in warnings)  # skipped rows, unknown test names
         if r["collective"] is None:
             cands = " or ".join(r["collective_candidates"]) or "no known collective"
             warnings.append(f"{path}: skipped {_label(r)}: cannot tell its collective (busbw/algbw fits {cands}); "

@@ -200,7 +200,7 @@ def build_env(plan: dict, view: NodeView, *, topo_file_path: str = DEFAULT_TOPO_
             _set(env, "NCCL_CROSS_NIC", "0",
                  "rail-aligned plan: local rank i uses the same-rail NIC on every node, so rings and trees "
                  "can stay on one rail (nccl#1591)")
-        front = _front_end_netdev(view, set(used))
+        front = _front_end_netdev(view, set(used), warnings)
         if front:
             _set(env, "NCCL_SOCKET_IFNAME", "=" + front,
                  "bootstrap and socket traffic on the host network interface, not a container/loopback one (nccl#1447)")
@@ -210,7 +210,7 @@ def build_env(plan: dict, view: NodeView, *, topo_file_path: str = DEFAULT_TOPO_
                 _set(env, "NCCL_SOCKET_IFNAME", "=" + ",".join(netdevs),
                      "no separate host Ethernet interface is known: bootstrap over the IPoIB/RoCE netdevs of the plan's NICs")
     elif nodes > 1:
-        front = _front_end_netdev(view, set())
+        front = _front_end_netdev(view, set(), warnings)
         if front:
             _set(env, "NCCL_SOCKET_IFNAME", "=" + front, "no RDMA NIC: NCCL's socket transport on this interface")
         warnings.append("multi-node plan without RDMA NICs: NCCL falls back to TCP sockets")
@@ -282,19 +282,30 @@ def build_env(plan: dict, view: NodeView, *, topo_file_path: str = DEFAULT_TOPO_
     return plan
 
 
-def _front_end_netdev(view: NodeView, used: set) -> Optional[str]:
-    """A host Ethernet interface that is not one of the plan's RDMA NICs (management/front-end)."""
+def _front_end_netdev(view: NodeView, used: set, warnings: Optional[list] = None) -> Optional[str]:
+    """A host Ethernet interface that is not one of the plan's RDMA NICs (management/front-end).
+    A NIC known only by a placeholder (nvidia-smi's NIC<i>, a bus id) is never named; when that
+    leaves no interface, ``warnings`` says why NCCL_SOCKET_IFNAME is left out."""
     cands = []
+    placeholders = []
     for n in view.doc.get("nics") or []:
         if not isinstance(n, dict) or n.get("name") in used:
             continue
         rdma = nic_is_rdma(n)
+        if not n.get("netdev") and not rdma and not nic_has_device_name(n.get("name")):
+            placeholders.append(str(n.get("name")))
+            continue
         nd = n.get("netdev") or (n.get("name") if not rdma else None)
         ll = str(n.get("link_layer") or "").lower()
         # an RDMA device qualifies only through an Ethernet netdev (RoCE); IPoIB is not the host network
         if nd and _valid_ifname(nd) and (not rdma or ll == "ethernet") and \
                 not nd.startswith(("lo", "docker", "virbr", "veth", "ib")):
             cands.append((-(nic_rate_gbps(n) or 0), _natural(nd), nd))
+    if not cands and placeholders and warnings is not None:
+        warnings.append("NCCL_SOCKET_IFNAME left out: the host interface(s) " + ", ".join(placeholders[:4])
+                        + (" ..." if len(placeholders) > 4 else "") + " have no device name in this topology "
+                        "(a placeholder: nvidia-smi's NIC<i> without a NIC Legend, or a PCI bus id); "
+                        "set it to your host interface")
     return sorted(cands)[0][2] if cands else None
 
 

@@ -30,14 +30,14 @@ padding follows the width of the range's lower bound.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from gpucomm.probes.errors import InputError, PlanInfeasible
+from gpucomm.probes.limits import MAX_DEPTH, MAX_HOSTS
 from gpucomm.probes.model import natural_key as _natural
-
-MAX_HOSTS = 1_000_000
 CLUSTER_SCHEMA = "gpucomm.cluster/v1"
 
 
@@ -68,49 +68,74 @@ def _split_top(text: str) -> List[str]:
 _HOST_OK = re.compile(r"^[A-Za-z0-9._\-]+$")
 
 
-def expand_hostlist(expr: str) -> List[str]:
-    """Slurm hostlist expression -> host names, in order.  Raises ValueError with the reason."""
+def _parse_hostlist(expr: str) -> List[List[object]]:
+    """A hostlist expression -> per top-level element, its pieces: a literal string, or a list of
+    (lo, hi, width) ranges.  Nothing is expanded."""
     text = (expr or "").strip()
     if not text:
         raise ValueError("empty hostlist")
-    out: List[str] = []
+    elements: List[List[object]] = []
     for part in _split_top(text):
         part = part.strip()
         if not part:
-            raise ValueError(f"empty element in {expr!r}")
-        pieces = re.split(r"(\[[^\]]*\])", part)
-        choices: List[List[str]] = []
-        for p in pieces:
+            raise ValueError(f"empty element in {expr[:80]!r}")
+        pieces: List[object] = []
+        for p in re.split(r"(\[[^\]]*\])", part):
             if not p:
                 continue
             if p.startswith("["):
                 body = p[1:-1]
                 if not body:
-                    raise ValueError(f"empty brackets in {part!r}")
-                vals: List[str] = []
+                    raise ValueError(f"empty brackets in {part[:80]!r}")
+                ranges = []
                 for rng in body.split(","):
                     rng = rng.strip()
-                    m = re.fullmatch(r"(\d+)(?:-(\d+))?", rng)
+                    m = re.fullmatch(r"(\d{1,18})(?:-(\d{1,18}))?", rng)
                     if not m:
-                        raise ValueError(f"bad range {rng!r} in {part!r}")
+                        raise ValueError(f"bad range {rng[:40]!r} in {part[:80]!r}")
                     lo_s, hi_s = m.group(1), m.group(2)
                     lo, hi = int(lo_s), int(hi_s) if hi_s is not None else int(lo_s)
                     if hi < lo:
                         raise ValueError(f"range {rng!r} goes backwards")
-                    if hi - lo + 1 + len(out) > MAX_HOSTS:
-                        raise ValueError(f"more than {MAX_HOSTS} hosts")
-                    width = len(lo_s)
-                    vals.extend(str(v).zfill(width) for v in range(lo, hi + 1))
-                choices.append(vals)
+                    ranges.append((lo, hi, len(lo_s)))
+                pieces.append(ranges)
             else:
                 if "[" in p or "]" in p or not _HOST_OK.match(p):
-                    raise ValueError(f"bad host name text {p!r}")
-                choices.append([p])
+                    raise ValueError(f"bad host name text {p[:40]!r}")
+                pieces.append(p)
+        elements.append(pieces)
+    return elements
+
+
+def count_hostlist(expr: str) -> int:
+    """How many names a hostlist expression stands for, without expanding it (a product of range
+    sizes per element: ``n[0-999]x[0-999]`` is 1,000,000)."""
+    total = 0
+    for pieces in _parse_hostlist(expr):
+        n = 1
+        for p in pieces:
+            if isinstance(p, list):
+                n *= sum(hi - lo + 1 for lo, hi, _ in p)
+        total += n
+    return total
+
+
+def expand_hostlist(expr: str, limit: int = MAX_HOSTS) -> List[str]:
+    """Slurm hostlist expression -> host names, in order.  Raises ValueError with the reason,
+    also when the expression stands for more than ``limit`` names (counted before expanding)."""
+    elements = _parse_hostlist(expr)
+    n = count_hostlist(expr)
+    if n > limit:
+        raise ValueError(f"{n} hosts, more than the limit of {limit}")
+    out: List[str] = []
+    for pieces in elements:
         names = [""]
-        for c in choices:
-            names = [a + b for a in names for b in c]
-            if len(names) + len(out) > MAX_HOSTS:
-                raise ValueError(f"more than {MAX_HOSTS} hosts")
+        for p in pieces:
+            if isinstance(p, list):
+                vals = [str(v).zfill(width) for lo, hi, width in p for v in range(lo, hi + 1)]
+                names = [a + b for a in names for b in vals]
+            else:
+                names = [a + p for a in names]
         out.extend(names)
     return out
 
@@ -269,6 +294,7 @@ def parse_topology_conf(text: str, path: str = "topology.conf") -> Fabric:
         buf, start = "", None
     if buf.strip():
         logical.append((start or 1, buf.strip()))
+    budget = {"Nodes": MAX_HOSTS, "Switches": MAX_HOSTS}  # names in the whole file, counted before expanding
     for lineno, line in logical:
         pairs = {}
         first = None
@@ -299,9 +325,11 @@ def parse_topology_conf(text: str, path: str = "topology.conf") -> Fabric:
         for key in ("Nodes", "Switches"):
             if key in pairs:
                 try:
-                    lst = expand_hostlist(pairs[key])
+                    lst = expand_hostlist(pairs[key], budget[key])
                 except ValueError as e:
-                    raise InputError(f"{key}={pairs[key]}: {e}", path, lineno, expected="a Slurm hostlist like node[01-16]") from None
+                    raise InputError(f"{key}={pairs[key][:80]}: {e}", path, lineno,
+                                     expected=f"a Slurm hostlist like node[01-16]; at most {MAX_HOSTS} names in all") from None
+                budget[key] -= len(lst)
                 if key == "Nodes":
                     sw.nodes = lst
                 else:
@@ -312,7 +340,10 @@ def parse_topology_conf(text: str, path: str = "topology.conf") -> Fabric:
             try:
                 sw.link_speed = float(pairs["LinkSpeed"])
             except ValueError:
-                raise InputError(f"LinkSpeed={pairs['LinkSpeed']} is not a number", path, lineno) from None
+                raise InputError(f"LinkSpeed={pairs['LinkSpeed'][:40]} is not a number", path, lineno) from None
+            if not math.isfinite(sw.link_speed) or sw.link_speed < 0:
+                raise InputError(f"LinkSpeed={pairs['LinkSpeed'][:40]} is not a speed", path, lineno,
+                                 expected="a number >= 0")
         if not sw.nodes and not sw.switches:
             raise InputError(f"switch {name!r} has neither Nodes= nor Switches=", path, lineno)
         if first == "BlockName":
@@ -343,13 +374,22 @@ def _link_fabric(switches: Dict[str, Switch], path: str) -> Fabric:
             if n in seen_node and seen_node[n] != s.name:
                 raise InputError(f"node {n!r} is under two switches ({seen_node[n]!r} and {s.name!r})", path, s.line)
             seen_node[n] = s.name
-    for s in switches.values():  # cycles
-        cur, hops = s.parent, 0
-        while cur is not None:
-            hops += 1
-            if cur == s.name or hops > len(switches):
-                raise InputError(f"switch {s.name!r} is part of a cycle", path, s.line)
+    depth: Dict[str, int] = {}  # levels above each switch: linear, with cycle detection
+    for s in switches.values():
+        chain, seen, cur = [], set(), s.name
+        while cur is not None and cur not in depth:
+            if cur in seen:
+                raise InputError(f"switch {cur!r} is part of a cycle", path, switches[cur].line)
+            chain.append(cur)
+            seen.add(cur)
             cur = switches[cur].parent
+        d = depth[cur] if cur is not None else -1
+        for name in reversed(chain):
+            d += 1
+            depth[name] = d
+            if d >= MAX_DEPTH:
+                raise InputError(f"switch {name!r} is {d} levels below the top of the tree, more than {MAX_DEPTH}",
+                                 path, switches[name].line, expected="a switch tree a few levels deep")
     return Fabric(switches=switches, source=path)
 
 
@@ -358,6 +398,7 @@ def parse_fabric_yaml(items, path: str) -> Fabric:
     if not isinstance(items, list) or not items:
         raise InputError("fabric.switches must be a non-empty list", path, expected="[{name, nodes|switches, link_gbps}]")
     switches: Dict[str, Switch] = {}
+    budget = MAX_HOSTS * 2  # nodes and switch names in all
     for i, it in enumerate(items):
         where = f"fabric.switches[{i}]"
         if not isinstance(it, dict):
@@ -381,14 +422,16 @@ def parse_fabric_yaml(items, path: str) -> Fabric:
                 if not isinstance(e, str):
                     raise InputError(f"{where}.{key} has a non-string entry", path)
                 try:
-                    lst.extend(expand_hostlist(e))
+                    got = expand_hostlist(e, budget)
                 except ValueError as ex:
                     raise InputError(f"{where}.{key}: {ex}", path) from None
+                budget -= len(got)
+                lst.extend(got)
             setattr(sw, key, lst)
         if it.get("link_gbps") is not None:
             v = it["link_gbps"]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
-                raise InputError(f"{where}.link_gbps is {v!r}", path, expected="a number > 0")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0 or v > 1e7:
+                raise InputError(f"{where}.link_gbps is {v!r}", path, expected="a number > 0 (Gb/s)")
             sw.link_speed = float(v)
         if not sw.nodes and not sw.switches:
             raise InputError(f"{where}: switch {name!r} has neither nodes nor switches", path)
@@ -449,9 +492,10 @@ def parse_cluster(obj, path: str, base_dir: str, load_topology: Callable[[str], 
         if not isinstance(expr, str) or not expr.strip():
             raise InputError(f"{where} has no names", path, expected="a Slurm hostlist like node[01-16]")
         try:
-            names = expand_hostlist(expr)
+            names = expand_hostlist(expr, MAX_HOSTS - len(hosts))
         except ValueError as ex:
-            raise InputError(f"{where}.names: {ex}", path, expected="a Slurm hostlist like node[01-16]") from None
+            raise InputError(f"{where}.names: {ex}", path,
+                             expected=f"a Slurm hostlist like node[01-16]; at most {MAX_HOSTS} hosts in all") from None
         src = e.get("topology") or default
         if not isinstance(src, str) or not src:
             raise InputError(f"{where} ({names[0]}...) has no topology", path,
@@ -756,17 +800,9 @@ def load_cluster(path: str, default_topology: Optional[str] = None):
     :func:`parse_cluster`, through :mod:`gpucomm.probes.load`)."""
     import os
 
-    import yaml
-
-    from gpucomm.probes.load import load_topology, read_text_input
+    from gpucomm.probes.load import load_topology, parse_yaml, read_text_input
 
     text = read_text_input(path)
-    try:
-        obj = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise InputError(f"invalid YAML/JSON: {getattr(e, 'problem', None) or 'syntax error'}", path,
-                         line=(mark.line + 1) if mark is not None else None,
-                         expected="a gpucomm cluster file (nodes:, fabric:)") from None
+    obj = parse_yaml(text, path, expected="a gpucomm cluster file (nodes:, fabric:)")  # bounded; JSON is YAML
     base = os.path.dirname(os.path.abspath(path))
     return parse_cluster(obj, path, base, load_topology, read_text_input, default_topology)

@@ -41,6 +41,8 @@ shape that :func:`mesh_translations` reports, since ``init_device_mesh`` users r
 """
 from __future__ import annotations
 
+import re
+
 import math
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
@@ -280,12 +282,13 @@ def _nv_count(code: str) -> int:
 
 
 def nic_has_device_name(name: Optional[str]) -> bool:
-    """False for the PCI bus id that stands in for a NIC's name when the source did not give one
-    (an NCCL XML skeleton's bare ``<pci>`` NIC): such a name cannot go into NCCL_IB_HCA or
+    """False for a placeholder that stands in for a NIC's name when the source did not give one:
+    the PCI bus id of an NCCL XML skeleton's bare ``<pci>`` NIC, or nvidia-smi's ``NIC<i>`` column
+    label when its NIC Legend is missing or garbled.  Such a name cannot go into NCCL_IB_HCA or
     NCCL_SOCKET_IFNAME."""
     from gpucomm.probes.model import normalize_bus_id
 
-    return bool(name) and normalize_bus_id(name) is None
+    return bool(name) and normalize_bus_id(name) is None and not re.fullmatch(r"NIC\d+", name)
 
 
 def compute_nics(nics: Dict[str, dict]) -> Dict[str, dict]:

@@ -58,6 +58,7 @@ from typing import Any, Optional
 from gpucomm.probes import facts
 from gpucomm.probes.errors import InputError, TopologyError
 from gpucomm.probes.facts import PCI_GT_TO_GEN, nvlink_bw_per_link, pcie_bw_GBps
+from gpucomm.probes.limits import MAX_GPUS, MAX_NICS
 from gpucomm.probes.model import (cpulist_to_mask, cpumask_to_list, finalize, format_cpulist, gpu_record,
                                   is_sentinel_bus_id, link_record, new_document, nic_record, normalize_bus_id,
                                   parse_cpulist, source_record, switch_record, warn)
@@ -125,6 +126,7 @@ class _Builder:
         self.parser: Any = None
         self.stack = [_Node(_ROOT, {}, 1)]
         self.count = 0
+        self.devices: dict = {}
         self.text_line: Optional[int] = None
 
     def _line(self) -> int:
@@ -142,6 +144,12 @@ class _Builder:
             raise InputError(f"elements nested more than {_MAX_DEPTH} deep", self.path, self._line())
         if self.count > _MAX_ELEMENTS:
             raise InputError(f"more than {_MAX_ELEMENTS} elements", self.path, self._line())
+        if tag in ("gpu", "net") and self.stack[-1].tag != "channel":  # devices of a <system>, not a graph's
+            self.devices[tag] = self.devices.get(tag, 0) + 1
+            limit = MAX_GPUS if tag == "gpu" else MAX_NICS
+            if self.devices[tag] > limit:
+                raise InputError(f"more than {limit} <{tag}> devices, the limit per node", self.path, self._line(),
+                                 expected="NCCL's own bound, NCCL_TOPO_MAX_NODES (README: Limits)")
         node = _Node(tag, {str(k): str(v) for k, v in dict(attrs).items()}, self._line())
         self.stack[-1].children.append(node)
         self.stack.append(node)
@@ -1442,6 +1450,10 @@ class _Export:
         attrs = [("numaid", n), ("affinity", affinity), ("arch", arch),
                  ("vendor", vendor if arch in (None, "x86_64") else None),
                  ("familyid", rec.get("familyid")), ("modelid", rec.get("modelid"))]
+        if rec.get("modelid") is None and arch == "x86_64":
+            ident = facts.cpu_identity(rec, host)  # a CPU known by its model name: its CPUID ids
+            if ident["model"] is not None and ident["family"] is not None:
+                attrs[-2:] = [("familyid", ident["family"]), ("modelid", ident["model"])]
         kids = self.children.get(("cpu", str(n)), [])
         self.w.open(1, "cpu", attrs, leaf=not kids)
         if kids:
@@ -1558,7 +1570,9 @@ def _emit_nets(w: _Writer, depth: int, doc: dict, nic: dict) -> None:
         rate = p.get("rate_gbps")
         speed = int(round(rate * 1000)) if isinstance(rate, (int, float)) and rate > 0 else None
         attrs = [("name", nic["name"]), ("dev", dev + i), ("speed", speed), ("port", p.get("port")),
-                 ("latency", extra.get("latency")), ("guid", guid_to_nccl(nic.get("sys_image_guid") or nic.get("guid"))),
+                 ("latency", extra.get("latency")),
+                 ("guid", guid_to_nccl(nic.get("sys_image_guid") or nic.get("guid"))
+                  or (None if facts.nic_is_rdma(nic) else f"0x{dev + i:x}")),  # socket: dev (net_socket.cc)
                  ("maxconn", extra.get("maxconn")),
                  ("gdr", nic.get("gdr"))]
         attrs += [(k, v) for k, v in extra.items() if k not in ("latency", "maxconn")]

@@ -53,6 +53,10 @@ TYPE_SIZES = {
     "int64": 8, "uint64": 8, "double": 8, "float64": 8, "fp64": 8,
 }
 
+# Reduction operations nccl-tests prints (src/common.cu test_opnames; "none" for collectives
+# without one; rccl-tests the same).
+REDOPS = {"sum", "prod", "max", "min", "avg", "mulsum", "premulsum", "none"}
+
 # nccl-tests binary names (without ``_perf``) -> gpucomm collective names.
 COLLECTIVE_NAMES = {
     "all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
@@ -389,9 +393,14 @@ def _result_row(b: _Block, cols: list[str], toks: list[str], lineno: int) -> Opt
         return None
     sets = vals["sets"]
     bad = [s for s in sets for k in ("time_us", "algbw_GBps", "busbw_GBps")
-           if s.get(k) is not None and (s[k] < 0 or s[k] > (_MAX_BW if k != "time_us" else 1e12))]
+           if s.get(k) is not None and (not math.isfinite(s[k]) or s[k] < 0 or s[k] > (_MAX_BW if k != "time_us" else 1e12)
+                                        or (k == "time_us" and s[k] == 0 and size > 0))]  # no transfer takes 0 us
     if bad or not sets or sets[0]["time_us"] is None:
         warnings.append(f"{path}:{lineno}: skipped a row with missing or absurd time/bandwidth values")
+        return None
+    redop = vals.get("redop")
+    if redop is not None and str(redop).lower() not in REDOPS:
+        warnings.append(f"{path}:{lineno}: skipped a row with an unknown reduction operation {str(redop)[:20]!r}")
         return None
     dtype = vals.get("type")
     count = vals.get("count")

@@ -47,6 +47,7 @@ from typing import Iterable, Optional
 
 from gpucomm.probes import facts
 from gpucomm.probes.errors import InputError
+from gpucomm.probes.limits import MAX_MATRIX_COLUMNS
 from gpucomm.probes.facts import arch_from_name, nvlink_bw_per_link
 from gpucomm.probes.model import (canonical_cpulist, gpu_record, link_record, new_document, nic_record,
                                   parse_cpulist, source_record, warn)
@@ -55,7 +56,7 @@ SOURCE_NAME = "nvidia-smi"
 EXPECTED = "`nvidia-smi topo -m` output: a header line starting with GPU0 followed by one row per device"
 
 # One matrix cell.  NV# is "a bonded set of # NVLinks"; SOC is the pre-384 spelling of SYS.
-_CELL = r"X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC|N/A"
+_CELL = r"X|NV\d{1,4}|PIX|PXB|PHB|NODE|SYS|SOC|N/A"  # NV<5 digits or more> is not a link count
 _CELL_RE = re.compile(rf"^(?:{_CELL})$")
 _CELL_SCAN = re.compile(_CELL)
 # ANSI SGR escapes; collect_env/markdown copies sometimes lose the ESC byte and keep "[4m".
@@ -65,16 +66,16 @@ _TRAILING_TITLES = (
     ("numa", "NUMA Affinity", re.compile(r"NUMA\s*Affinity", re.I)),
     ("gpunuma", "GPU NUMA ID", re.compile(r"GPU\s*NUMA\s*ID", re.I)),
 )
-_GPU_COL = re.compile(r"^GPU(\d+)$")
-_NIC_COL = re.compile(r"^NIC(\d+)$")
+_GPU_COL = re.compile(r"^GPU(\d{1,6})$")
+_NIC_COL = re.compile(r"^NIC(\d{1,6})$")
 _GLUED_COLS = re.compile(r"^(?:GPU\d+|NIC\d+){2,}$")
-_NIC_LEGEND = re.compile(r"^\s*NIC(\d+)\s*:\s*(.*?)\s*$")
+_NIC_LEGEND = re.compile(r"^\s*NIC(\d{1,6})\s*:\s*(.*?)\s*$")
 _LEGEND_START = re.compile(r"^\s*(?:NIC\s+)?Legend\s*:", re.I)
 _LEGEND_ENTRY = re.compile(r"^\s*(?:X|SOC|SYS|NODE|PHB|PXB|PIX|NV#)\s*=")
-_PREFACE_NICS = re.compile(r"(\d+)\s+NICs\s+found\s+in\s+the\s+topology,\s*only\s+displaying\s+(\d+)", re.I)
+_PREFACE_NICS = re.compile(r"(\d{1,9})\s+NICs\s+found\s+in\s+the\s+topology,\s*only\s+displaying\s+(\d{1,9})", re.I)
 # An RDMA device name: mlx5_0, mlx4_0, rocep49s0, mlx5_bond_0, ibp24s0, bnxt_re0, efa_0 ...
 _NIC_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.:\-]{0,63}$")
-_INT = re.compile(r"^\d+$")
+_INT = re.compile(r"^\d{1,9}$")
 
 
 # --------------------------------------------------------------------------------------------
@@ -320,6 +321,9 @@ def parse_topo_text(text: str, path: Optional[str] = None, gpu_names: Optional[I
     partial = _preface_notes(lines, h, doc)
 
     cols, trailing = _parse_header(lines[h], h + 1, doc, path)
+    if len(cols) > MAX_MATRIX_COLUMNS:  # before any per-column work: the rows are as wide
+        raise InputError(f"{len(cols)} columns, more than the limit of {MAX_MATRIX_COLUMNS} GPUs and NICs", path,
+                         line=h + 1, expected="at most one column per GPU and NIC (README: Limits)")
     if not cols or cols[0] != "GPU0":
         raise InputError("header has no GPU0 column", path, line=h + 1, expected=EXPECTED)
     end, (legend, legend_dups, soc_legend), second = _matrix_extent(lines, h, doc)
@@ -736,8 +740,8 @@ def _nvlinks(doc: dict) -> None:
         for b in idxs[i + 1:]:
             ka, kb = f"GPU{a}", f"GPU{b}"
             x, y = m.get(ka, {}).get(kb), m.get(kb, {}).get(ka)
-            mx = re.match(r"^NV(\d+)$", x or "")
-            my = re.match(r"^NV(\d+)$", y or "")
+            mx = re.match(r"^NV(\d{1,4})$", x or "")
+            my = re.match(r"^NV(\d{1,4})$", y or "")
             if not (mx or my):
                 continue
             if x != y:

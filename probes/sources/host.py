@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import json
 import os
+import selectors
+import signal
+import stat
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
+
+from gpucomm.probes.errors import InputError
+from gpucomm.probes.files import Refused, kind_of, read_limited
+from gpucomm.probes.limits import COMMAND_TIMEOUT_S, MAX_COMMAND_OUTPUT, MAX_HOST_FILE_BYTES
 
 
 @dataclass
@@ -20,23 +28,80 @@ class CommandResult:
 
 
 class CommandRunner:
-    """Runs a command for real, with a timeout, never through a shell."""
+    """Runs a command for real, never through a shell, in its own process group: at most
+    ``limit`` bytes of each stream are kept, and when the command runs past ``timeout`` seconds
+    or prints more than ``limit`` bytes the whole group (its children too) is killed."""
 
-    def __init__(self, timeout: float = 15.0):
+    def __init__(self, timeout: float = COMMAND_TIMEOUT_S, limit: int = MAX_COMMAND_OUTPUT):
         self.timeout = timeout
+        self.limit = limit
 
     def run(self, argv: Sequence[str]) -> CommandResult:
         argv = list(argv)
         try:
-            p = subprocess.run(argv, capture_output=True, timeout=self.timeout, check=False)
+            p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 start_new_session=True)
         except FileNotFoundError:
             return CommandResult(argv, None, error=f"{argv[0]} not found on PATH")
-        except subprocess.TimeoutExpired:
-            return CommandResult(argv, None, error=f"{argv[0]} did not answer within {self.timeout:g}s")
         except OSError as e:
             return CommandResult(argv, None, error=f"{argv[0]}: {e.strerror or e}")
-        return CommandResult(argv, p.returncode, p.stdout.decode("utf-8", "replace"),
-                             p.stderr.decode("utf-8", "replace"))
+        out, err, why = _drain(p, self.timeout, self.limit)
+        _kill_group(p)
+        if why == "timeout":
+            return CommandResult(argv, None, error=f"{argv[0]} did not answer within {self.timeout:g}s")
+        if why == "limit":
+            return CommandResult(argv, None, error=f"{argv[0]} printed more than {self.limit} bytes; stopped")
+        return CommandResult(argv, p.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+
+
+def _drain(p: "subprocess.Popen", timeout: float, limit: int) -> tuple:
+    """Read both pipes until EOF, the deadline or the byte limit: (stdout, stderr, None|"timeout"|"limit")."""
+    deadline = time.monotonic() + timeout
+    bufs = {p.stdout.fileno(): bytearray(), p.stderr.fileno(): bytearray()}
+    open_fds = set(bufs)
+    why = None
+    with selectors.DefaultSelector() as sel:
+        for fd in open_fds:
+            sel.register(fd, selectors.EVENT_READ)
+        while open_fds:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                why = "timeout"
+                break
+            for key, _ in sel.select(min(left, 1.0)):
+                chunk = os.read(key.fd, 1 << 16)
+                if not chunk:
+                    sel.unregister(key.fd)
+                    open_fds.discard(key.fd)
+                    continue
+                bufs[key.fd] += chunk
+                if len(bufs[key.fd]) > limit:
+                    why = "limit"
+            if why:
+                break
+    if why is None:
+        try:
+            p.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            why = "timeout"
+    return bytes(bufs[p.stdout.fileno()]), bytes(bufs[p.stderr.fileno()]), why
+
+
+def _kill_group(p: "subprocess.Popen") -> None:
+    """Kill what is left of the command's process group (it may have started children) and reap it."""
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError, OSError):
+        pass
+    for f in (p.stdout, p.stderr):
+        try:
+            f.close()
+        except OSError:
+            pass
+    try:
+        p.wait(5)
+    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL was sent
+        pass
 
 
 class RecordedRunner(CommandRunner):
@@ -48,6 +113,7 @@ class RecordedRunner(CommandRunner):
     def __init__(self, directory: Path):
         super().__init__()
         self.directory = Path(directory)
+        self.limit = MAX_COMMAND_OUTPUT
 
     @staticmethod
     def file_name(argv: Sequence[str]) -> str:
@@ -55,43 +121,102 @@ class RecordedRunner(CommandRunner):
 
     def run(self, argv: Sequence[str]) -> CommandResult:
         f = self.directory / self.file_name(argv)
-        if not f.is_file():
+        if not os.path.lexists(f):
             return CommandResult(list(argv), None, error=f"not recorded ({f.name})")
-        return CommandResult(list(argv), 0, f.read_text(encoding="utf-8", errors="replace"))
+        try:
+            data = _confined_read(f, self.directory.parent, self.limit)
+        except InputError as e:
+            return CommandResult(list(argv), None, error=f"recorded output unusable: {e}")
+        return CommandResult(list(argv), 0, data.decode("utf-8", errors="replace"))
+
+
+def _confined_read(path: Path, root: Optional[Path], limit: int) -> bytes:
+    """read_limited, and with ``root`` the file must resolve inside it (a snapshot's or
+    --sysfs-root's symlinks stay inside the tree, as a .tar.gz snapshot's must)."""
+    if root is not None:
+        inside(path, root)
+    return read_limited(path, limit)
+
+
+def inside(path: Path, root: Path) -> str:
+    """The real path of ``path``; InputError when it resolves outside ``root``."""
+    real = os.path.realpath(path)
+    top = os.path.realpath(root)
+    if real != top and not real.startswith(top.rstrip(os.sep) + os.sep):
+        raise Refused(f"resolves outside {root}; not read", str(path))
+    return real
 
 
 @dataclass
 class Host:
-    """Where probes read from.  ``root`` prefixes every sysfs path (hwloc's HWLOC_FSROOT idea)."""
+    """Where probes read from.  ``root`` prefixes every sysfs path (hwloc's HWLOC_FSROOT idea).
+
+    Under a root other than ``/`` (a snapshot, ``--sysfs-root``, ``GPUCOMM_FSROOT``) every path
+    must resolve inside the root; everywhere only regular files are read, each up to
+    MAX_HOST_FILE_BYTES.  What is refused is left unread and listed in ``problems``."""
 
     root: Path = field(default_factory=lambda: Path(os.environ.get("GPUCOMM_FSROOT", "/")))
     runner: CommandRunner = field(default_factory=CommandRunner)
     nvml: Any = None  # gpucomm.probes.sources.nvml.NvmlSource-compatible handle; None = load the real library lazily
     provenance: str = "live"
+    problems: list = field(default_factory=list, repr=False, compare=False)
 
     def path(self, p: str) -> Path:
         """Absolute host path -> path under the root."""
         return self.root / p.lstrip("/")
 
+    @property
+    def confined(self) -> bool:
+        cached = self.__dict__.get("_confined")
+        if cached is None or cached[0] != self.root:
+            cached = (self.root, os.path.realpath(self.root) != os.sep)
+            self.__dict__["_confined"] = cached
+        return cached[1]
+
+    def _problem(self, msg: str) -> None:
+        if msg not in self.problems and len(self.problems) < 50:
+            self.problems.append(msg)
+
+    def read_bytes(self, p: str, limit: int = MAX_HOST_FILE_BYTES) -> Optional[bytes]:
+        """Up to ``limit`` bytes of a regular file (more is refused), or None if it cannot be read."""
+        full = self.path(p)
+        try:
+            if self.confined:
+                inside(full, self.root)
+            st = os.stat(full)
+            if stat.S_ISREG(st.st_mode):
+                return read_limited(full, MAX_HOST_FILE_BYTES)[:limit]
+            if not stat.S_ISDIR(st.st_mode):
+                self._problem(f"{full} is {kind_of(st.st_mode)}, not a regular file; not read")
+        except Refused as e:
+            self._problem(str(e))
+        except (InputError, OSError, ValueError):
+            pass
+        return None
+
     def read_text(self, p: str) -> Optional[str]:
         """Contents of a sysfs file without its trailing newline, or None if it cannot be read."""
-        try:
-            return self.path(p).read_text(encoding="utf-8", errors="replace").rstrip("\n")
-        except (OSError, ValueError):
-            return None
+        data = self.read_bytes(p)
+        return None if data is None else data.decode("utf-8", errors="replace").rstrip("\n")
 
     def listdir(self, p: str) -> list:
+        full = self.path(p)
         try:
-            return sorted(os.listdir(self.path(p)))
-        except OSError:
-            return []
+            if self.confined:
+                inside(full, self.root)
+            return sorted(os.listdir(full))
+        except Refused as e:
+            self._problem(str(e))
+        except (OSError, ValueError):
+            pass
+        return []
 
     def realpath(self, p: str) -> Optional[str]:
         """Resolve symlinks *inside* the root and return the host-absolute path."""
         full = self.path(p)
         try:
             real = Path(os.path.realpath(full))
-        except OSError:
+        except (OSError, ValueError):
             return None
         root = Path(os.path.realpath(self.root))
         try:
@@ -103,6 +228,5 @@ class Host:
         return "/" + str(rel)
 
 
-def load_json_file(path: Path) -> Any:
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+def load_json_file(path: Path, limit: int = MAX_HOST_FILE_BYTES) -> Any:
+    return json.loads(read_limited(path, limit).decode("utf-8"))

@@ -115,7 +115,7 @@ def read_meta(host: Host) -> Optional[dict]:
         return None
     try:
         meta = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # the snapshot loader reports an unreadable meta.json
         return None
     return meta if isinstance(meta, dict) else None
 

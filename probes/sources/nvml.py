@@ -18,12 +18,12 @@ the P2P status matrix and the fabric (MNNVL clique) info.
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from gpucomm.probes.errors import InputError
+from gpucomm.probes.limits import MAX_GPUS, MAX_NVML_RECORD_BYTES
 from gpucomm.probes import facts
 from gpucomm.probes.sources.host import Host
 from gpucomm.probes.facts import arch_from_name, nvlink_bw_per_link
@@ -334,18 +334,21 @@ class RecordedNvml:
 
     def record(self) -> dict:
         if self._rec is None:
+            from gpucomm.probes.load import parse_json
+            from gpucomm.probes.sources.host import _confined_read
+
             try:
-                text = self.path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as e:
-                raise InputError(f"cannot read: {getattr(e, 'strerror', None) or e}", str(self.path)) from None
-            try:
-                rec = json.loads(text)
-            except ValueError as e:
-                raise InputError(f"invalid JSON: {getattr(e, 'msg', e)}", str(self.path),
-                                 line=getattr(e, "lineno", None), expected=f"a {NVML_SCHEMA} record") from None
+                text = _confined_read(self.path, self.path.parent, MAX_NVML_RECORD_BYTES).decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise InputError(f"cannot read: {e}", str(self.path)) from None
+            rec = parse_json(text, str(self.path), expected=f"a {NVML_SCHEMA} record")
             if not isinstance(rec, dict) or rec.get("schema") != NVML_SCHEMA:
                 got = rec.get("schema") if isinstance(rec, dict) else type(rec).__name__
-                raise InputError(f"schema is {got!r}", str(self.path), expected=repr(NVML_SCHEMA))
+                raise InputError(f"schema is {str(got)[:40]!r}", str(self.path), expected=repr(NVML_SCHEMA))
+            devs = rec.get("devices")
+            if isinstance(devs, list) and len(devs) > MAX_GPUS:
+                raise InputError(f"{len(devs)} devices, more than the limit of {MAX_GPUS} per node", str(self.path),
+                                 expected="NCCL's own bound, NCCL_TOPO_MAX_NODES (README: Limits)")
             self._rec = rec
         return self._rec
 

@@ -70,6 +70,8 @@ def probe_host(host: Optional[Host] = None, sources=None) -> dict:
             part["sources"] = [source_record(name, "ok", "")]
         partials.append(part)
     doc = merge(partials, provenance=host.provenance)
+    for problem in getattr(host, "problems", None) or []:  # files refused by the host's read rules
+        warn(doc, problem)
     return finalize(doc)
 
 

@@ -13,20 +13,31 @@ again on the extracted tree), and member count and sizes are bounded.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import posixpath
+import shutil
+import stat
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from gpucomm.probes.errors import InputError
+from gpucomm.probes.files import check_writable, kind_of, read_limited, write_atomic
+from gpucomm.probes.limits import (MAX_ARCHIVE_FILE_BYTES, MAX_ARCHIVE_HEADER_BYTES, MAX_ARCHIVE_MEMBERS,
+                                   MAX_ARCHIVE_TOTAL_BYTES, MAX_HOST_FILE_BYTES)
 from gpucomm.probes.sources.host import CommandResult, CommandRunner, Host, RecordedRunner
 
+if TYPE_CHECKING:   # archives only: replaying a snapshot directory imports none of these
+    import tarfile
+
 SNAPSHOT_SCHEMA = "gpucomm.snapshot/v1"
-MAX_MEMBERS = 200_000
-MAX_FILE_BYTES = 64 * 1024 * 1024
-MAX_TOTAL_BYTES = 512 * 1024 * 1024
-MAX_READ = 8 * 1024 * 1024  # the largest file a probe reads is /proc/cpuinfo
+MAX_MEMBERS = MAX_ARCHIVE_MEMBERS
+MAX_FILE_BYTES = MAX_ARCHIVE_FILE_BYTES
+MAX_TOTAL_BYTES = MAX_ARCHIVE_TOTAL_BYTES
+MAX_READ = MAX_HOST_FILE_BYTES  # the largest file a probe reads is /proc/cpuinfo
+TMP_PREFIX = "gpucomm-load-"
 META_HOST_KEYS = ("hostname", "os", "kernel", "cpu_vendor", "cpu_model", "cpu_arch", "sockets",
                   "cpus_logical", "cpus_physical", "memory_bytes")
 
@@ -57,19 +68,10 @@ class RecordingHost(Host):
         self.dirs: set = set()
         self.resolved: set = set()
 
-    def read_text(self, p: str) -> Optional[str]:
-        r = super().read_text(p)
-        if r is not None:
+    def read_bytes(self, p: str, limit: int = MAX_READ) -> Optional[bytes]:
+        data = super().read_bytes(p, limit)
+        if data is not None:
             self.files.add(p)
-        return r
-
-    def read_bytes(self, p: str, limit: int = 4096) -> Optional[bytes]:
-        try:
-            with open(self.path(p), "rb") as f:
-                data = f.read(limit)
-        except (OSError, ValueError):
-            return None
-        self.files.add(p)
         return data
 
     def listdir(self, p: str) -> list:
@@ -151,9 +153,8 @@ class _Copier:
 
     def _copy_file(self, src: str, d: str) -> None:
         try:
-            with open(src, "rb") as f:
-                data = f.read(MAX_READ)
-        except OSError:
+            data = read_limited(src, MAX_READ)
+        except InputError:
             return
         if os.path.lexists(d):
             return
@@ -165,65 +166,94 @@ class _Copier:
 
 
 def write_snapshot(host: Optional[Host] = None, out_path=None, collected_at: Optional[str] = None,
-                   name: Optional[str] = None, description: str = "") -> dict:
+                   name: Optional[str] = None, description: str = "", force: bool = False) -> dict:
     """Record ``host`` (default: this machine) into ``out_path``: a directory, or a ``.tar.gz``
-    / ``.tgz`` file (one top-level directory), byte-identical for identical inputs.
+    / ``.tgz`` file (one top-level directory), byte-identical for identical inputs; ``"-"`` gives
+    the .tar.gz bytes in ``result["data"]`` (the CLI writes them to stdout).
 
-    ``collected_at`` (an ISO timestamp) is stored in meta.json only when given (deterministic
-    output by default).  Returns ``{"path", "kind", "files", "bytes", "sources", "document"}``:
-    ``document`` is the topology probed while recording."""
+    An existing archive is replaced only with ``force`` (atomically); a directory must be new or
+    empty; a final symbolic link is never followed.  ``collected_at`` (an ISO timestamp) is stored
+    in meta.json only when given (deterministic output by default).  Returns ``{"path", "kind",
+    "files", "bytes", "sources", "document"}``: ``document`` is the topology probed while recording."""
     import tempfile
-
     from gpucomm.probes.sources.probe import probe_host
 
-    if out_path is None:
+    if out_path is None or str(out_path) == "":
         raise InputError("no output path given", expected="a directory or a .tar.gz file name")
-    out = Path(out_path)
-    is_tar = out.name.endswith((".tar.gz", ".tgz"))
+    to_stdout = str(out_path) == "-"
+    out = Path("snapshot.tar.gz" if to_stdout else out_path)
+    label = "-" if to_stdout else str(out)
+    is_tar = to_stdout or out.name.endswith((".tar.gz", ".tgz"))
     base_name = name or (out.name[:-7] if out.name.endswith(".tar.gz") else out.name[:-4] if is_tar else out.name) \
         or "snapshot"
+    if not to_stdout:
+        _check_target(out, is_tar, force)
     host = host if host is not None else Host()
     rec = RecordingHost(host)
     doc = probe_host(rec)
-    if not is_tar and out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise InputError("already exists and is not an empty directory", str(out),
-                         expected="a new directory, or a file name ending in .tar.gz")
-
     # A directory is staged next to its final place and renamed (no copy); an archive is staged
     # in a temporary directory.
     parent = out.parent if not is_tar else None
-    if parent is not None:
-        parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".gpucomm-snap-", dir=parent) as td:
-        stage = Path(td) / base_name
-        stage.mkdir()
-        cp = _Copier(rec, stage)
-        for p in sorted(rec.dirs):
-            cp.ensure(p, "dir")
-            for entry in Host.listdir(rec, p):  # unrecorded listing of what the probe listed
-                cp.ensure(posixpath.join(p, entry), "any")
-        for p in sorted(rec.resolved):
-            cp.ensure(p, "any")
-        for p in sorted(rec.files):
-            cp.ensure(p, "file")
-        _write_commands(rec, stage)
-        _write_nvml(rec, stage)
-        meta = {"schema": SNAPSHOT_SCHEMA, "name": base_name, "description": description,
-                "collected_at": collected_at, "capture": None, "generated_by": "gpucomm snapshot",
-                "sources": [{"name": s["name"], "status": s["status"], "detail": s["detail"]} for s in doc["sources"]]}
-        for k in META_HOST_KEYS:
-            meta[k] = doc["host"].get(k)
-        (stage / "meta.json").write_text(json.dumps(meta, sort_keys=True, indent=2) + "\n", encoding="utf-8")
-        files, size = _count(stage)
-        if is_tar:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            _write_tar(stage, out)
-        else:
-            if out.is_dir():
-                out.rmdir()  # empty (checked above)
-            os.rename(stage, out)
-    return {"path": str(out), "kind": "tar.gz" if is_tar else "directory", "files": files, "bytes": size,
-            "sources": doc["sources"], "document": doc}
+    data = None
+    try:
+        if parent is not None:
+            parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=".gpucomm-snap-", dir=parent) as td:
+            stage = Path(td) / base_name
+            stage.mkdir()
+            cp = _Copier(rec, stage)
+            for p in sorted(rec.dirs):
+                cp.ensure(p, "dir")
+                for entry in Host.listdir(rec, p):  # unrecorded listing of what the probe listed
+                    cp.ensure(posixpath.join(p, entry), "any")
+            for p in sorted(rec.resolved):
+                cp.ensure(p, "any")
+            for p in sorted(rec.files):
+                cp.ensure(p, "file")
+            _write_commands(rec, stage)
+            _write_nvml(rec, stage)
+            meta = {"schema": SNAPSHOT_SCHEMA, "name": base_name, "description": description,
+                    "collected_at": collected_at, "capture": None, "generated_by": "gpucomm snapshot",
+                    "sources": [{"name": s["name"], "status": s["status"], "detail": s["detail"]} for s in doc["sources"]]}
+            for k in META_HOST_KEYS:
+                meta[k] = doc["host"].get(k)
+            (stage / "meta.json").write_text(json.dumps(meta, sort_keys=True, indent=2) + "\n", encoding="utf-8")
+            files, size = _count(stage)
+            if is_tar:
+                data = _tar_bytes(stage)
+                if not to_stdout:
+                    write_atomic(out, data, force=force, label=label)
+            else:
+                _check_target(out, is_tar, force)  # still new or empty
+                if out.is_dir():
+                    out.rmdir()  # empty (checked above)
+                os.rename(stage, out)
+    except OSError as e:
+        raise InputError(f"cannot write: {e.strerror or e}", label) from None
+    res = {"path": label, "kind": "tar.gz" if is_tar else "directory", "files": files, "bytes": size,
+           "sources": doc["sources"], "document": doc}
+    if to_stdout:
+        res["data"] = data
+    return res
+
+
+def _check_target(out: Path, is_tar: bool, force: bool) -> None:
+    """Refuse an output path before anything is probed: an archive as :func:`check_writable`
+    does; a directory that exists and is not empty, or is a symbolic link or a file."""
+    if is_tar:
+        check_writable(out, force)
+        return
+    try:
+        st = os.lstat(out)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise InputError(f"cannot write: {e.strerror or e}", str(out)) from None
+    if stat.S_ISLNK(st.st_mode):
+        raise InputError("is a symbolic link; not followed", str(out), expected="a new directory, or a file name ending in .tar.gz")
+    if not stat.S_ISDIR(st.st_mode) or any(out.iterdir()):
+        raise InputError("already exists and is not an empty directory", str(out),
+                         expected="a new directory, or a file name ending in .tar.gz")
 
 
 def _write_commands(rec: RecordingHost, stage: Path) -> None:
@@ -259,11 +289,14 @@ def _count(stage: Path) -> tuple:
 
 
 def _write_tar(stage: Path, out: Path) -> None:
+    """:func:`_tar_bytes` into ``out`` (fixtures/pack_examples.py packs the bundled examples so)."""
+    write_atomic(out, _tar_bytes(stage), force=True)
+
+
+def _tar_bytes(stage: Path) -> bytes:
     """Deterministic .tar.gz: sorted members, zero mtimes/owners, gzip header without a date."""
     import gzip
-    import io
     import tarfile
-
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
         root = stage.parent
@@ -286,26 +319,89 @@ def _write_tar(stage: Path, out: Path) -> None:
                 data = p.read_bytes()
                 ti.size, ti.mode = len(data), 0o644
                 tf.addfile(ti, io.BytesIO(data))
-    with open(out, "wb") as f:
-        with gzip.GzipFile(filename="", fileobj=f, mode="wb", mtime=0) as gz:
-            gz.write(buf.getvalue())
+    out = io.BytesIO()
+    with gzip.GzipFile(filename="", fileobj=out, mode="wb", mtime=0) as gz:
+        gz.write(buf.getvalue())
+    return out.getvalue()
 
 
 # ------------------------------------------------------------------------------------------
 # Loading
 def load_snapshot(path) -> dict:
     """A snapshot directory or .tar.gz -> finalised topology document (provenance ``snapshot``,
-    or ``fixture`` when meta.json says so)."""
+    or ``fixture`` when meta.json says so).
+
+    A directory is held to an archive's rules first (:func:`check_tree`); an archive is extracted
+    into ``$TMPDIR/gpucomm-load-<pid>-*``, removed afterwards (and by a later run if this one was
+    killed)."""
+    import tempfile
     p = Path(path)
     if p.is_dir():
+        check_tree(p, str(p))
         return _load_dir(p, str(p))
     if not p.exists():
         raise InputError("no such file or directory", str(p))
-    import tempfile   # archives only: a directory (the common replay) needs none of these modules
-
-    with tempfile.TemporaryDirectory(prefix="gpucomm-load-") as td:
+    st = p.stat()
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(f"is {kind_of(st.st_mode)}, not a regular file", str(p), expected="a snapshot .tar.gz")
+    sweep_stale_extractions()
+    with tempfile.TemporaryDirectory(prefix=f"{TMP_PREFIX}{os.getpid()}-") as td:
         root = safe_extract(p, Path(td))
         return _load_dir(root, str(p))
+
+
+def sweep_stale_extractions(tmpdir: Optional[str] = None, limit: int = 10_000) -> int:
+    """Remove ``gpucomm-load-<pid>-*`` directories of runs that were killed (their process is
+    gone) and that belong to this user; returns how many were removed."""
+    import tempfile
+    tmpdir = tmpdir or tempfile.gettempdir()
+    removed = 0
+    try:
+        entries = os.scandir(tmpdir)
+    except OSError:
+        return 0
+    with entries:
+        for n, e in enumerate(entries):
+            if n >= limit:
+                break
+            if not e.name.startswith(TMP_PREFIX):
+                continue
+            pid_s = e.name[len(TMP_PREFIX):].split("-", 1)[0]
+            if not pid_s.isdigit() or int(pid_s) == os.getpid():
+                continue
+            try:
+                if e.is_symlink() or not e.is_dir() or e.stat(follow_symlinks=False).st_uid != os.getuid():
+                    continue
+                os.kill(int(pid_s), 0)
+                continue  # still running
+            except ProcessLookupError:
+                pass
+            except (PermissionError, OSError, OverflowError):
+                continue
+            shutil.rmtree(e.path, ignore_errors=True)
+            removed += 1
+    return removed
+
+
+def check_tree(root: Path, label: str) -> None:
+    """A snapshot directory under an archive's rules: at most MAX_MEMBERS entries, only regular
+    files, directories and symlinks that resolve inside the directory."""
+    droot = os.path.realpath(root)
+    count = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        for n in dirnames + filenames:
+            count += 1
+            if count > MAX_MEMBERS:
+                raise InputError(f"more than {MAX_MEMBERS} entries", label, expected="a snapshot directory")
+            full = os.path.join(dirpath, n)
+            rel = os.path.relpath(full, root)
+            st = os.lstat(full)
+            if stat.S_ISLNK(st.st_mode):
+                real = os.path.realpath(full)
+                if real != droot and not real.startswith(droot.rstrip(os.sep) + os.sep):
+                    raise InputError(f"symlink {rel[:80]!r} resolves outside the snapshot", label)
+            elif not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+                raise InputError(f"{kind_of(st.st_mode)} {rel[:80]!r} is not allowed in a snapshot", label)
 
 
 def _load_dir(root: Path, label: str) -> dict:
@@ -337,59 +433,74 @@ def _read_meta(root: Path) -> tuple:
     if not f.is_file():
         return {}, None
     try:
-        meta = json.loads(f.read_text(encoding="utf-8"))
-    except (ValueError, OSError) as e:
-        return {}, f"unreadable ({getattr(e, 'msg', None) or e}); host facts missing"
+        meta = json.loads(read_limited(f, MAX_READ).decode("utf-8"))
+    except InputError as e:
+        return {}, f"unreadable ({e.message}); host facts missing"
+    except RecursionError:
+        return {}, "unreadable (nested too deep); host facts missing"
+    except ValueError as e:
+        return {}, f"unreadable ({' '.join(str(getattr(e, 'msg', None) or e).split())[:80]}); host facts missing"
     if not isinstance(meta, dict):
         return {}, "is not a JSON object; host facts missing"
     return meta, None
 
 
+def _bounded_tarinfo():
+    """The TarInfo class safe_extract reads headers with (defined on first use: tarfile is imported
+    only where an archive is read)."""
+    global _BOUNDED_TARINFO
+    if _BOUNDED_TARINFO is None:
+        import tarfile
+
+        class _BoundedTarInfo(tarfile.TarInfo):
+            """A tar header whose GNU long name / PAX extended header is read only when it is small: the
+            standard library reads such a header whole, whatever size the archive claims."""
+
+            def _proc_member(self, tf):  # tarfile.TarInfo._proc_member (CPython 3.8-3.13)
+                if self.type in (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE,
+                                 tarfile.SOLARIS_XHDTYPE) and self.size > MAX_ARCHIVE_HEADER_BYTES:
+                    raise InputError(f"an extended tar header of {self.size} bytes (limit {MAX_ARCHIVE_HEADER_BYTES})")
+                if self.type == tarfile.GNUTYPE_SPARSE:
+                    raise InputError("a sparse member is not allowed in a snapshot")
+                return super()._proc_member(tf)
+
+        _BOUNDED_TARINFO = _BoundedTarInfo
+    return _BOUNDED_TARINFO
+
+
+_BOUNDED_TARINFO = None
+
+
 def safe_extract(archive: Path, dest: Path) -> Path:
-    """Extract a snapshot archive into ``dest`` safely; returns the snapshot root inside it."""
+    """Extract a snapshot archive into ``dest`` safely; returns the snapshot root inside it.
+
+    Every header is checked before anything is written (names, types, sizes, member count,
+    symlink targets); then the members are written."""
     import tarfile
     import zlib
-
     label = str(archive)
-    total = 0
     try:
-        tf = tarfile.open(archive, mode="r:*")
+        tf = tarfile.open(archive, mode="r:*", tarinfo=_bounded_tarinfo())
     except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
         raise InputError(f"not a readable tar archive ({e})", label, expected="a .tar.gz written by `gpucomm snapshot`") from None
+    except InputError as e:
+        raise InputError(e.message, label) from None
     symlinks = []
     try:
         with tf:
-            for n, m in enumerate(_members(tf, label)):
-                if n >= MAX_MEMBERS:
-                    raise InputError(f"more than {MAX_MEMBERS} members", label)
-                name = m.name
-                while name.startswith("./"):
-                    name = name[2:]
-                if not name or name == ".":
-                    continue
-                parts = name.split("/")
-                if name.startswith("/") or "\\" in name or ".." in parts or "\x00" in name:
-                    raise InputError(f"unsafe member name {m.name[:80]!r}", label, expected="relative paths inside the archive")
+            plan = _check_members(tf, label)
+            for name, parts, m in plan:
                 target = dest.joinpath(*[x for x in parts if x])
                 _check_parent(dest, target, label)
                 if m.isdir():
                     target.mkdir(parents=True, exist_ok=True)
                 elif m.issym():
-                    ln = m.linkname
-                    resolved = posixpath.normpath(posixpath.join(posixpath.dirname(name), ln))
-                    if ln.startswith("/") or resolved == ".." or resolved.startswith("../"):
-                        raise InputError(f"symlink {name[:80]!r} -> {ln[:80]!r} leaves the archive", label)
                     target.parent.mkdir(parents=True, exist_ok=True)
                     if os.path.lexists(target):
                         raise InputError(f"duplicate member {name[:80]!r}", label)
-                    os.symlink(ln, target)
+                    os.symlink(m.linkname, target)
                     symlinks.append(target)
-                elif m.isfile():
-                    if m.size > MAX_FILE_BYTES:
-                        raise InputError(f"member {name[:80]!r} is {m.size} bytes (limit {MAX_FILE_BYTES})", label)
-                    total += m.size
-                    if total > MAX_TOTAL_BYTES:
-                        raise InputError(f"archive expands to more than {MAX_TOTAL_BYTES} bytes", label)
+                else:
                     target.parent.mkdir(parents=True, exist_ok=True)
                     if os.path.lexists(target):
                         raise InputError(f"duplicate member {name[:80]!r}", label)
@@ -397,10 +508,6 @@ def safe_extract(archive: Path, dest: Path) -> Path:
                     data = src.read(MAX_FILE_BYTES + 1) if src is not None else b""
                     with open(target, "xb") as f:
                         f.write(data)
-                else:
-                    kind = "hard link" if m.islnk() else "device file" if (m.ischr() or m.isblk()) else \
-                        "FIFO" if m.isfifo() else "special member"
-                    raise InputError(f"{kind} {name[:80]!r} is not allowed in a snapshot", label)
     except (tarfile.TarError, EOFError, zlib.error, OSError) as e:
         raise InputError(f"damaged archive ({e})", label) from None
     # Symlink chains can only be judged on the finished tree: every link must resolve inside.
@@ -408,6 +515,9 @@ def safe_extract(archive: Path, dest: Path) -> Path:
     for s in symlinks:
         real = os.path.realpath(s)
         if real != droot and not real.startswith(droot + os.sep):
+            for t in symlinks:  # leave no link pointing outside behind
+                with contextlib.suppress(OSError):
+                    os.unlink(t)
             raise InputError(f"symlink {os.path.relpath(s, dest)!r} resolves outside the archive", label)
     if (dest / "meta.json").is_file() or (dest / "sys").is_dir():
         return dest
@@ -417,15 +527,52 @@ def safe_extract(archive: Path, dest: Path) -> Path:
     raise InputError("archive is not a snapshot", label, expected="one top-level directory holding meta.json and sys/")
 
 
-def _members(tf, label: str):
+def _check_members(tf: tarfile.TarFile, label: str) -> list:
+    """Read every header (nothing is written) and refuse the archive at its first unsafe member."""
+    plan = []
+    total = 0
+    for n, m in enumerate(_members(tf, label)):
+        if n >= MAX_MEMBERS:
+            raise InputError(f"more than {MAX_MEMBERS} members", label)
+        name = m.name
+        while name.startswith("./"):
+            name = name[2:]
+        if not name or name == ".":
+            continue
+        parts = name.split("/")
+        if name.startswith("/") or "\\" in name or ".." in parts or "\x00" in name:
+            raise InputError(f"unsafe member name {m.name[:80]!r}", label, expected="relative paths inside the archive")
+        if m.issym():
+            ln = m.linkname
+            # where the link lands: "sys/." is written as "sys" (pathlib drops "." parts)
+            at = "/".join(x for x in parts if x not in ("", "."))
+            resolved = posixpath.normpath(posixpath.join(posixpath.dirname(at), ln))
+            if ln.startswith("/") or resolved == ".." or resolved.startswith("../") or "\x00" in ln:
+                raise InputError(f"symlink {name[:80]!r} -> {ln[:80]!r} leaves the archive", label)
+        elif m.isfile():
+            if m.size > MAX_FILE_BYTES:
+                raise InputError(f"member {name[:80]!r} is {m.size} bytes (limit {MAX_FILE_BYTES})", label)
+            total += m.size
+            if total > MAX_TOTAL_BYTES:
+                raise InputError(f"archive expands to more than {MAX_TOTAL_BYTES} bytes", label)
+        elif not m.isdir():
+            kind = "hard link" if m.islnk() else "device file" if (m.ischr() or m.isblk()) else \
+                "FIFO" if m.isfifo() else "special member"
+            raise InputError(f"{kind} {name[:80]!r} is not allowed in a snapshot", label)
+        plan.append((name, parts, m))
+    return plan
+
+
+def _members(tf: tarfile.TarFile, label: str):
     import tarfile
     import zlib
-
     while True:
         try:
             m = tf.next()
         except (tarfile.TarError, EOFError, zlib.error, OSError) as e:
             raise InputError(f"damaged archive ({e})", label) from None
+        except InputError as e:
+            raise InputError(e.message, label) from None
         if m is None:
             return
         yield m
@@ -439,4 +586,4 @@ def _check_parent(dest: Path, target: Path, label: str) -> None:
                          f"(through a symlink)", label)
 
 
-__all__ = ["write_snapshot", "load_snapshot", "safe_extract", "RecordingHost"]
+__all__ = ["write_snapshot", "load_snapshot", "safe_extract", "check_tree", "sweep_stale_extractions", "RecordingHost"]
