@@ -554,7 +554,7 @@ def search_rings(doc: Any, gpus: Optional[Iterable[int]] = None, channels: Union
     chans, exact, method = best
     ref = None
     if reference:
-        ref = nccl_reference(G, nodes=nodes)
+        ref = nccl_reference(G0, nodes=nodes, gpus=list(gpus) if gpus is not None else None)
         seed = _reference_channels(G, ref, inter, cap)[:limit]
         if seed:
             try:

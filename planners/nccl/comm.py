@@ -552,11 +552,30 @@ def nccl_comm(doc: Union[Topology, dict, str], nodes: int = 1, gpus: Optional[It
         if nodes > 1 and not topo.nics:
             raise TopologyError(f"topology has no NICs: --nodes {nodes} needs a network between nodes")
         text = pinned_xml(topo)
+        if not s.p2p_blocked:
+            blocked = _p2p_blocked(topo)
+            if blocked:
+                s = s.replace(p2p_blocked=blocked)
     g = tuple(gpus) if gpus is not None else None
     if g is not None and len(set(g)) != len(g):
         dup = sorted({x for x in g if g.count(x) > 1})
         raise InputError(f"GPU {dup[0]} listed twice", expected="distinct GPU indices")
     return _run_cached(text, g, int(nodes), s.key(), s)
+
+
+def _p2p_blocked(topo: Topology) -> frozenset:
+    """NVML's P2P status NCCL reads from the driver (``ncclTopoCheckP2p``: nvmlDeviceGetP2PStatus read
+    and write must be OK): the (index, index) pairs whose recorded status (``gpus[].p2p``) is not OK."""
+    from gpucomm.probes.model import normalize_bus_id
+
+    by_bus = {normalize_bus_id(g.pci_bus_id): g.index for g in topo.gpus if g.pci_bus_id}
+    out = set()
+    for g in topo.gpus:
+        for bus, status in (g.p2p or {}).items():
+            other = by_bus.get(normalize_bus_id(bus))
+            if other is not None and other != g.index and str(status).upper() != "OK":
+                out.update({(g.index, other), (other, g.index)})
+    return frozenset(out)
 
 
 def reference_dict(res: CommResult, tree: bool = True) -> dict:

@@ -934,6 +934,10 @@ def nccl_reference(doc: Any, nodes: int = 1, gpus: Optional[Iterable[int]] = Non
 
     if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
         raise PlanInfeasible(f"--nodes must be >= 1 (got {nodes})")
+    if hasattr(doc, "nodes") and hasattr(doc, "graph"):     # a path graph of build_graph: its view
+        if doc.graph.get("topology") is None:
+            raise PlanInfeasible("NCCL's model needs the topology document, not a bare graph")
+        doc = doc.graph["topology"]
     s = settings if settings is not None else NcclSettings.from_env()
     if cross_nic is not None and cross_nic != s.cross_nic:
         s = s.replace(cross_nic=cross_nic)
