@@ -702,6 +702,10 @@ def algo_info(t: TuneTables, coll: str, nbytes: int, nvls: Optional[bool] = None
     total, nccl-tests' size)."""
     ct = t.ct
     f = _FUNC[coll]
+    if coll in ("all_gather", "reduce_scatter") and ct.n_ranks > 0:
+        # NCCL sizes the operation from the per-rank count (ncclFuncMaxSendRecvCount: count x nRanks);
+        # nccl-tests' total of float32s gives count = bytes / 4 / nRanks, truncated.
+        nbytes = (int(nbytes) // (4 * ct.n_ranks)) * 4 * ct.n_ranks
     nvls = bool(ct.nvls_support) if nvls is None else nvls
     table = [[-1.0] * 3 for _ in range(7)]
     if ct.n_ranks == 1:
