@@ -547,6 +547,11 @@ def nccl_comm(doc: Union[Topology, dict, str], nodes: int = 1, gpus: Optional[It
         text = doc
     else:
         topo = Topology.of(doc)
+        if topo.doc.get("nccl_graph"):
+            # an NCCL graph file (NCCL_GRAPH_FILE / NCCL_GRAPH_DUMP_FILE) names channels, not the machine:
+            # NCCL cannot load it as a topology (ncclTopoGetSystem), so neither does its model
+            raise InputError("an NCCL graph file (<graphs>) is not a topology: NCCL's model needs the machine",
+                             expected="an NCCL topology XML (<system>), a snapshot or a topology document")
         if not topo.gpus:
             raise NothingToDo("topology has no GPUs")
         if nodes > 1 and not topo.nics:
