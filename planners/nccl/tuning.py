@@ -511,8 +511,9 @@ def tune_model(ct: CommTuning) -> TuneTables:
                                                           LL128_MAX_NTHREADS, LL128_MAX_NTHREADS)
     bw = [[[0.0] * 3 for _ in range(7)] for _ in range(5)]
     lat = [[[0.0] * 3 for _ in range(7)] for _ in range(5)]
-    thr = [[8, 8, 64] for _ in range(7)]
     nn, nr = ct.n_nodes, ct.n_ranks
+    # ncclTopoTuneModel returns before setting threadThresholds when nRanks <= 1: they stay 0
+    thr = [[8, 8, 64] for _ in range(7)] if nr > 1 else [[0, 0, 0] for _ in range(7)]
     if nr > 1:
         cci = 3 if ct.min_cc >= 100 else 2 if ct.min_cc >= 90 else 1 if ct.min_cc >= 80 else 0
         i2 = nn - 1 if nn <= 2 else 2
