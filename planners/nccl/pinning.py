@@ -96,7 +96,8 @@ class _Pinner:
             vendor = _VENDOR_CPUID.get(cpu.vendor or "")
             if vendor is None:
                 vendor = "AuthenticAMD"
-                topo.assume("CPU vendor unknown: assumed AMD x86_64 (NCCL's AMD rules; inter-socket 16 GB/s)")
+                # AMD's rules give NCCL's AMD_BW (16 GB/s) between sockets: the one wording of that default
+                topo.assume(facts.assumption("cpu"))
             node.set("vendor", vendor)
         if node.index("familyid") == -1 or node.index("modelid") == -1:
             fam, mod = cpu.family, cpu.model
