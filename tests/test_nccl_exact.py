@@ -16,7 +16,7 @@ from functools import lru_cache
 import pytest
 
 from gpucomm.planners.nccl import judge
-from tests.support import FIXTURES, ROOT
+from support import FIXTURES, ROOT
 
 NCCLSIM = FIXTURES / "ncclsim"
 NCCLSIM_SRC = ROOT.parent / "shared" / "tools" / "ncclsim"
