@@ -554,15 +554,21 @@ def search_rings(doc: Any, gpus: Optional[Iterable[int]] = None, channels: Union
     chans, exact, method = best
     ref = None
     if reference:
-        ref = nccl_reference(G, nodes=nodes)
+        ref = nccl_reference(G0, nodes=nodes, gpus=list(gpus) if gpus is not None else None)
         seed = _reference_channels(G, ref, inter, cap)[:limit]
+        if any(set(c.gpus) != set(sel) for c in seed):   # NCCL split the node (PATH_NET domains)
+            seed = []
         if seed:
             try:
                 alt, alt_exact = pack(seed, cap / QUANTUM_PARTS)
             except PlanInfeasible:
                 alt = []
-            if sum(c.bw for c in alt) > sum(c.bw for c in chans) + 1e-6:
-                chans, exact, method = alt, alt_exact, "nccl-seeded"
+            if alt and sum(c.bw for c in alt) > sum(c.bw for c in chans) + 1e-6:
+                try:   # NCCL's bandwidths can exceed what our path graph holds: keep the seed only if it fits
+                    check_plan(RingPlan(G, ps, sel, nodes, alt, cap, "nccl-seeded", alt_exact, ref))
+                    chans, exact, method = alt, alt_exact, "nccl-seeded"
+                except PlanInfeasible:
+                    pass
     if not chans:
         raise PlanInfeasible("no ring fits: every candidate channel has zero bandwidth")
     if want is not None:
@@ -603,7 +609,7 @@ def _reference_channels(G, ref: dict, inter: bool, cap: float) -> list:
         return out
     for r in ref["rings"]:
         order = [by_label.get(x) for x in r["gpus"]]
-        if None in order:
+        if None in order or len(set(order)) != len(order):
             return []
         nets = (None, None)
         if inter:

@@ -99,6 +99,7 @@ class _Builder:
             G.add_edge(u, v, **a)
         G.graph["assumptions"] = self.topo.all_assumptions()
         G.graph["source"] = self.topo.host.get("provenance")
+        G.graph["topology"] = self.topo   # the view NCCL's model (nccl_reference) runs on
         return G
 
 

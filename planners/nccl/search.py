@@ -1,62 +1,56 @@
-"""A reference model of NCCL's own channel search (``ncclTopoCompute``, src/graph/search.cc, and the
-channel count of ``ncclTopoPostset``, connect.cc), used as the baseline our ring
-search must match or beat and by the cost model for NCCL's per-channel bandwidths.
+"""NCCL's channel search, reproduced exactly (src/graph/search.cc of NCCL 2.30.7:
+``ncclTopoSearchInit``, ``ncclTopoCompute`` and the recursive ``ncclTopoSearchRec*``), run on the
+system of :mod:`gpucomm.planners.nccl.system`; :func:`nccl_reference` is the stable entry point
+(the whole communicator, :mod:`gpucomm.planners.nccl.comm`).
 
-What is modelled (2.30 semantics unless noted):
+Everything is NCCL's: the speed ladders per architecture, the start speed (``maxBw``/``totalBw``),
+the order GPUs and NICs are tried in (PCI order first, replay of the previous channel, GPU scores,
+NVSwitch neighbours, ``ncclTopoSelectNets``), bandwidth taken on every link of every path with
+C ``float`` rounding (``SUB_ROUND``), the Intel P2P overhead and pre-Ampere reverse reservation,
+NET bandwidth shared per ASIC and port (with NCCL's ``int`` truncation of ``bwInter``), the step
+budgets (16384 per search, 256 when replaying channels, 1024 for the PCI-order seed, 2^19 overall:
+results that timed out are NCCL's timed-out results), the relaxation order (same channels, simpler
+tree on sm90, typeIntra, typeInter, cross-NIC, lower speeds while ``> 0.49`` of the solution),
+``ncclTopoDupChannels``, pass 2 (higher speeds; trees raise bwIntra up to 2x bwInter; NVLS raises
+bwInter) and the fallback (1 channel at 0.1 GB/s).  NCCL_CROSS_NIC and NCCL_GRAPH_FILE are read as
+NCCL does (through the settings object).
 
-* the speed ladders per architecture (``ccMin`` = smallest sm), intra (1 node) and inter
-  (multi-node), and the start index: first speed ``<= maxBw`` with ``speed * minChannels <= totalBw``
-  (trees: ``totalBw * ngpus/(ngpus-1)``); ``maxBw`` = widest GPU->GPU (1 node) or GPU->NET path,
-  ``totalBw`` = max over GPUs of max(PCI link, sum of NVLinks);
-* channels consume ``speed`` on every link of every path they use (``followPath``), with NCCL's
-  Intel P2P overhead and pre-Ampere reverse reservation (:func:`gpucomm.planners.nccl.paths.path_loads`), a NET
-  port additionally carries at most ``net.bw / speed`` channels (node-level decrement, shared by
-  NETs of the same asic+port);
-* path-type limits ``typeIntra``/``typeInter`` raised step by step from the best observed type,
-  cross-NIC allowed only after same-rail rings failed, lower speeds tried while
-  ``next/solution > 0.49``; graphs compared by ``nChannels * bw`` then fewer hops;
-* the recursive DFS of ``ncclTopoSearchRec``: finishing a channel recurses into the next one on the
-  residual bandwidth, backtracking can revisit earlier channels, one step budget per search;
-* DFS order: PCI (index) order first, replay of the previous channel, then NCCL's GPU scores (NET
-  bandwidth/hops when the next hop returns to a NIC, then intra bw, hops, distance in index order);
-  on NVSwitch systems only the index neighbours ``g+1``/``g-1``; NETs in ``ncclTopoSelectNets`` order
-  (by path type, each GPU's local NICs rotated by its index);
-* ``ncclTopoDupChannels`` (``bwIntra >= 25`` and not ``cc > 80 && bwIntra < 50 && nCh > 4``), pass 2
-  (rings: higher speeds with at least as many channels; trees: ``bwIntra`` up to ``2 * bwInter``),
-  the tree graph (``BALANCED_TREE``, min = max = ring channels; on sm90+ retried as ``TREE`` when it
-  does not fit; trees also check the reverse path's type), ``nChannels = 2 * min(ring, tree)``,
-  the sm90 multi-node x2 rule (``ring.bwIntra > 45`` and fewer than 16 channels), 64-channel cap;
-  the fallback (1 channel, bw 0.1, SYS) when nothing is found.
-
-Deviations (documented, deliberate): step budgets are 4096 per search and 65536 per graph (NCCL:
-16384 and 524288 -- Python is ~100x slower; later searches get 256 steps); the DFS also prunes a
-partial channel once no GPU able to close it is left and once the residual capacity cannot hold
-more channels than the best found (NCCL would spend its budget there -- same results, sooner);
-``sameChannels=1`` passes are folded into "replay the previous channel first"; path-type
-thresholds that no path uses are skipped (identical searches); split NVLink domains (minChannels
-2), CollNet/NVLS graphs, NCCL_MIN/MAX_NCHANNELS and the "unpack" net doubling are not modelled.
-Checked: the worked examples (HGX A100 24, HGX H100 24, DGX B200 32 channels) and the Panlichen
-RTX 3090 2-node log and graph dump (1 channel at 4 GB/s, typeIntra SYS) are reproduced.
+Also here: the speed ladders and :class:`Capacity`, the link-capacity book-keeping of our own ring
+search (:mod:`gpucomm.planners.collectives.rings`), and :func:`nvswitch_document`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+import math
+import sys as _pysys
 from typing import Any, Iterable, Optional
 
-from gpucomm.probes.errors import PlanInfeasible, TopologyError
+from gpucomm.probes.errors import PlanInfeasible
 from gpucomm.probes.model import PathType
 
-from gpucomm.planners.nccl.graph import LOC_BW, gpu_nodes, net_nodes
-from gpucomm.planners.nccl.paths import RANK, TYPES, PathSet, as_graph, compute_path_set, path_loads
+from gpucomm.planners.nccl.graph import gpu_nodes, net_nodes
+from gpucomm.planners.nccl.ncclxml import NcclFailure
+from gpucomm.planners.nccl.paths import PathSet, path_loads
+from gpucomm.planners.nccl.system import (CPU, DEV, GPU, LINK_NVL, LINK_PCI, NET, NVS, PATH_DIS, PATH_PIX,
+                                          PATH_PXN, PATH_SYS, ARCH_POWER, ARCH_X86, VENDOR_AMD, VENDOR_INTEL, Topo,
+                                          f32, get_local)
 
 MAXCHANNELS = 64
 RING_MAX_CHANNELS = MAXCHANNELS // 2
-STEP_BUDGET = 4096          # per search (NCCL: 1 << 14)
-GLOBAL_BUDGET = 1 << 16     # per ncclTopoCompute (NCCL: 1 << 19); beyond it searches get LATE_BUDGET
-LATE_BUDGET = 256
+NCCL_MAX_NVLS_ARITY = 32
+NCCL_MAX_DIRECT_ARITY = 7
 EPS = 1e-6
 
-# search.cc ncclTopoCompute speed ladders (speedArrayIntra/Inter), GB/s.
+# graph.h patterns
+BALANCED_TREE, SPLIT_TREE, TREE, RING, NVLS, COLLNET_DIRECT = 1, 2, 3, 4, 5, 6
+PATTERN_NAMES = {1: "BALANCED_TREE", 2: "SPLIT_TREE", 3: "TREE", 4: "RING", 5: "NVLS", 6: "COLLNET_DIRECT"}
+
+SEARCH_GLOBAL_TIMEOUT = 1 << 19
+SEARCH_TIMEOUT = 1 << 14
+SEARCH_TIMEOUT_TREE = 1 << 14
+SEARCH_TIMEOUT_SAMECHANNELS = 1 << 8
+FORCED_ORDER_PCI, FORCED_ORDER_REPLAY = 1, 2
+
+# search.cc ncclTopoCompute speed ladders (speedArrayIntra/Inter), GB/s, as C floats.
 SPEEDS = {
     "intra": {0: (40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0),
               90: (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0),
@@ -81,7 +75,763 @@ def channel_cap(cc_min: Optional[int], inter: bool) -> float:
     return speed_ladder(cc_min, inter)[0]
 
 
+def _roundf(x: float) -> float:
+    return math.copysign(math.floor(abs(x) + 0.5), x)
+
+
+def _sub_round(a: float, b: float) -> float:
+    """``SUB_ROUND``: roundf((a - b) * 1000) / 1000 in C floats."""
+    return f32(_roundf(f32(f32(a - b) * 1000.0)) / 1000.0)
+
+
 # --------------------------------------------------------------------------------------------
+class TGraph:
+    """``struct ncclTopoGraph``."""
+
+    __slots__ = ("id", "pattern", "cross_nic", "coll_net", "min_channels", "max_channels", "n_channels", "bw_intra",
+                 "bw_inter", "latency_inter", "type_intra", "type_inter", "same_channels", "n_hops", "intra", "inter")
+
+    def __init__(self, id_: int = 0, pattern: int = RING, min_channels: int = 1, max_channels: int = MAXCHANNELS):
+        self.id = id_
+        self.pattern = pattern
+        self.cross_nic = 0
+        self.coll_net = 0
+        self.min_channels = min_channels
+        self.max_channels = max_channels
+        self.n_channels = 0
+        self.bw_intra = 0.0
+        self.bw_inter = 0.0
+        self.latency_inter = 0.0
+        self.type_intra = 0
+        self.type_inter = 0
+        self.same_channels = 0
+        self.n_hops = 0
+        self.intra: list = []
+        self.inter: list = [0] * (MAXCHANNELS * 2)
+
+    def copy(self) -> "TGraph":
+        g = TGraph.__new__(TGraph)
+        for k in TGraph.__slots__:
+            setattr(g, k, getattr(self, k))
+        g.intra = list(self.intra)
+        g.inter = list(self.inter)
+        return g
+
+    def assign(self, other: "TGraph") -> None:
+        for k in TGraph.__slots__:
+            setattr(self, k, getattr(other, k))
+        self.intra = list(other.intra)
+        self.inter = list(other.inter)
+
+
+class _Ctx:
+    """One ncclTopoCompute: the topology, the NET/GPU preference lists (fixed during a search)."""
+
+    def __init__(self, topo: Topo):
+        self.topo = topo
+        self.sys = topo.sys
+        self.s = topo.s
+        self.ngpus = len(self.sys.nodes[GPU])
+        self._nets: dict = {}
+        self._pref: dict = {}
+        self.net_index = {n.id: i for i, n in enumerate(self.sys.nodes[NET])}
+        self.gpu_index = {g.rank: i for i, g in enumerate(self.sys.nodes[GPU])}
+        self._order: dict = {}
+        self.pci_links = [_pci_links(g) for g in self.sys.nodes[GPU]]
+
+    def select_nets(self, type_inter: int, gpu: int) -> list:
+        """``ncclTopoSelectNets`` (channel-first preferred NICs, then all NICs up to typeInter)."""
+        key = (type_inter, gpu)
+        got = self._nets.get(key)
+        if got is not None:
+            return got
+        sys = self.sys
+        nets: list = []
+        for g in range(len(sys.nodes[GPU])):
+            if gpu != -1 and gpu != g:
+                continue
+            local = self._pref_nets(g)
+            for n in local:
+                if n not in nets:
+                    nets.append(n)
+        policy, num = self.s.netdevs_policy
+        max_dev = num * (len(sys.nodes[GPU]) if gpu == -1 else 1) if policy == "MAX" else 640
+        if len(nets) < max_dev:
+            done = False
+            for t in range(type_inter + 1):
+                for g in range(len(sys.nodes[GPU])):
+                    if gpu != -1 and gpu != g:
+                        continue
+                    paths = sys.nodes[GPU][g].paths[NET]
+                    for n in range(min(len(sys.nodes[NET]), MAXCHANNELS)):
+                        if paths[n].type == t and n not in nets:
+                            nets.append(n)
+                            if len(nets) >= max_dev:
+                                done = True
+                                break
+                    if done:
+                        break
+                if done:
+                    break
+        self._nets[key] = nets
+        return nets
+
+    def _pref_nets(self, g: int) -> list:
+        got = self._pref.get(g)
+        if got is None:
+            sys = self.sys
+            rank = sys.nodes[GPU][g].rank
+            got = []
+            for c in range(MAXCHANNELS):
+                n = sys.id_to_index(NET, self.topo.local_net(rank, c))
+                if got and n == got[0]:
+                    break
+                got.append(n)
+            self._pref[g] = got
+        return got
+
+
+_SR: dict = {}      # memo of SUB_ROUND(a, b): the few distinct bandwidths make it hit almost always
+_I65: dict = {}     # memo of INTEL_P2P_OVERHEAD(bw)
+
+
+def _steps(path, start) -> tuple:
+    """Per path, once: whether the Intel P2P overhead applies, the links, which are PCI, and per
+    link the reverse link and kind (1 = pre-Ampere bw/8 reservation, 2 = POWER NVLink, 3 = both)
+    -- ``simple`` when no link needs a reverse reservation."""
+    intel = False
+    if path.type == 8 and start.type == GPU:   # PATH_PHB
+        for l in path.list:
+            node = l.rem
+            if node.type == CPU and node.arch == ARCH_X86 and node.vendor == VENDOR_INTEL:
+                intel = True
+    out = []
+    node = start
+    simple = True
+    for link in path.list:
+        rem = link.rem
+        rev, kind = None, 0
+        if rem.type == DEV and rem.cc < 80 and start.type != GPU:
+            rev, kind = _rev_link(node, rem, link.type), 1
+        if rem.type == CPU and rem.arch == ARCH_POWER and link.type == LINK_NVL:
+            rev, kind = rev or _rev_link(node, rem, link.type), kind | 2
+        if kind:
+            simple = False
+        out.append((link, link.type == LINK_PCI, rev, kind))
+        node = rem
+    links = [t[0] for t in out]
+    pcis = [t[1] for t in out]
+    path.fast = (intel and any(pcis), simple, links, pcis, out)
+    return path.fast
+
+
+def _memo(fw: float) -> dict:
+    d = _SR.get(fw)
+    if d is None:
+        if len(_SR) > 4096:
+            _SR.clear()
+        d = _SR[fw] = {}
+    return d
+
+
+def _follow(path, start, max_steps: int, bw: float) -> int:
+    """``followPath``: take ``bw`` on the first ``max_steps`` links; the step that lacked room."""
+    overhead, simple, links, pcis, steps = path.fast or _steps(path, start)
+    if simple and not overhead:
+        d = _SR.get(bw) or _memo(bw)
+        i = 0
+        for link in links:
+            if i == max_steps:
+                break
+            lb = link.bw
+            if lb < bw:
+                return i
+            v = d.get(lb)
+            if v is None:
+                v = d[lb] = _sub_round(lb, bw)
+            link.bw = v
+            i += 1
+        return max_steps
+    if overhead:
+        pci_bw = _I65.get(bw)
+        if pci_bw is None:
+            pci_bw = _I65[bw] = f32(f32(bw * 6.0) / 5.0)
+    else:
+        pci_bw = bw
+    for i in range(max_steps):
+        link, is_pci, rev, kind = steps[i]
+        fw = pci_bw if is_pci else bw
+        lb = link.bw
+        if kind:
+            rb = 0.0
+            if kind & 1:
+                rb = f32(rb + f32(fw / 8.0))
+            if kind & 2:
+                rb = f32(rb + fw)
+            if lb < fw or (rb and rev.bw < rb):
+                return i
+            link.bw = _sub_round(lb, fw)
+            if rb:
+                rev.bw = _sub_round(rev.bw, rb)
+            continue
+        if lb < fw:
+            return i
+        d = _SR.get(fw) or _memo(fw)
+        v = d.get(lb)
+        if v is None:
+            v = d[lb] = _sub_round(lb, fw)
+        link.bw = v
+    return max_steps
+
+
+def _rev_link(node1, node2, type_: int):
+    for l in node2.links:
+        if l.rem is node1 and l.type == type_:
+            return l
+    raise NcclFailure("Could not find rev link")
+
+
+def follow_path(ctx: _Ctx, graph: TGraph, t1: int, i1: int, t2: int, i2: int, mult: float):
+    """``ncclTopoFollowPath``: the destination node when ``graph``'s bandwidth fits on the path
+    (``mult`` = -1 gives it back), else None."""
+    nodes = ctx.sys.nodes
+    node2 = nodes[t2][i2]
+    if t1 == -1:
+        return node2
+    node1 = nodes[t1][i1]
+    path = node1.paths[t2][i2]
+    if (t1 == GPU or t1 == NVS) and (t2 == GPU or t2 == NVS):
+        bw, typ = graph.bw_intra, graph.type_intra
+    else:
+        bw, typ = graph.bw_inter, graph.type_inter
+    ptype = path.type
+    if ptype >= PATH_DIS:
+        return None
+    if mult == 1:
+        if ptype > typ:
+            return None
+        if graph.pattern <= TREE and node2.paths[t1][i1].type > typ:   # BALANCED_TREE, SPLIT_TREE, TREE
+            return None
+        # bw * 1 is bw
+    elif mult == -1:
+        bw = -bw
+    else:
+        bw = f32(bw * mult)
+    count = path.count
+    step = _follow(path, node1, count, bw)
+    if step < count:
+        _follow(path, node1, step, -bw)
+        return None
+    graph.n_hops = int(graph.n_hops + mult * count)
+    return node2
+
+
+def _pci_links(gpu) -> Optional[tuple]:
+    """(DEV -> PCI parent link, its reverse): what ``gpuPciBw`` reads."""
+    dev = gpu.parent
+    for l in dev.links:
+        if l.type != LINK_PCI:
+            continue
+        for l2 in l.rem.links:
+            if l2.rem is dev:
+                return l, l2
+    return None
+
+
+def _gpu_pci_bw(gpu) -> int:
+    dev = gpu.parent
+    for l in dev.links:
+        if l.type != LINK_PCI:
+            continue
+        for l2 in l.rem.links:
+            if l2.rem is dev:
+                return int(min(l.bw, l2.bw))
+    return -1
+
+
+def _next_gpu_sort(ctx: _Ctx, graph: TGraph, gpu, sort_net: int) -> list:
+    """``ncclTopoSearchNextGpuSort``."""
+    sys = ctx.sys
+    flag = 1 << graph.n_channels
+    ngpus = ctx.ngpus
+    gnodes = sys.nodes[GPU]
+    paths = gpu.paths[GPU]
+    if sys.nodes[NVS]:
+        # NVSwitch: only the index neighbours are tried (the sort order of the others is discarded)
+        idx = gpu.idx
+        prev_g = (idx - 1 + ngpus) % ngpus
+        next_g = (idx + 1) % ngpus
+        first = [next_g, prev_g] if graph.pattern == RING else [prev_g, next_g] \
+            if graph.pattern in (SPLIT_TREE, BALANCED_TREE) else [next_g]
+        if next_g == prev_g:
+            first = first[:1]
+        out: list = []
+        for f in first:
+            if f != idx and paths[f].count != 0 and not gnodes[f].used & flag:
+                out.insert(0, f)
+        return out
+    if not sort_net:
+        key = gpu.idx
+        order = ctx._order.get(key)
+        if order is None:
+            start = gpu.idx
+            scores = []
+            for i in range(1, ngpus):
+                g = (start + i) % ngpus
+                p = paths[g]
+                if p.count == 0:
+                    continue
+                scores.append(((-int(p.bw), p.count, i), g))
+            scores.sort()
+            order = ctx._order[key] = [(g, k[0], k[1]) for k, g in scores]
+    else:
+        # the GPU's PCI bandwidth left (gpuPciBw) changes as channels take bandwidth: sorted live
+        net_paths = sys.nodes[NET][ctx.net_index[graph.inter[graph.n_channels * 2]]].paths[GPU]
+        start = gpu.idx
+        scores = []
+        for i in range(1, ngpus):
+            g = (start + i) % ngpus
+            p = paths[g]
+            if p.count == 0 or gnodes[g].used & flag:
+                continue
+            q = net_paths[g]
+            pl = ctx.pci_links[g]
+            pci = -1 if pl is None else int(pl[0].bw if pl[0].bw < pl[1].bw else pl[1].bw)
+            scores.append(((-int(q.bw), -pci, q.count, -int(p.bw), p.count, i), g))
+        scores.sort()
+        order = [(g, k[3], k[4]) for k, g in scores]
+    cand = [t for t in order if not gnodes[t[0]].used & flag]
+    if sort_net == -1 and cand and all(t[1] == cand[0][1] and t[2] == cand[0][2] for t in cand):
+        nxt = [t[0] for t in reversed(cand)]
+    else:
+        nxt = [t[0] for t in cand]
+    return nxt
+
+
+class _Search:
+    """The recursive search (``ncclTopoSearchRec`` and friends) for one ncclTopoCompute."""
+
+    def __init__(self, ctx: _Ctx):
+        self.ctx = ctx
+        self.time = 0
+
+    def replay_gpu(self, graph: TGraph, step: int) -> int:
+        ng = self.ctx.ngpus
+        rank = graph.intra[(graph.n_channels - 1) * ng + step + 1]
+        g = self.ctx.gpu_index.get(rank)
+        if g is None:
+            raise NcclFailure("replay: rank not found")
+        return g
+
+    def try_gpu(self, graph, save, step, back_net, back_first, forced, t1, i1, g) -> None:
+        flag = 1 << graph.n_channels
+        gpu = follow_path(self.ctx, graph, t1, i1, GPU, g, 1)
+        if gpu is not None:
+            gpu.used ^= flag
+            self.rec_gpu(graph, save, gpu, step, back_net, back_first, forced)
+            gpu.used ^= flag
+            follow_path(self.ctx, graph, t1, i1, GPU, g, -1)
+
+    def compare(self, graph: TGraph, ref: TGraph) -> bool:
+        """``ncclTopoCompareGraphs``."""
+        if graph.n_channels < graph.min_channels:
+            return False
+        if graph.pattern == NVLS:
+            copy = False
+            if graph.n_channels > ref.n_channels and graph.n_channels <= self.ctx.ngpus:
+                copy = True
+            if f32(graph.n_channels * graph.bw_inter) > f32(ref.n_channels * ref.bw_inter):
+                copy = True
+            return copy
+        a, b = f32(graph.n_channels * graph.bw_intra), f32(ref.n_channels * ref.bw_intra)
+        if a > b:
+            return True
+        if a < b:
+            return False
+        return graph.pattern == ref.pattern and graph.cross_nic == ref.cross_nic and graph.n_hops < ref.n_hops
+
+    def check_net(self, graph: TGraph, start, n: int, step: int) -> bool:
+        """``ncclTopoSearchCheckNet``."""
+        net = self.ctx.sys.nodes[NET][n]
+        if net.plane != -1 and start.plane != -1 and net.plane != start.plane:
+            return False
+        if graph.pattern == TREE and net.id != start.id:
+            return False
+        if graph.pattern == RING and graph.cross_nic == 2:
+            if graph.n_channels & 1 and net.id != graph.inter[(graph.n_channels - 1) * 2]:
+                return False
+        elif graph.cross_nic == 0:
+            if net.rail != -1 and start.rail != -1:
+                if net.rail != start.rail:
+                    return False
+            elif net.asic != start.asic or net.port != start.port:
+                return False
+        if graph.pattern == BALANCED_TREE and step != 0 and net.id != graph.inter[graph.n_channels * 2 + 1]:
+            return False
+        return True
+
+    def rec_gpu(self, graph, save, gpu, step, back_net, back_first, forced) -> None:
+        """``ncclTopoSearchRecGpu``."""
+        if self.time <= 0:
+            return
+        self.time -= 1
+        ctx = self.ctx
+        sys = ctx.sys
+        ngpus = ctx.ngpus
+        if step == ngpus:
+            graph.n_channels += 1
+            if self.compare(graph, save):
+                save.assign(graph)
+                if graph.n_channels == graph.max_channels:
+                    self.time = -1
+            if graph.n_channels < graph.max_channels:
+                self.rec(graph, save)
+            graph.n_channels -= 1
+            return
+        graph.intra[graph.n_channels * ngpus + step] = gpu.rank
+        g = gpu.idx
+        if step == back_net:
+            if sys.inter:
+                start = sys.nodes[NET][ctx.net_index[graph.inter[graph.n_channels * 2]]]
+                for n in ctx.select_nets(graph.type_inter, g):
+                    if not self.check_net(graph, start, n, step):
+                        continue
+                    next_back = -1
+                    save_inter = graph.bw_inter
+                    if graph.pattern == BALANCED_TREE:
+                        if step == 0:
+                            next_back = 1
+                        graph.bw_inter = f32(graph.bw_inter / 2)
+                    net = follow_path(ctx, graph, GPU, g, NET, n, 1)
+                    graph.bw_inter = save_inter
+                    if net is not None:
+                        graph.inter[graph.n_channels * 2 + 1] = net.id
+                        self.rec_gpu(graph, save, gpu, step, next_back, back_first, forced)
+                        if graph.pattern == BALANCED_TREE:
+                            graph.bw_inter = f32(graph.bw_inter / 2)
+                        follow_path(ctx, graph, GPU, g, NET, n, -1)
+                        graph.bw_inter = save_inter
+        elif graph.pattern == NVLS:
+            self.try_nvls(graph, save, g, ngpus)
+        elif graph.pattern == COLLNET_DIRECT:
+            raise NcclFailure("CollNet graphs are not searched here")
+        elif step < ngpus - 1:
+            if forced == FORCED_ORDER_PCI:
+                nxt = [step + 1]
+            elif forced == FORCED_ORDER_REPLAY:
+                nxt = [self.replay_gpu(graph, step)]
+            else:
+                nxt = _next_gpu_sort(ctx, graph, gpu, 0 if back_net == -1 else 1 if back_net == step + 1 else -1)
+            for x in nxt:
+                self.try_gpu(graph, save, step + 1, back_net, back_first, forced, GPU, g, x)
+        elif step == back_first:
+            p = ctx.gpu_index[graph.intra[graph.n_channels * ngpus]]
+            first = follow_path(ctx, graph, GPU, g, GPU, p, 1)
+            if first is not None:
+                self.rec_gpu(graph, save, first, step + 1, back_net, -1, forced)
+                follow_path(ctx, graph, GPU, g, GPU, p, -1)
+        else:
+            self.rec_gpu(graph, save, gpu, ngpus, -1, -1, forced)
+
+    def try_nvls(self, graph, save, g: int, ngpus: int) -> None:
+        """``ncclTopoSearchTryNvls``."""
+        ctx = self.ctx
+        count = len(ctx.sys.nodes[GPU])
+        d0 = 0
+        while True:
+            gpu = follow_path(ctx, graph, NVS, 0, GPU, d0, 2 if d0 == g else 1)
+            d0 += 1
+            if not (gpu is not None and d0 < count):
+                break
+        if gpu is None:
+            d0 -= 1
+        else:
+            d1 = 0
+            while True:
+                nvs = follow_path(ctx, graph, GPU, d1, NVS, 0, 2 if d1 == g else 1)
+                d1 += 1
+                if not (nvs is not None and d1 < count):
+                    break
+            if nvs is None:
+                d1 -= 1
+            else:
+                self.rec_gpu(graph, save, None, ngpus, -1, -1, 0)
+            while d1:
+                d1 -= 1
+                follow_path(ctx, graph, GPU, d1, NVS, 0, -2 if d1 == g else -1)
+        while d0:
+            d0 -= 1
+            follow_path(ctx, graph, NVS, 0, GPU, d0, -2 if d0 == g else -1)
+
+    def rec_net(self, graph, save, back_net: int, back_first: int) -> None:
+        """``ncclTopoSearchRecNet``."""
+        ctx = self.ctx
+        sys = ctx.sys
+        bw = int(graph.bw_inter)          # NCCL: const int bw = graph->bwInter
+        nets = ctx.select_nets(graph.type_inter, -1)
+        found = False
+        all_nets = sys.nodes[NET]
+        for i in range(len(nets)):
+            if graph.pattern in (NVLS, COLLNET_DIRECT) and found:
+                break
+            n = nets[(graph.n_channels + i) % len(nets)]
+            net = all_nets[n]
+            if graph.coll_net and net.coll == 0:
+                continue
+            if net.bw < bw:
+                continue
+            if graph.pattern == RING and graph.cross_nic == 2 and (graph.n_channels & 1) and \
+                    net.id != graph.inter[(graph.n_channels - 1) * 2 + 1]:
+                continue
+            graph.inter[graph.n_channels * 2] = net.id
+            graph.latency_inter = net.latency
+            for o in all_nets:
+                if o.asic == net.asic and o.port == net.port:
+                    o.bw = f32(o.bw - bw)
+            skip_restore = False
+            if graph.pattern in (NVLS, COLLNET_DIRECT):
+                if graph.n_channels < len(nets):
+                    gpu = net.local_gpu
+                    if gpu != -1:
+                        dup = any(graph.intra[gc * ctx.ngpus] == sys.nodes[GPU][gpu].rank
+                                  for gc in range(graph.n_channels))
+                        if not dup:
+                            self.try_gpu(graph, save, 0, back_net, back_first, 0, NET, n, gpu)
+                            found = True
+            else:
+                if graph.n_channels > 0 and graph.same_channels == 1:
+                    g = self.replay_gpu(graph, -1)
+                    self.try_gpu(graph, save, 0, back_net, back_first, FORCED_ORDER_REPLAY, NET, n, g)
+                else:
+                    if graph.n_channels == 0 and not sys.nodes[NVS]:
+                        saved = self.time
+                        self.time = 1 << 10
+                        self.try_gpu(graph, save, 0, back_net, back_first, FORCED_ORDER_PCI, NET, n, 0)
+                        t = self.time
+                        self.time = -1 if t == -1 else saved
+                    local = net.local_gpu
+                    if local != -1:
+                        self.try_gpu(graph, save, 0, back_net, back_first, 0, NET, n, local)
+                    gpus, ptype = get_local(sys, NET, n, GPU)
+                    if ptype == PATH_DIS:
+                        skip_restore = True     # NCCL's "continue" skips giving the NET bandwidth back
+                    else:
+                        for g in gpus:
+                            if g == local:
+                                continue
+                            self.try_gpu(graph, save, 0, back_net, back_first, 0, NET, n, g)
+            if skip_restore:
+                continue
+            for o in all_nets:
+                if o.asic == net.asic and o.port == net.port:
+                    o.bw = f32(o.bw + bw)
+
+    def rec(self, graph, save) -> None:
+        """``ncclTopoSearchRec``."""
+        sys = self.ctx.sys
+        ng = len(sys.nodes[GPU])
+        if sys.inter:
+            back_net = ng - 1 if graph.pattern == RING else 1 if graph.pattern == SPLIT_TREE else 0
+            self.rec_net(graph, save, back_net, -1)
+            return
+        back_first = ng - 1 if graph.pattern == RING else -1
+        if graph.pattern == NVLS:
+            self.try_gpu(graph, save, 0, -1, back_first, 0, -1, -1, graph.n_channels)
+            return
+        if graph.n_channels == 0:
+            self.try_gpu(graph, save, 0, -1, back_first, FORCED_ORDER_PCI, -1, -1, 0)
+        else:
+            g = self.replay_gpu(graph, -1)
+            self.try_gpu(graph, save, 0, -1, back_first, FORCED_ORDER_REPLAY, -1, -1, g)
+        if graph.same_channels == 0 or graph.n_channels == 0:
+            for g in range(ng):
+                self.try_gpu(graph, save, 0, -1, back_first, 0, -1, -1, g)
+
+
+def dup_channels(graph: TGraph, cc_min: int, ngpus: int) -> None:
+    """``ncclTopoDupChannels``."""
+    if graph.n_channels == 0 or graph.pattern == NVLS or graph.bw_intra < 25.0:
+        return
+    if cc_min > 80 and graph.bw_intra < 50.0 and graph.n_channels > 4:
+        return
+    dup = min(graph.n_channels * 2, graph.max_channels)
+    n = graph.n_channels
+    graph.intra[n * ngpus:dup * ngpus] = graph.intra[0:(dup - n) * ngpus]
+    graph.inter[n * 2:dup * 2] = graph.inter[0:(dup - n) * 2]
+    div = -(-dup // n)
+    graph.bw_intra = f32(graph.bw_intra / div)
+    graph.bw_inter = f32(graph.bw_inter / div)
+    graph.n_channels = dup
+
+
+def compute(topo: Topo, graph: TGraph) -> TGraph:
+    """``ncclTopoCompute``: search ``graph`` (pattern, min/max channels set by the caller) in place."""
+    sys = topo.sys
+    s = topo.s
+    ctx = _Ctx(topo)
+    cc_min, _ = topo.comp_cap()
+    # NCCL's search recurses once per GPU and channel (up to 64 x nGPUs x 3 frames); Python >= 3.11
+    # does not use the C stack for these calls, so the limit only needs to allow the depth.
+    need = 4000 + 4 * MAXCHANNELS * max(1, len(sys.nodes[GPU]) + len(sys.nodes[NET]))
+    if _pysys.getrecursionlimit() < need:
+        _pysys.setrecursionlimit(need)
+    ngpus = len(sys.nodes[GPU])
+    ndevs = len(sys.nodes[DEV])
+    graph.intra = [0] * (MAXCHANNELS * max(ngpus, 1))
+    graph.inter = [0] * (MAXCHANNELS * 2)
+    cross = s.cross_nic if (len(sys.nodes[NET]) > 1 and graph.pattern in (RING, BALANCED_TREE, SPLIT_TREE)) else 0
+    graph.cross_nic = 1 if cross == 1 else 0
+    graph.bw_intra = graph.bw_inter = 0.0
+    graph.latency_inter = 0.0
+    min_intra, min_inter, max_intra, max_inter = 0, PATH_PIX, PATH_SYS, PATH_SYS
+    if ngpus > 1:
+        min_intra = topo.gpu_min_path(GPU)
+        max_intra = topo.gpu_max_path(GPU)
+    if sys.inter:
+        min_inter = topo.gpu_min_path(NET)
+        max_inter = topo.gpu_max_path(NET)
+        max_intra = max_inter
+    if cc_min < 90:
+        max_inter = PATH_SYS
+    graph.type_intra = min_intra
+    graph.type_inter = min_inter
+    graph.n_channels = 0
+    try_same = 0 if graph.pattern == NVLS else 1
+    graph.same_channels = try_same
+    c0 = sys.nodes[CPU][0]
+    cpu_arch, cpu_vendor = c0.arch, c0.vendor
+    if s.graph_file is not None:
+        from gpucomm.planners.nccl.graphfile import load_graph
+
+        if load_graph(s.graph_file, topo, graph) and graph.n_channels > 0:
+            return graph
+    if graph.pattern == NVLS and (not sys.nodes[NVS] or cc_min < 90):
+        return graph
+    if graph.pattern == NVLS:
+        graph.max_channels = min(NCCL_MAX_NVLS_ARITY, ngpus)
+    if graph.pattern == COLLNET_DIRECT:
+        graph.max_channels = min(NCCL_MAX_DIRECT_ARITY + 1, ngpus)
+    if ngpus == 1 and graph.pattern != RING:
+        graph.pattern = TREE
+    if sys.inter == 0 and graph.pattern == NVLS:
+        graph.min_channels = graph.max_channels
+    if graph.pattern == RING and topo.split_nvlink():
+        if graph.max_channels >= 2 and graph.min_channels == 1:
+            graph.min_channels = 2
+    tmp = graph.copy()
+    speeds = [f32(x) for x in speed_ladder(cc_min, bool(sys.inter))]
+    nspeeds = len(speeds)
+    pass_ = 1
+    si = 0
+    max_bw = sys.max_bw
+    total_bw = sys.total_bw
+    if ndevs > 1 and graph.pattern != RING:
+        total_bw = f32(total_bw * (ndevs * 1.0 / (ndevs - 1)))
+    while (speeds[si] > max_bw or f32(speeds[si] * graph.min_channels) > total_bw) and si < nspeeds - 1:
+        si += 1
+    tmp.bw_intra = tmp.bw_inter = f32(speeds[si])
+    global_timeout = SEARCH_GLOBAL_TIMEOUT
+    search = _Search(ctx)
+    while True:
+        # search:
+        time = SEARCH_TIMEOUT_SAMECHANNELS if tmp.same_channels else \
+            SEARCH_TIMEOUT_TREE if tmp.pattern == TREE else SEARCH_TIMEOUT
+        tmp.n_channels = 0
+        global_timeout -= time
+        search.time = time
+        search.rec(tmp, graph)
+        time = search.time
+        goto_done = time == -1 or f32(graph.n_channels * graph.bw_inter) >= sys.total_bw
+        if not goto_done and pass_ == 1:
+            if tmp.same_channels == 1 and not (cpu_arch == ARCH_X86 and cpu_vendor == VENDOR_AMD
+                                               and tmp.type_intra == PATH_SYS):
+                tmp.same_channels = 0
+                continue
+            tmp.same_channels = try_same
+            if time != -1:
+                global_timeout += time
+            else:
+                global_timeout = SEARCH_GLOBAL_TIMEOUT
+            if not (global_timeout < 0 and graph.n_channels):
+                if cc_min >= 90 and tmp.pattern == BALANCED_TREE:
+                    tmp.pattern = TREE
+                    continue
+                tmp.pattern = graph.pattern
+                max_i = tmp.type_inter if sys.inter else max_intra
+                if tmp.type_intra < max_i and (graph.n_channels == 0 or tmp.type_intra < graph.type_intra):
+                    tmp.type_intra += 1
+                    if tmp.type_intra < PATH_DIS:
+                        continue
+                tmp.type_intra = min_intra
+                if sys.inter and tmp.type_inter < max_inter and \
+                        (graph.n_channels == 0 or tmp.type_inter < graph.type_inter or tmp.type_inter < PATH_PXN):
+                    tmp.type_inter += 1
+                    if tmp.type_inter < PATH_DIS:
+                        continue
+                tmp.type_inter = min_inter
+                if cross == 2 and tmp.cross_nic == 0 and graph.pattern in (RING, BALANCED_TREE):
+                    tmp.cross_nic = 2
+                    continue
+                tmp.cross_nic = 1 if cross == 1 else 0
+                if si < nspeeds - 1 and (graph.n_channels == 0 or f32(speeds[si + 1] / graph.bw_inter) > .49):
+                    si += 1
+                    tmp.bw_inter = tmp.bw_intra = f32(speeds[si])
+                    continue
+                si = 0
+                while speeds[si] > max_bw and si < nspeeds - 1:
+                    si += 1
+                tmp.bw_intra = tmp.bw_inter = f32(speeds[si])
+        # done:
+        if pass_ == 1:
+            time = -1
+            dup_channels(graph, cc_min, ngpus)
+            tmp = graph.copy()
+            si = 0
+            while speeds[si] > graph.bw_inter and si < nspeeds - 1:
+                si += 1
+            tmp.bw_intra = tmp.bw_inter = f32(speeds[si])
+            tmp.min_channels = graph.n_channels
+            pass_ = 2
+        if pass_ == 2:
+            if time != 0 and si > 0:
+                if graph.pattern == RING:
+                    si -= 1
+                    tmp.bw_intra = tmp.bw_inter = f32(speeds[si])
+                    continue
+                if graph.pattern == NVLS and tmp.bw_inter == graph.bw_inter and tmp.bw_inter < tmp.bw_intra * 2:
+                    tmp.min_channels = tmp.max_channels = graph.n_channels
+                    si -= 1
+                    tmp.bw_inter = f32(speeds[si])
+                    continue
+                if tmp.bw_intra == graph.bw_intra and tmp.bw_intra < tmp.bw_inter * 2:
+                    si -= 1
+                    tmp.bw_intra = f32(speeds[si])
+                    continue
+            time = -1
+            tmp = graph.copy()
+        break
+    if graph.n_channels == 0 and graph.coll_net == 0 and graph.pattern != NVLS:
+        for i in range(ngpus):
+            graph.intra[i] = sys.nodes[GPU][i].rank
+        graph.bw_intra = f32(0.1)
+        graph.type_intra = PATH_SYS
+        nets0 = ctx.select_nets(-1, 0) if sys.nodes[NET] else []
+        nets1 = ctx.select_nets(-1, ngpus - 1) if sys.nodes[NET] else []
+        graph.inter[0] = sys.nodes[NET][nets0[0]].id if nets0 else -1
+        graph.inter[1] = sys.nodes[NET][nets1[0]].id if nets1 else -1
+        if graph.inter[0] != -1 and graph.inter[1] != -1:
+            graph.bw_inter = f32(0.1)
+            graph.type_inter = PATH_SYS
+        else:
+            graph.inter[0] = graph.inter[1] = -1
+            graph.bw_inter = 0.0
+            graph.type_inter = PATH_DIS
+        graph.n_channels = 1
+    return graph
+
+
+# --------------------------------------------------------------------------------------------
+# Our own ring search's capacity model (over the path graph of gpucomm.planners.nccl.paths)
 class Capacity:
     """Residual bandwidth of every directed link (and NET port) while channels are placed."""
 
@@ -132,585 +882,6 @@ class Capacity:
         return min(self.res[e] / f for e, f in ld)
 
 
-@dataclass
-class Graph:
-    """One NCCL graph (``struct ncclTopoGraph``) as the model finds it."""
-
-    pattern: str
-    n_channels: int = 0
-    bw_intra: float = 0.0
-    bw_inter: float = 0.0
-    type_intra: str = "LOC"
-    type_inter: Optional[str] = None
-    cross_nic: int = 0
-    n_hops: int = 0
-    intra: list = field(default_factory=list)   # per channel: GPU node ids
-    inter: list = field(default_factory=list)   # per channel: (net in, net out)
-
-    def better_than(self, other: Optional["Graph"], min_channels: int) -> bool:
-        """ncclTopoCompareGraphs."""
-        if self.n_channels < min_channels or self.n_channels == 0:
-            return False
-        if other is None or other.n_channels == 0:
-            return True
-        a, b = self.n_channels * self.bw_intra, other.n_channels * other.bw_intra
-        if abs(a - b) > EPS:
-            return a > b
-        return self.cross_nic == other.cross_nic and self.n_hops < other.n_hops
-
-
-class _Search:
-    """One search (fixed speeds, types, pattern, crossNic): NCCL's recursive DFS, where finishing a
-    channel recurses into the next one on the residual bandwidth and backtracking can revisit
-    earlier channels, all under one step budget.  Channel candidates come from generators that
-    hold their bandwidth while the caller recurses and release it when resumed or closed."""
-
-    def __init__(self, ref: "_Reference", pattern: str, speed_intra: float, speed_inter: float, t_intra: int,
-                 t_inter: int, cross_nic: int, max_channels: int, total_bw: float = float("inf")):
-        self.ref = ref
-        self.pattern = pattern
-        self.si, self.se = speed_intra, speed_inter
-        self.t_intra, self.t_inter = t_intra, t_inter
-        self.cross_nic = cross_nic
-        self.max_channels = max_channels
-        self.total_bw = total_bw
-        self.cap = Capacity(ref.G, ref.ps)
-        self.channels: list = []   # (gpu order, (net in, net out), hops)
-        self.best: list = []
-        self.steps = 0
-        self.stop = False
-        self.budget = STEP_BUDGET if ref.steps_total < GLOBAL_BUDGET else LATE_BUDGET
-
-    # -- hops -------------------------------------------------------------------------------
-    def _type_ok(self, src: str, dst: str, limit: int) -> bool:
-        p = self.ref.ps.get(src, dst)
-        if p is None or RANK[p.type] > limit:
-            return False
-        if self.pattern != "ring":  # trees are bidirectional: the reverse path must qualify too
-            q = self.ref.ps.get(dst, src)
-            if q is None or RANK[q.type] > limit:
-                return False
-        return True
-
-    def _hop(self, src: str, dst: str, speed: float, limit: int) -> bool:
-        return self._type_ok(src, dst, limit) and self.cap.take(src, dst, speed)
-
-    def _tick(self) -> bool:
-        self.steps += 1
-        return self.steps <= self.budget and not self.stop
-
-    # -- the recursion over channels ------------------------------------------------------------
-    def run(self, min_channels: int) -> Graph:
-        if self._upper_bound() >= max(1, min_channels):
-            self._rec()
-        self.ref.steps_total += self.steps
-        g = Graph(pattern=self.pattern, n_channels=len(self.best), bw_intra=self.si, bw_inter=self.se,
-                  type_intra=TYPES[self.t_intra], type_inter=TYPES[self.t_inter] if self.ref.nets else None,
-                  cross_nic=self.cross_nic, n_hops=sum(c[2] for c in self.best),
-                  intra=[list(c[0]) for c in self.best], inter=[c[1] for c in self.best])
-        return g
-
-    def _better(self) -> bool:
-        if len(self.channels) != len(self.best):
-            return len(self.channels) > len(self.best)
-        return sum(c[2] for c in self.channels) < sum(c[2] for c in self.best)
-
-    def _rec(self) -> None:
-        gen = self._candidates()
-        try:
-            for ch in gen:
-                self.channels.append(ch)
-                if self._better():
-                    self.best = list(self.channels)
-                n = len(self.channels)
-                if n >= self.max_channels or n * self.se >= self.total_bw - EPS:
-                    self.stop = True   # NCCL: time = -1, a perfect solution
-                elif n + self._upper_bound() > len(self.best):
-                    self._rec()
-                self.channels.pop()
-                if self.stop or self.steps > self.budget:
-                    break
-        finally:
-            gen.close()
-
-    def _upper_bound(self) -> int:
-        """Channels the residual capacity could still hold: every ring channel makes each GPU send and
-        receive once (a chain: n-1 sends), and takes one NET port slot per channel."""
-        res = self.cap.res
-        G = self.ref.G
-        ub = 10 ** 9
-        s = self.si
-        tot_out = 0
-        for g in self.ref.gpus:
-            out = sum(int((res[(g, v)] + EPS) // s) for v in G.successors(g))
-            inn = sum(int((res[(u, g)] + EPS) // s) for u in G.predecessors(g))
-            tot_out += out
-            if self.pattern == "ring" or self.ref.nets:
-                ub = min(ub, out, inn)
-        if self.pattern != "ring" and not self.ref.nets and len(self.ref.gpus) > 1:
-            ub = min(ub, tot_out // (len(self.ref.gpus) - 1))
-        if self.ref.nets:
-            ub = min(ub, sum(int((r + EPS) // self.se) for r in self.cap.port_res.values()))
-        return ub
-
-    # -- candidates for the next channel --------------------------------------------------------
-    def _candidates(self):
-        ref = self.ref
-        gpus = ref.gpus
-        prev = self.channels[-1] if self.channels else None
-        if not ref.nets:
-            yield from self._fixed(list(prev[0]) if prev else list(gpus), None)   # replay / PCI order
-            for g in gpus:
-                yield from self._dfs_intra([g])
-            return
-        for n in ref.select_nets(self.t_inter):
-            port = self.cap.port_of.get(n)
-            if port is not None and self.cap.port_res[port] + EPS < self.se:
-                continue
-            if port is not None:
-                self.cap.port_res[port] -= self.se
-            try:
-                yield from self._fixed(list(prev[0]) if prev else list(gpus), n)
-                for g in ref.local_gpus(n):
-                    yield from self._dfs_inter(n, g)
-            finally:
-                if port is not None:
-                    self.cap.port_res[port] += self.se
-
-    def _hops_of(self, order: list, net_in: Optional[str], net_out: Optional[str]) -> list:
-        """(src, dst, speed, type limit) of every hop of a channel with this GPU order."""
-        hops = []
-        if net_in is None:
-            for a, b in zip(order, order[1:]):
-                hops.append((a, b, self.si, self.t_intra))
-            if self.pattern == "ring" and len(order) > 1:
-                hops.append((order[-1], order[0], self.si, self.t_intra))
-            return hops
-        hops.append((net_in, order[0], self.se, self.t_inter))
-        if self.pattern == "ring":
-            for a, b in zip(order, order[1:]):
-                hops.append((a, b, self.si, self.t_intra))
-            hops.append((order[-1], net_out, self.se, self.t_inter))
-        else:
-            half = self.pattern == "balanced_tree" and len(order) > 1
-            hops.append((order[0], net_out, self.se / 2 if half else self.se, self.t_inter))
-            if half:
-                hops.append((order[1], net_out, self.se / 2, self.t_inter))
-            for a, b in zip(order, order[1:]):
-                hops.append((a, b, self.si, self.t_intra))
-        return hops
-
-    def _hop_count(self, hops: list) -> int:
-        return sum(self.ref.ps.get(a, b).hops for a, b, _, _ in hops)
-
-    def _fixed(self, order: list, net_in: Optional[str]):
-        """A whole channel in a fixed GPU order (PCI order first, then replay of the last channel)."""
-        if not self._tick():
-            return
-        outs = [None] if net_in is None else \
-            self._return_nets(net_in, order[-1] if self.pattern == "ring" else order[0])
-        for net_out in outs:
-            hops = self._hops_of(order, net_in, net_out)
-            taken = []
-            for src, dst, sp, lim in hops:
-                if not self._hop(src, dst, sp, lim):
-                    break
-                taken.append((src, dst, sp))
-            try:
-                if len(taken) == len(hops):
-                    yield (tuple(order), (net_in, net_out), self._hop_count(hops))
-            finally:
-                for src, dst, sp in reversed(taken):
-                    self.cap.give(src, dst, sp)
-
-    def _return_nets(self, net_in: str, gpu: str) -> list:
-        """NETs the channel may leave through (ncclTopoSearchRecGpu backToNet)."""
-        ref = self.ref
-        out = []
-        for m in ref.select_nets(self.t_inter, gpu):
-            if self.pattern == "tree" and m != net_in:
-                continue
-            if self.cross_nic != 1 and ref.port_key(m) != ref.port_key(net_in):
-                continue
-            out.append(m)
-        return out
-
-    def _closers(self, first: str) -> set:
-        """GPUs that may end a ring channel: they reach the first GPU (1 node) within typeIntra.
-        Used to prune the DFS once none is left (NCCL would exhaust its step budget instead)."""
-        key = ("close", first, self.t_intra)
-        c = self.ref.memo.get(key)
-        if c is None:
-            c = {g for g in self.ref.gpus if g != first and self._type_ok(g, first, self.t_intra)}
-            self.ref.memo[key] = c
-        return c
-
-    def _exits(self, net_in: str) -> set:
-        """GPUs that may end an inter-node ring channel: an allowed return NET is within typeInter."""
-        key = ("exit", net_in, self.t_inter, self.cross_nic, self.pattern)
-        c = self.ref.memo.get(key)
-        if c is None:
-            c = {g for g in self.ref.gpus
-                 if any(self._type_ok(g, m, self.t_inter) for m in self._return_nets(net_in, g))}
-            self.ref.memo[key] = c
-        return c
-
-    def _next_gpus(self, order: list, sort_net: int, net_in: Optional[str] = None) -> list:
-        """ncclTopoSearchNextGpuSort: on NVSwitch systems only the index neighbours (next, then
-        previous); otherwise by NET bw/PCI bw/hops when the next hop returns to the NIC, then intra
-        bw, intra hops and distance in index order (reversed when all intra scores tie and the
-        channel still has to come back to a NIC)."""
-        ref = self.ref
-        cur = order[-1]
-        used = set(order)
-        n = len(ref.gpus)
-        pos = ref.pos[cur]
-        if ref.has_nvs:
-            out = []
-            for c in (ref.gpus[(pos + 1) % n], ref.gpus[(pos - 1) % n]):
-                if c not in used and c not in out:
-                    out.append(c)
-            return out
-        scores = []
-        for i in range(1, n):
-            g = ref.gpus[(pos + i) % n]
-            if g in used:
-                continue
-            p = ref.ps.get(cur, g)
-            if p is None:
-                continue
-            inter = (0.0, 0.0, 0)
-            if sort_net == 1 and net_in is not None:
-                q = ref.ps.get(g, net_in)
-                inter = (q.bw if q else 0.0, ref.pci_bw.get(g, 0.0), q.hops if q else 99)
-            scores.append((-inter[0], -inter[1], inter[2], -p.bw, p.hops, i, g))
-        scores.sort()
-        out = [sc[-1] for sc in scores]
-        if sort_net == -1 and scores and len({(sc[3], sc[4]) for sc in scores}) == 1:
-            out.reverse()
-        return out
-
-    def _dfs_intra(self, order: list):
-        ref = self.ref
-        n = len(ref.gpus)
-        if not self._tick():
-            return
-        if len(order) == n:
-            if self.pattern == "ring" and n > 1:
-                if not self._hop(order[-1], order[0], self.si, self.t_intra):
-                    return
-                try:
-                    yield (tuple(order), (None, None), self._hop_count(self._hops_of(order, None, None)))
-                finally:
-                    self.cap.give(order[-1], order[0], self.si)
-            else:
-                yield (tuple(order), (None, None), self._hop_count(self._hops_of(order, None, None)))
-            return
-        if self.pattern == "ring" and len(order) > 1 and not (self._closers(order[0]) - set(order)):
-            return
-        for g in self._next_gpus(order, 0):
-            if self._hop(order[-1], g, self.si, self.t_intra):
-                try:
-                    yield from self._dfs_intra(order + [g])
-                finally:
-                    self.cap.give(order[-1], g, self.si)
-            if self.stop or self.steps > self.budget:
-                return
-
-    def _dfs_inter(self, net_in: str, first: str):
-        """NET n -> first GPU -> ... (-> NET)."""
-        if not self._hop(net_in, first, self.se, self.t_inter):
-            return
-        try:
-            yield from self._dfs_gpus(net_in, [first], None)
-        finally:
-            self.cap.give(net_in, first, self.se)
-
-    def _tree_return(self, net_in: str, order: list):
-        """Trees go back to the NIC from the first (TREE) or the first two (BALANCED_TREE, half the
-        bandwidth each) GPUs, through the NET they came from (TREE) or a same-rail one."""
-        half = self.pattern == "balanced_tree" and len(self.ref.gpus) > 1
-        sp = self.se / 2 if half else self.se
-        pts = order[:2] if half else order[:1]
-        for m in self._return_nets(net_in, order[0]):
-            taken = []
-            for g in pts:
-                if not self._hop(g, m, sp, self.t_inter):
-                    break
-                taken.append((g, m, sp))
-            try:
-                if len(taken) == len(pts):
-                    yield from self._dfs_gpus(net_in, order, m)
-            finally:
-                for g, mm, s2 in reversed(taken):
-                    self.cap.give(g, mm, s2)
-            if self.stop or self.steps > self.budget:
-                return
-
-    def _dfs_gpus(self, net_in: str, order: list, net_out: Optional[str]):
-        ref = self.ref
-        n = len(ref.gpus)
-        if not self._tick():
-            return
-        if self.pattern != "ring" and net_out is None:
-            back = 0 if (self.pattern == "tree" or n == 1) else 1
-            if len(order) == back + 1:
-                yield from self._tree_return(net_in, order)
-                return
-        if len(order) == n:
-            if self.pattern == "ring":
-                for m in self._return_nets(net_in, order[-1]):
-                    if self._hop(order[-1], m, self.se, self.t_inter):
-                        try:
-                            yield (tuple(order), (net_in, m), self._hop_count(self._hops_of(order, net_in, m)))
-                        finally:
-                            self.cap.give(order[-1], m, self.se)
-                    if self.stop or self.steps > self.budget:
-                        return
-                return
-            yield (tuple(order), (net_in, net_out), self._hop_count(self._hops_of(order, net_in, net_out)))
-            return
-        if self.pattern == "ring" and n > 1 and not (self._exits(net_in) - set(order)):
-            return
-        sort_net = (1 if len(order) == n - 1 else -1) if self.pattern == "ring" else 0
-        for g in self._next_gpus(order, sort_net, net_in):
-            if self._hop(order[-1], g, self.si, self.t_intra):
-                try:
-                    yield from self._dfs_gpus(net_in, order + [g], net_out)
-                finally:
-                    self.cap.give(order[-1], g, self.si)
-            if self.stop or self.steps > self.budget:
-                return
-
-
-class _Reference:
-    """Everything a search needs that does not change between searches."""
-
-    def __init__(self, G, ps: PathSet, gpus: list, inter: bool):
-        self.G, self.ps = G, ps
-        self.gpus = gpus
-        self.pos = {g: i for i, g in enumerate(gpus)}
-        self.nets = net_nodes(G) if inter else []
-        self.has_nvs = any(a.get("type") == "NVS" for _, a in G.nodes(data=True))
-        sms = [G.nodes[g].get("sm") for g in gpus if G.nodes[g].get("sm")]
-        self.cc_min = min(sms) if sms else None
-        self.pci_bw = {}
-        for g in gpus:
-            for _, v, a in G.out_edges(g, data=True):
-                if a["type"] == "PCI":
-                    self.pci_bw[g] = min(a["bw"], G.edges[v, g]["bw"])
-        self._select: dict = {}
-        self.memo: dict = {}
-        self.results: dict = {}
-        self.steps_total = 0
-
-    def port_key(self, n: str) -> tuple:
-        a = self.G.nodes[n]
-        return (str(a.get("asic")), str(a.get("port")))
-
-    def select_nets(self, type_limit: int, gpu: Optional[str] = None) -> list:
-        """ncclTopoSelectNets: NETs by path type, each GPU's local NETs rotated by its index."""
-        key = (type_limit, gpu)
-        if key in self._select:
-            return self._select[key]
-        out: list = []
-        for t in range(type_limit + 1):
-            for g in self.gpus:
-                if gpu is not None and g != gpu:
-                    continue
-                local = [n for n in self.nets if self.ps.get(g, n) is not None and RANK[self.ps.get(g, n).type] == t]
-                if not local:
-                    continue
-                r = self.G.nodes[g]["index"] % len(local)
-                local = local[r:] + local[:r]
-                for n in local:
-                    if n not in out:
-                        out.append(n)
-        self._select[key] = out
-        return out
-
-    def local_gpus(self, net: str) -> list:
-        """GPUs with the widest, then shortest NET->GPU path (the search's first GPU candidates)."""
-        best = None
-        out = []
-        for g in self.gpus:
-            p = self.ps.get(net, g)
-            if p is None:
-                continue
-            key = (-p.bw, p.hops)
-            if best is None or key < best:
-                best, out = key, [g]
-            elif key == best:
-                out.append(g)
-        # tryGpuBidir: GPUs with a PCI link first
-        return sorted(out, key=lambda g: (0 if g in self.pci_bw else 1, self.pos[g]))
-
-
-def _total_bw(G, gpus: list) -> float:
-    tot = 0.0
-    for g in gpus:
-        nvl = sum(a["bw"] for _, _, a in G.out_edges(g, data=True) if a["type"] == "NVL")
-        pci = max([a["bw"] for _, _, a in G.out_edges(g, data=True) if a["type"] == "PCI"] or [0.0])
-        tot = max(tot, nvl, pci)
-    return tot
-
-
-def _compute(ref: _Reference, pattern: str, min_channels: int, max_channels: int, cross_nic_param: int = 2) -> Graph:
-    """ncclTopoCompute for one pattern ("ring", "balanced_tree", "tree", "chain")."""
-    G, ps, gpus = ref.G, ref.ps, ref.gpus
-    inter = bool(ref.nets)
-    ngpus = len(gpus)
-    if ngpus == 1 and pattern != "ring":
-        pattern = "tree" if inter else "chain"
-    ladder = speed_ladder(ref.cc_min, inter)
-    if ngpus == 1 and not inter:
-        max_bw = total_bw = LOC_BW
-    else:
-        max_bw = 0.0
-        for g in gpus:
-            targets = ref.nets if inter else [h for h in gpus if h != g]
-            for t in targets:
-                p = ps.get(g, t)
-                if p is not None:
-                    max_bw = max(max_bw, p.bw)
-        total_bw = _total_bw(G, gpus)
-    tb = total_bw * (ngpus / (ngpus - 1) if (pattern != "ring" and ngpus > 1) else 1.0)
-    start = 0
-    while start < len(ladder) - 1 and (ladder[start] > max_bw + EPS or ladder[start] * min_channels > tb + EPS):
-        start += 1
-    gg = [(a, b) for a in gpus for b in gpus if a != b and ps.get(a, b) is not None]
-    t_intra_min = min((RANK[ps.get(a, b).type] for a, b in gg), default=RANK["LOC"])
-    t_intra_max = max((RANK[ps.get(a, b).type] for a, b in gg), default=RANK["LOC"])
-    if ngpus == 1:
-        t_intra_min = t_intra_max = RANK["LOC"]
-    if inter:
-        gn = [ps.get(g, n) for g in gpus for n in ref.nets if ps.get(g, n) is not None]
-        if not gn:
-            raise TopologyError("no path from any GPU to a NIC")
-        t_inter_min = max(RANK["PIX"], min(RANK[p.type] for p in gn))
-        t_inter_max = max(RANK[p.type] for p in gn)
-        if (ref.cc_min or 0) < 90:
-            t_inter_max = RANK["SYS"]
-        t_inter_max = max(t_inter_max, t_inter_min)
-        # 2.30: with NETs, maxTypeIntra = maxTypeInter (2.18 capped typeIntra at the current
-        # typeInter instead, which is why older logs print e.g. SYS/SYS where this prints SYS/PHB).
-        t_intra_max = max(t_intra_max, t_inter_max)
-    else:
-        t_inter_min = t_inter_max = RANK["PIX"]
-    # Only path types that occur change what a search may use: thresholds in between give the same
-    # result, so they are skipped (the loop conditions below still test "te - 1" as NCCL does).
-    intra_types = sorted({RANK[ps.get(a, b).type] for a, b in gg} | {t_intra_min})
-    intra_types = [t for t in intra_types if t_intra_min <= t <= t_intra_max] or [t_intra_min]
-    if inter:
-        seen = {RANK[p.type] for p in gn} | {RANK[ps.get(n, g).type] for g in gpus for n in ref.nets
-                                            if ps.get(n, g) is not None}
-        inter_types = [t for t in sorted(seen | {t_inter_min}) if t_inter_min <= t <= t_inter_max] or [t_inter_min]
-    else:
-        inter_types = [t_inter_min]
-    cross_opts = [0] + ([1] if (inter and len(ref.nets) > 1 and cross_nic_param in (1, 2)) else [])
-    if cross_nic_param == 1:
-        cross_opts = [1]
-
-    best: Optional[Graph] = None
-
-    def optimal(gr: Optional[Graph]) -> bool:
-        return gr is not None and (gr.n_channels >= max_channels or gr.n_channels * gr.bw_inter >= total_bw - EPS)
-
-    def search(si, se, ti, te, cn, maxc=max_channels, pat=pattern):
-        key = (pat, si, se, ti, te, cn, maxc, total_bw)
-        if key not in ref.results:
-            ref.results[key] = _Search(ref, pat, si, se, ti, te, cn, maxc, total_bw).run(min_channels)
-        gr = ref.results[key]
-        return replace(gr, intra=list(gr.intra), inter=list(gr.inter))
-
-    idx = start
-    done = False
-    ref.steps_total = 0
-    while idx < len(ladder) and not done:
-        speed = ladder[idx]
-        if best is not None and speed / best.bw_inter <= 0.49:
-            break
-        if best is not None and ref.steps_total > GLOBAL_BUDGET:
-            break   # NCCL: "globalTimeout < 0" ends the relaxation once a solution exists
-        for cn in cross_opts:
-            if cn == 1 and best is not None:
-                break
-            for te in inter_types:
-                # typeInter/typeIntra are raised only while no solution exists or they are still below
-                # the solution's (typeInter also while below PXN): "te - 1" is the value being raised.
-                if te > t_inter_min and best is not None and \
-                        not (te - 1 < RANK[best.type_inter or "PIX"] or te - 1 < RANK["PXN"]):
-                    break
-                for ti in intra_types:
-                    if ti > t_intra_min and best is not None and not ti - 1 < RANK[best.type_intra]:
-                        break
-                    gr = search(speed, speed, ti, te, cn)
-                    if gr.better_than(best, min_channels):
-                        best = gr
-                    elif pattern == "balanced_tree" and (ref.cc_min or 0) >= 90:
-                        # sm90+: a BALANCED_TREE that does not fit is retried as a plain TREE
-                        gr = search(speed, speed, ti, te, cn, pat="tree")
-                        if gr.better_than(best, min_channels):
-                            best = gr
-                    if optimal(best):
-                        done = True
-                        break
-                if done or not inter:
-                    break
-            if done:
-                break
-        idx += 1
-    if best is None:
-        fb = Graph(pattern=pattern, n_channels=1, bw_intra=0.1, bw_inter=0.1, type_intra="SYS",
-                   type_inter="SYS" if inter else None, intra=[list(gpus)],
-                   inter=[(ref.nets[0], ref.nets[0])] if inter else [])
-        fb.fallback = True  # type: ignore[attr-defined]
-        return fb
-    # Pass 2: ncclTopoDupChannels, then try higher speeds.
-    cc = ref.cc_min or 0
-    if best.bw_intra >= 25.0 and not (cc > 80 and best.bw_intra < 50.0 and best.n_channels > 4):
-        dup = min(best.n_channels * 2, max_channels)
-        div = -(-dup // best.n_channels)
-        best.intra = (best.intra * 2)[:dup]
-        best.inter = (best.inter * 2)[:dup]
-        best.bw_intra /= div
-        best.bw_inter /= div
-        best.n_channels = dup
-    idx = 0
-    while idx < len(ladder) - 1 and ladder[idx] > best.bw_inter + EPS:
-        idx += 1
-    if pattern == "ring":
-        while idx > 0:
-            idx -= 1
-            sp = ladder[idx]
-            gr = search(sp, sp, RANK[best.type_intra], RANK[best.type_inter or "PIX"], best.cross_nic)
-            if gr.better_than(best, best.n_channels):
-                best = gr
-    elif inter:
-        # trees: raise bwIntra (channels fixed) while bwIntra < 2 * bwInter
-        j = 0
-        while j < len(ladder) - 1 and ladder[j] > best.bw_intra + EPS:
-            j += 1
-        while j > 0 and best.bw_intra < 2 * best.bw_inter - EPS:
-            j -= 1
-            gr = search(ladder[j], best.bw_inter, RANK[best.type_intra], RANK[best.type_inter or "PIX"],
-                        best.cross_nic, maxc=best.n_channels)
-            if gr.n_channels >= best.n_channels and ladder[j] > best.bw_intra:
-                best = gr
-            else:
-                break
-    return best
-
-
-def _graph_dict(G, gr: Graph) -> dict:
-    lab = lambda n: G.nodes[n].get("label", n) if n is not None else None  # noqa: E731
-    return {"pattern": gr.pattern, "search_channels": gr.n_channels, "bw_intra": round(gr.bw_intra, 4),
-            "bw_inter": round(gr.bw_inter, 4), "type_intra": gr.type_intra, "type_inter": gr.type_inter,
-            "cross_nic": gr.cross_nic, "fallback": bool(getattr(gr, "fallback", False)),
-            "channels": [{"gpus": [lab(g) for g in order], "nets": [lab(n) for n in nets] if nets and nets[0] else []}
-                         for order, nets in zip(gr.intra, gr.inter or [(None, None)] * len(gr.intra))]}
-
-
 def restrict_gpus(G, gpus: Optional[Iterable[int]]):
     """Sub-graph with only the chosen GPU indices (NCCL trims GPUs outside the communicator).
     Raises InputError naming a missing GPU."""
@@ -739,76 +910,39 @@ def restrict_gpus(G, gpus: Optional[Iterable[int]]):
     return G, sorted(keep, key=lambda g: G.nodes[g]["index"])
 
 
-def nccl_reference(doc: Any, nodes: int = 1, gpus: Optional[Iterable[int]] = None, *, cross_nic: int = 2,
-                   tree: bool = True) -> dict:
-    """What NCCL's search would choose on this topology (stable interface, used by the cost model).
+def nccl_reference(doc: Any, nodes: int = 1, gpus: Optional[Iterable[int]] = None, *, cross_nic: Optional[int] = None,
+                   tree: bool = True, settings: Any = None) -> dict:
+    """What NCCL 2.30.7 decides on this topology (stable interface, used by the cost model, our ring
+    and tree searches and the CLI): :func:`gpucomm.planners.nccl.comm.nccl_comm` summarised.
 
-    ``doc``: topology document (or a graph from :func:`gpucomm.planners.nccl.graph.build_graph`); ``nodes``: number
-    of identical nodes (> 1 searches NIC-to-NIC rings); ``gpus``: GPU indices of the communicator on
-    each node (default all).  Returns::
+    ``doc``: topology document or view; ``nodes``: identical nodes; ``gpus``: GPU indices of the
+    communicator on each node (default all); ``cross_nic``: NCCL_CROSS_NIC (default: the settings'
+    value, from the environment); ``settings``: :class:`gpucomm.planners.nccl.settings.NcclSettings`.
+    Returns::
 
-        {"channels": final nChannels (2 x min(ring, tree), sm90 multi-node x2, <= 64),
-         "search_channels": ring graph channels (after duplication), "bw_intra", "bw_inter": GB/s per
-         search channel, "type_intra", "type_inter": path type names, "pattern": "ring",
-         "total_bw": search_channels x (bw_intra if nodes <= 2 else bw_inter)  -- NCCL's ring busBw,
-         "max_bw", "sys_total_bw": ncclTopoSearchInit values, "cc_min", "nodes", "gpus": [labels],
-         "rings": [{"gpus": [...], "nets": [in, out]}], "tree": {same keys for the tree graph} | None,
-         "fallback": bool}
+        {"channels": nChannels after ncclTopoPostset, "search_channels": ring graph channels,
+         "bw_intra", "bw_inter": GB/s per ring channel, "type_intra", "type_inter", "pattern": "ring",
+         "total_bw": search_channels x (bw_intra if NCCL's node count <= 2 else bw_inter) -- NCCL's ring busBw,
+         "max_bw", "sys_total_bw": ncclTopoSearchInit values, "cc_min", "nodes", "nccl_nodes" (nNodes as
+         NCCL counts them: a node split into NIC-joined domains counts several), "gpus": [labels],
+         "rings": [{"gpus": [...], "nets": [in, out]}], "ring0": the GPU order of ring 0 after setup,
+         "tree": {same keys for the tree graph} | None, "nvls": {channels, bw_intra, bw_inter} | None,
+         "fallback": bool, "settings": the NCCL_* values used}
     Raises TopologyError (no NICs for nodes > 1), InputError (unknown GPU), PlanInfeasible."""
-    if not isinstance(nodes, int) or nodes < 1:
-        raise PlanInfeasible(f"--nodes must be >= 1 (got {nodes})")
-    G0 = as_graph(doc)
-    G, sel = restrict_gpus(G0, gpus)
-    if not sel:
-        from gpucomm.probes.errors import NothingToDo
+    from gpucomm.planners.nccl.comm import nccl_comm, reference_dict
+    from gpucomm.planners.nccl.settings import NcclSettings
 
-        raise NothingToDo("topology has no GPUs")
-    inter = nodes > 1
-    if inter and not net_nodes(G):
-        raise TopologyError(f"topology has no NICs: --nodes {nodes} needs a network between nodes")
-    if not inter:
-        # ncclTopoTrimSystem: a single-node communicator drops its NETs.
-        H = G.copy()
-        H.remove_nodes_from([n for n in net_nodes(G)] + [n for n, a in G.nodes(data=True) if a.get("type") == "NIC"])
-        H.graph = dict(G.graph)
-        G = H
-    ps = compute_path_set(G)
-    ref = _Reference(G, ps, sel, inter)
-    ring = _compute(ref, "ring", 1, RING_MAX_CHANNELS, cross_nic)
-    tr = None
-    if tree:
-        pat = "balanced_tree" if inter else "chain"
-        tr = _compute(ref, pat, ring.n_channels, ring.n_channels, cross_nic)
-    n_ch = ring.n_channels if tr is None else min(ring.n_channels, max(tr.n_channels, 1))
-    n_ch = min(MAXCHANNELS, n_ch * 2)
-    if (ref.cc_min or 0) >= 90 and nodes > 1 and ring.bw_intra > 45.0 and n_ch < 16:
-        n_ch = min(MAXCHANNELS, n_ch * 2)
-    bw = ring.bw_intra if nodes <= 2 else ring.bw_inter
-    max_bw = 0.0
-    for g in sel:
-        for t in (ref.nets if inter else [h for h in sel if h != g]):
-            p = ps.get(g, t)
-            if p is not None:
-                max_bw = max(max_bw, p.bw)
-    rd = _graph_dict(G, ring)
-    return {
-        "pattern": "ring",
-        "channels": n_ch,
-        "search_channels": ring.n_channels,
-        "bw_intra": rd["bw_intra"],
-        "bw_inter": rd["bw_inter"],
-        "type_intra": ring.type_intra,
-        "type_inter": ring.type_inter,
-        "total_bw": round(ring.n_channels * bw, 4),
-        "max_bw": round(max_bw if len(sel) > 1 or inter else LOC_BW, 4),
-        "sys_total_bw": round(_total_bw(G, sel), 4),
-        "cc_min": ref.cc_min,
-        "nodes": nodes,
-        "gpus": [G.nodes[g]["label"] for g in sel],
-        "rings": rd["channels"],
-        "fallback": rd["fallback"],
-        "tree": None if tr is None else {k: v for k, v in _graph_dict(G, tr).items()},
-    }
+    if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
+        raise PlanInfeasible(f"--nodes must be >= 1 (got {nodes})")
+    if hasattr(doc, "nodes") and hasattr(doc, "graph"):     # a path graph of build_graph: its view
+        if doc.graph.get("topology") is None:
+            raise PlanInfeasible("NCCL's model needs the topology document, not a bare graph")
+        doc = doc.graph["topology"]
+    s = settings if settings is not None else NcclSettings.from_env()
+    if cross_nic is not None and cross_nic != s.cross_nic:
+        s = s.replace(cross_nic=cross_nic)
+    res = nccl_comm(doc, nodes=nodes, gpus=gpus, settings=s)
+    return reference_dict(res, tree=tree)
 
 
 # --------------------------------------------------------------------------------------------
@@ -860,4 +994,4 @@ def nvswitch_document(ngpus: int = 8, sm: int = 90, nvlinks: int = 18, name: Opt
 
 
 __all__ = ["nccl_reference", "speed_ladder", "channel_cap", "Capacity", "nvswitch_document", "restrict_gpus",
-           "PathType"]
+           "compute", "TGraph", "PathType", "gpu_nodes"]

@@ -367,3 +367,399 @@ def allowed_algos(g: CommGraph, coll: str, algo: str) -> tuple:
     if algo == "nvls":
         return ("nvls", "nvls_tree")
     return (algo,)
+
+
+# --------------------------------------------------------------------------------------------
+# NCCL's tuning model, exactly (tuning.cc ncclTopoTuneModel / ncclTopoGetAlgoTime, enqueue.cc
+# topoGetAlgoInfo), on the communicator of gpucomm.planners.nccl.comm: C float arithmetic,
+# NCCL's (algorithm, protocol) order for ties, NCCL_ALGO / NCCL_PROTO as NCCL parses them.
+COLLS = ("broadcast", "reduce", "all_gather", "reduce_scatter", "all_reduce")   # NCCL_NUM_FUNCTIONS order
+_FUNC = {"broadcast": 0, "reduce": 1, "all_gather": 2, "reduce_scatter": 3, "all_reduce": 4}
+_ALGO_STR = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
+_PROTO_STR = ("LL", "LL128", "Simple")
+_FUNC_STR = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")
+A_TREE, A_RING, A_CD, A_CC, A_NVLS, A_NVLS_TREE, A_PAT = range(7)
+P_LL, P_LL128, P_SIMPLE = range(3)
+# defaults tuning.cc (indices [algo][proto], algos in NCCL order incl. CollNet)
+_BASE = ((6.8, 14.0, 8.4), (6.6, 14.0, 8.4), (0, 0, 0), (0, 0, 0), (0, 0, 0), (0, 0, 0), (8.0, 8.0, 8.0))
+_HW = (((0.6, 1.25, 4.0), (0.6, 1.9, 3.4), (0, 0, 3.7), (0, 0, 2.8), (0, 0, 25), (0, 0, 25), (0, 0, 4.0)),
+       ((1.0, 1.9, 4.0), (1.0, 2.5, 5.7), (0, 0, 3.7), (0, 0, 2.8), (0, 0, 0), (0, 0, 0), (0, 0, 4.0)),
+       ((5.0, 8.5, 14), (2.7, 4.0, 14.0), (0, 0, 31), (0, 0, 30), (0, 0, 18), (0, 0, 20.9), (0, 0, 14)))
+_TREE_CORR24 = (
+    (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0),
+    (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0),
+    (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9),
+)
+PCI_BW = 12.0
+WARP = 32
+SIMPLE_MAX_NTHREADS, LL_MAX_NTHREADS, LL128_MAX_NTHREADS, MAX_NTHREADS = 512, 512, 640, 640
+_PATH_ORDER = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS", "NET", "DIS")
+
+import struct as _struct  # noqa: E402
+
+_F32 = _struct.Struct("f")
+
+
+def _f(x: float) -> float:
+    return _F32.unpack(_F32.pack(x))[0]
+
+
+@dataclass
+class CommTuning:
+    """What ncclTopoTuneModel reads from the communicator (after ncclTopoPostset)."""
+
+    n_ranks: int
+    n_nodes: int
+    n_channels: int
+    nvls_channels: int
+    nvls_support: int
+    graphs: dict              # "ring", "tree", "nvls", "collnet_chain", "collnet_direct" -> TGraph
+    max_tree_pattern: int
+    cpu_arch: int
+    cpu_vendor: int
+    min_cc: int
+    max_cc: int
+    nvs_count: int
+    local_ranks: int
+    max_local_ranks: int
+    settings: object = None
+
+
+@dataclass
+class TuneTables:
+    """``comm->bandwidths/latencies/maxThreads/threadThresholds`` and what topoGetAlgoInfo needs."""
+
+    ct: CommTuning
+    bw: list                  # [coll][algo][proto] float32
+    lat: list
+    max_threads: list         # [algo][proto]
+    thresholds: list          # [algo][proto]
+
+    def table(self, coll: str) -> dict:
+        """{Algo: {Proto: [latency us, algbw GB/s]}} in NCCL's names (ncclsim ``tuning``)."""
+        f = _FUNC[coll]
+        return {_ALGO_STR[a]: {_PROTO_STR[p]: [self.lat[f][a][p], self.bw[f][a][p]] for p in range(3)}
+                for a in range(7)}
+
+
+def _graph_of(ct: CommTuning, a: int):
+    g = ct.graphs
+    return (g["tree"], g["ring"], g["collnet_direct"], g["collnet_chain"], g["nvls"], g["nvls"], g["tree"])[a]
+
+
+def _log2i(n: int) -> int:
+    return n.bit_length() - 1 if n > 0 else -1
+
+
+def _nthreads(env: int, lo: int, hi: int, default: int) -> int:
+    if env > 0:
+        if env % WARP != 0:
+            return hi
+        return hi if env > hi else lo if env < lo else env
+    return default
+
+
+def _parse_list(text: str, prefixes: tuple, elems: tuple, table: list) -> None:
+    """``parseList`` (tuning.cc): ``[func:]elem,elem;func:^elem``."""
+    from gpucomm.probes.errors import InputError as _IE
+
+    for i, full in enumerate(text.split(";")):
+        if not full:
+            continue
+        parts = full.split(":")
+        if len(parts) == 1:
+            if i != 0:
+                raise _IE(f"{text!r}: all entries except the first must have a prefix")
+            prefix, lst = None, parts[0]
+        else:
+            prefix, lst = parts[0], parts[1]
+        unset, setv = (1, 0) if lst.startswith("^") else (0, 1)
+        if lst.startswith("^"):
+            lst = lst[1:]
+        found = False
+        for pi, p in enumerate(prefixes):
+            if prefix is not None and prefix.lower() != p.lower():
+                continue
+            found = True
+            for e in range(len(elems)):
+                table[pi][e] = unset
+            for el in [x for x in lst.split(",") if x]:
+                for e, name in enumerate(elems):
+                    if el.lower() == name.lower():
+                        table[pi][e] = setv
+                        break
+                else:
+                    raise _IE(f"unrecognized element {el!r} in {text!r}", expected=", ".join(elems))
+        if not found:
+            raise _IE(f"unrecognized prefix {prefix!r} in {text!r}", expected=", ".join(prefixes))
+
+
+def tune_model(ct: CommTuning) -> TuneTables:
+    """``ncclTopoTuneModel`` (tuning.cc), float for float."""
+    from gpucomm.planners.nccl.settings import NcclSettings
+
+    s = ct.settings or NcclSettings()
+    ring = ct.graphs["ring"]
+    simple_def = 256 if _f(ring.bw_intra * ring.n_channels) <= PCI_BW else SIMPLE_MAX_NTHREADS
+    mt = [[0, 0, 0] for _ in range(7)]
+    mt[A_RING][P_SIMPLE] = _nthreads(s.nthreads, 2 * WARP, SIMPLE_MAX_NTHREADS, simple_def)
+    mt[A_TREE][P_SIMPLE] = _nthreads(s.nthreads, 2 * WARP, SIMPLE_MAX_NTHREADS, SIMPLE_MAX_NTHREADS)
+    for a in (A_CD, A_CC, A_NVLS, A_NVLS_TREE):
+        mt[a][P_SIMPLE] = MAX_NTHREADS
+    mt[A_RING][P_LL] = mt[A_TREE][P_LL] = _nthreads(s.nthreads, 2 * WARP, LL_MAX_NTHREADS, LL_MAX_NTHREADS)
+    mt[A_RING][P_LL128] = mt[A_TREE][P_LL128] = _nthreads(s.ll128_nthreads, LL128_MAX_NTHREADS // 4,
+                                                          LL128_MAX_NTHREADS, LL128_MAX_NTHREADS)
+    bw = [[[0.0] * 3 for _ in range(7)] for _ in range(5)]
+    lat = [[[0.0] * 3 for _ in range(7)] for _ in range(5)]
+    nn, nr = ct.n_nodes, ct.n_ranks
+    # ncclTopoTuneModel returns before setting threadThresholds when nRanks <= 1: they stay 0
+    thr = [[8, 8, 64] for _ in range(7)] if nr > 1 else [[0, 0, 0] for _ in range(7)]
+    if nr > 1:
+        cci = 3 if ct.min_cc >= 100 else 2 if ct.min_cc >= 90 else 1 if ct.min_cc >= 80 else 0
+        i2 = nn - 1 if nn <= 2 else 2
+        i1 = cci if nn == 1 else (1 if ct.cpu_vendor in (2, 4) else 0)
+        ll_max = LL_MAX_BWS[i1][i2]
+        pc_tree = PER_CH_MAX_TREE_BWS[cci][i2]
+        pc_ring_ll128 = PER_CH_MAX_RING_LL128_BWS[cci][i2]
+        pc_tree_ll128 = PER_CH_MAX_TREE_LL128_BWS[cci][i2]
+        pc_nvls_tree = PER_CH_MAX_NVLS_TREE_BWS[cci][i2]
+        hw = [[list(r) for r in t] for t in _HW]
+        if ct.cpu_arch == 2:   # POWER: Tree/Simple PCI latency := Ring/Simple
+            hw[1][A_TREE][P_SIMPLE] = hw[1][A_RING][P_SIMPLE]
+        ppn = _f(nr / nn)
+        intra_hw = [0 if _graph_of(ct, a).type_intra == 1 else 1 for a in range(7)]
+        hwa = [intra_hw[a] if nn == 1 else 2 for a in range(7)]
+        nvls_eff = (0.0, 0.0, 0.85, 0.74)[cci]
+        for coll in range(5):
+            nsteps = 2 * (nr - 1) if coll == 4 else nr - 1 if coll in (2, 3) else nr
+            for a in range(7):
+                if coll in (0, 1) and a != A_RING:
+                    continue
+                if coll in (2, 3) and a not in (A_PAT, A_RING, A_NVLS, A_CD):
+                    continue
+                if coll == 4 and a == A_PAT:
+                    continue
+                g = _graph_of(ct, a)
+                for p in range(3):
+                    if a in (A_NVLS, A_NVLS_TREE) and p != P_SIMPLE:
+                        continue
+                    if coll in (2, 3) and a == A_PAT and (p != P_SIMPLE or not _pat_enable(ct, s)):
+                        continue
+                    collnet = a in (A_CD, A_CC)
+                    b = g.bw_intra if (nn <= 2 or collnet) else g.bw_inter
+                    if a in (A_NVLS_TREE, A_NVLS):
+                        if g.n_channels < 2:
+                            continue
+                        ib = _f(_f(_f(g.bw_intra * _f(nvls_eff)) * (g.n_channels - 1)) / g.n_channels)
+                        ib = _f(ib * 2.0) if coll == 4 else _f(ib * _f(_f(ppn - 1) / ppn))
+                        eb = _f(g.bw_inter * (2 if (nn <= 2 and a == A_NVLS_TREE) else 1))
+                        b = min(ib, eb, _f(pc_nvls_tree) if a == A_NVLS_TREE else 3.4e38)
+                    bus = _f(g.n_channels * b)
+                    if a == A_RING and p == P_LL:
+                        bus = _f(min(ll_max, bus * .5))
+                    if a == A_RING and p == P_LL128:
+                        bus = _f(min(bus * 0.92, g.n_channels * pc_ring_ll128))
+                    if a == A_TREE and coll == 4:
+                        bus = _f(min(bus * .92, g.n_channels * pc_tree))
+                    if a == A_TREE and p == P_LL:
+                        bus = _f(min(bus * 1.0 / 3.8, ll_max))
+                    if a == A_TREE and p == P_LL128:
+                        bus = _f(min(bus * (7.0 / 9.0 if nn == 1 else 120.0 / 128.0), g.n_channels * pc_tree_ll128))
+                    if a == A_TREE and ct.max_tree_pattern == 3:
+                        bus = _f(bus * .85)
+                    if a == A_PAT:
+                        bus = _f(bus * .75)
+                    if collnet and p != P_SIMPLE:
+                        bus = 0.0
+                    if a == A_CD and p == P_SIMPLE:
+                        if coll in (2, 3):
+                            bus = _f(ppn * min(g.bw_intra, _f(g.bw_inter * _f(0.9))))
+                        elif g.n_channels:
+                            factor = ppn / (1.0 * g.n_channels)
+                            factor -= (factor - 1) / 2
+                            bus = _f(bus / factor)
+                            if ct.min_cc >= 90:
+                                bus = _f(bus * .85)
+                    if a in (A_NVLS, A_CD) and p == P_SIMPLE and coll in (2, 3) and nn > 1:
+                        bus = 0.0   # no CollNet plugin: NVLS/CollNet AG/RS across nodes are off
+                    if not (a != A_RING and coll in (2, 3)):
+                        ratio = _f(1.0 * (1.0 * nr) / nsteps) if a in (A_RING, A_NVLS, A_NVLS_TREE) else _f(.5)
+                        bus = _f(bus * ratio)
+                    bw[coll][a][p] = bus
+                    L = _f(_BASE[a][p])
+                    intra_lat = _f(hw[intra_hw[a]][a][p])
+                    inter_lat = _f(hw[2][A_TREE][p]) if ppn == 1 else _f(hw[2][a][p])
+                    inter_lat = _f(inter_lat + g.latency_inter)
+                    if p == P_SIMPLE:
+                        inter_lat = _f(inter_lat + g.latency_inter)
+                    if a == A_RING:
+                        lt = _f(hw[hwa[a]][a][p])
+                        if coll in (0, 1):
+                            if g.same_channels:
+                                L = _f(L + lt)
+                            else:
+                                if p == P_SIMPLE:
+                                    lt = _f(hw[hwa[a]][A_TREE][p])
+                                L = _f(L + _f(nsteps * lt))
+                        else:
+                            ovh = 0.0
+                            if nn > 1:
+                                ovh = _net_overhead(ct, s)
+                                if p == P_SIMPLE:
+                                    ovh = _f(ovh * 3)
+                            intra_lat = max(intra_lat, ovh)
+                            n_inter = 0 if nn == 1 else (2 * (nn - 1) if coll == 4 else nn - 1)
+                            L = _f(L + _f(_f((nsteps - n_inter) * intra_lat) + _f(n_inter * inter_lat)))
+                    elif a == A_TREE:
+                        if coll == 4:
+                            L = _f(L + _f(2 * _f(_f((nr // nn - 1) * intra_lat) + _f(_log2i(nn) * inter_lat))))
+                    elif a == A_CD:
+                        L = _f(L + _f(2 * (min(1, nr // nn - 1) * intra_lat + (nr // nn - 1) * 0.4) + inter_lat))
+                    elif a == A_CC:
+                        L = _f(L + _f(_f(2 * (nr // nn - 1) * intra_lat) + inter_lat))
+                    elif a == A_NVLS:
+                        L = intra_lat
+                        if nn > 1:
+                            L = _f(L + inter_lat)
+                    elif a == A_NVLS_TREE:
+                        L = _f(L + _f(intra_lat + _f(2 * _log2i(nn) * inter_lat)))
+                    elif a == A_PAT:
+                        if coll in (2, 3):
+                            L = _f(L + (_log2i(nn) * (inter_lat / 3.5) + nr * 2.8))
+                    lat[coll][a][p] = L
+        proto_en = [[1, 2, 1] for _ in range(5)]
+        algo_en = [[1] * 7 for _ in range(5)]
+        if s.proto:
+            _parse_list(s.proto, _FUNC_STR, _PROTO_STR, proto_en)
+        if s.algo:
+            _parse_list(s.algo, _FUNC_STR, _ALGO_STR, algo_en)
+        for f in range(5):
+            for a in range(7):
+                dis = (nn == 1 and a == A_NVLS_TREE) or a in (A_CD, A_CC) or (a == A_NVLS and nn > 1) or \
+                    (ct.nvs_count == 0 and a == A_CD)
+                if dis:
+                    algo_en[f][a] = 0
+        for c in range(5):
+            for a in range(7):
+                g = _graph_of(ct, a)
+                for p in range(3):
+                    pe = proto_en[c][p]
+                    if pe == 2 and p == P_LL128:
+                        pe = 1
+                        if s.ll128_c2c and ct.min_cc >= 90:
+                            pe &= int(g.type_inter <= 7)
+                        else:
+                            pe &= int(g.type_inter <= 5)
+                        pe &= int(g.type_intra <= 2)
+                        pe &= int(ct.min_cc == ct.max_cc or ct.min_cc >= 90)
+                        pe &= int(not ct.min_cc < 70)
+                    if pe == 0 or algo_en[c][a] == 0:
+                        bw[c][a][p] = 0.0
+    thr[A_RING][P_LL] *= nr
+    thr[A_CD][P_SIMPLE] = 512
+    thr[A_CC][P_SIMPLE] = 512
+    return TuneTables(ct, bw, lat, mt, thr)
+
+
+def _pat_enable(ct: CommTuning, s) -> int:
+    if ct.min_cc < 60:
+        return 0
+    if s.pat_enable != 2:
+        return s.pat_enable
+    return 1 if ct.n_nodes == ct.n_ranks else 0
+
+
+def _net_overhead(ct: CommTuning, s) -> float:
+    if s.net_overhead != -2:
+        return _f(s.net_overhead * .001)
+    if ct.cpu_arch == 1 and ct.cpu_vendor == 1:
+        return 1.0
+    if ct.cpu_arch == 1 and ct.cpu_vendor == 2:
+        return 2.0
+    return 1.0
+
+
+def algo_time_exact(t: TuneTables, coll: int, a: int, p: int, nbytes: int) -> float:
+    """``ncclTopoGetAlgoTime`` (one operation): -1 when the algorithm/protocol is disabled."""
+    ct = t.ct
+    bw = t.bw[coll][a][p]
+    lat = t.lat[coll][a][p]
+    if bw == 0:
+        return -1.0
+    ls = _log2i(nbytes >> 6)
+    if a == A_TREE and coll == 4 and 0 <= ls < 23:
+        bw = _f(bw * _f(_TREE_CORR24[p][ls]))
+    if a == A_NVLS_TREE and coll == 4 and 0 <= ls < 24 and ct.min_cc >= 100 and ct.cpu_arch == 1:
+        bw = _f(bw * _f(_TREE_CORR24[p][ls]))
+    if a == A_RING and p == P_SIMPLE and ct.n_nodes > 1 and coll == 4 and \
+            nbytes // (ct.n_channels * ct.n_ranks) >= 64:
+        lat = _f(lat * (1.9 if ct.min_cc < 80 else 1.4))
+    return _f(lat + _f(_f(float(nbytes)) / _f(1000 * bw)))
+
+
+def algo_info(t: TuneTables, coll: str, nbytes: int, nvls: Optional[bool] = None) -> dict:
+    """``ncclGetAlgoInfo`` without a tuner plugin or CollNet: NCCL's algorithm, protocol, channels,
+    warps and estimated time (us) for one ``coll`` of ``nbytes`` (all_gather/reduce_scatter: the
+    total, nccl-tests' size)."""
+    ct = t.ct
+    f = _FUNC[coll]
+    if coll in ("all_gather", "reduce_scatter") and ct.n_ranks > 0:
+        # NCCL sizes the operation from the per-rank count (ncclFuncMaxSendRecvCount: count x nRanks);
+        # nccl-tests' total of float32s gives count = bytes / 4 / nRanks, truncated.
+        nbytes = (int(nbytes) // (4 * ct.n_ranks)) * 4 * ct.n_ranks
+    nvls = bool(ct.nvls_support) if nvls is None else nvls
+    table = [[-1.0] * 3 for _ in range(7)]
+    if ct.n_ranks == 1:
+        table[A_RING][P_SIMPLE] = 0.0
+    else:
+        for a in range(7):
+            if a in (A_CD, A_CC):
+                continue
+            if a in (A_NVLS, A_NVLS_TREE) and (not nvls or (f != 4 and ct.local_ranks > 32)):
+                continue
+            if a == A_NVLS and ct.n_nodes > 1:
+                continue
+            for p in range(3):
+                table[a][p] = algo_time_exact(t, f, a, p, nbytes)
+    best, ba, bp = 3.4e38, -1, -1
+    for a in range(7):
+        for p in range(3):
+            v = table[a][p]
+            if v >= 0.0 and v < best:
+                best, ba, bp = v, a, p
+    if ba < 0:
+        from gpucomm.probes.errors import PlanInfeasible as _PI
+
+        raise _PI(f"NCCL finds no algorithm/protocol for {coll}" + (" (NCCL_ALGO/NCCL_PROTO restrict it)"
+                                                                    if ct.settings and (ct.settings.algo or ct.settings.proto)
+                                                                    else ""))
+    nc = ct.n_channels
+    nt = t.max_threads[ba][bp]
+    th = t.thresholds[ba][bp]
+    if ba in (A_NVLS, A_NVLS_TREE):
+        nc = min(ct.nvls_channels, ct.n_channels) if (ct.n_nodes > 1 and ba == A_NVLS) else ct.nvls_channels
+    else:
+        while nbytes < nc * nt * th:
+            if nc >= 2:
+                nc -= 1
+            else:
+                break
+    if ba not in (A_NVLS, A_NVLS_TREE, A_CD):
+        while nbytes < nc * nt * th:
+            if nt % 128 == 0:
+                nt //= 2
+            else:
+                break
+    if bp == P_SIMPLE:
+        if ba == A_RING:
+            nt += WARP
+        if ba == A_TREE:
+            nt += 4 * WARP
+    nt = 3 * WARP if nt // WARP < 3 else nt
+    if ba in (A_TREE, A_PAT):
+        nt = MAX_NTHREADS
+    return {"algo": _ALGO_STR[ba], "proto": _PROTO_STR[bp], "time_us": best, "nChannels": nc, "nWarps": nt // WARP,
+            "algorithm": _OUR_ALGO[ba], "protocol": _PROTO_STR[bp]}
+
+
+_OUR_ALGO = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")

@@ -494,7 +494,7 @@ def _add_cpu(ctx: _Ctx, el: _Node) -> None:
     if numaid >= 0:
         rec = next((n for n in doc["numa_nodes"] if n["id"] == numaid), None)
         if rec is None:
-            rec = {"id": numaid, "cpus": cpulist, "memory_bytes": None, "distances": None}
+            rec = {"id": numaid, "cpus": cpulist, "memory_bytes": None, "distances": None, "xml_line": el.line}
             doc["numa_nodes"].append(rec)
         rec["cpus"] = rec["cpus"] or cpulist
         for k, v in info.items():
@@ -552,7 +552,7 @@ def _add_pci(ctx: _Ctx, el: _Node, parent: str, cpu: dict) -> None:
     numa = _numa(cpu)
     entry = {"bdf": bus, "class": ids.get("class"), "vendor": ids.get("vendor"), "device": ids.get("device"),
              "subsystem_vendor": ids.get("subsystem_vendor"), "subsystem_device": ids.get("subsystem_device"),
-             "numa_node": numa, "role": "other", "parent": parent, "gen": gen, "width": width}
+             "numa_node": numa, "role": "other", "parent": parent, "gen": gen, "width": width, "xml_line": el.line}
     doc.setdefault("pci_devices", []).append(entry)
 
     if gpu_el is not None or (ctype == "GPU" and not pci_children):
@@ -576,6 +576,7 @@ def _add_pci(ctx: _Ctx, el: _Node, parent: str, cpu: dict) -> None:
         entry["role"] = "switch_up"  # NCCL's PCI node for a switch is its upstream port
         doc["switches"].append(switch_record(bus, "pcie", pci_bus_id=bus, parent=parent, numa_node=numa,
                                              gen=gen, width=width, **_flat_ids(ids)))
+        doc["switches"][-1]["xml_line"] = el.line
         doc["links"].append(link_record(bus, parent, "pcie", pcie_bw_GBps(gen, width), gen=gen, width=width))
         for child in el.children:
             if child.tag == "pci":
@@ -681,6 +682,8 @@ def _assign_indices(ctx: _Ctx) -> None:
                 rec[k] = v
         if p in infer:
             rec["index_inferred"] = True
+        if p.get("line") is not None:
+            rec["xml_line"] = p["line"]
         p["rec"] = rec
         doc["gpus"].append(rec)
         doc["links"].append(link_record(p["bus"], p["parent"], "pcie", pcie_bw_GBps(p["gen"], p["width"]),
@@ -770,6 +773,8 @@ def _new_nic(ctx: _Ctx, name: str, bus: Optional[str], parent: str, numa: Option
         rec["pcie"] = {"gen": gen, "width": width, "max_gen": None, "max_width": None}
     if ids:
         rec["pci_ids"] = ids
+    if line is not None:
+        rec["xml_line"] = line
     dev, gdr = _int(na.get("dev")), _int(na.get("gdr"))
     if dev is not None:
         rec["nccl_dev"] = dev
@@ -1351,8 +1356,12 @@ class _Export:
         return "cpu", str(n if n is not None else -1)
 
     def _add(self, where: tuple, sort_key: str, kind: str, item: Any) -> None:
-        """Hang ``item`` under ``where``; siblings are written in ``sort_key`` order."""
-        self.children.setdefault(where, []).append((sort_key, kind, item))
+        """Hang ``item`` under ``where``; siblings are written in the order of the XML the document was
+        read from (``xml_line``: NCCL's GPU and NIC order, and so its search order, follow it), then
+        in ``sort_key`` (bus id) order."""
+        recs = item if isinstance(item, list) else [item]
+        lines = [r.get("xml_line") for r in recs if isinstance(r, dict) and isinstance(r.get("xml_line"), int)]
+        self.children.setdefault(where, []).append(((min(lines) if lines else 1 << 30, sort_key), kind, item))
 
     def _collect_tree(self) -> None:
         """Place every switch, GPU, NIC (grouped by PCI function) and untyped PCI device under its parent."""
@@ -1427,7 +1436,9 @@ class _Export:
         """The whole ``<system>`` element: one ``<cpu>`` per NUMA node with its PCI tree."""
         w = self.w
         w.open(0, "system", [("version", "1")], leaf=False)
-        for n in sorted(self.cpu_ids):
+        line = {n: (r.get("xml_line") if isinstance(r.get("xml_line"), int) else 1 << 30)
+                for n, r in self.numa_recs.items()}
+        for n in sorted(self.cpu_ids, key=lambda n: (line.get(n, 1 << 30), n)):
             self._write_cpu(n)
         w.close(0, "system")
         return "\n".join(w.lines) + "\n"
@@ -1447,13 +1458,14 @@ class _Export:
                 affinity = None
             if affinity and len(affinity) > MAX_VALUE_LEN:
                 affinity = None  # too long for NCCL's parser; NCCL reads the node's cpumap itself
+        # CPUID family/model: NCCL reads them for every x86 <cpu> it loads (topo.cc ncclTopoAddCpu), so
+        # a file that names the vendor must carry them; an Intel model name gives them (facts.cpu_identity).
+        ident = facts.cpu_identity(rec, host) if arch in (None, "x86_64") and vendor else {}
+        family = rec.get("familyid") if rec.get("familyid") is not None else ident.get("family")
+        model = rec.get("modelid") if rec.get("modelid") is not None else ident.get("model")
         attrs = [("numaid", n), ("affinity", affinity), ("arch", arch),
                  ("vendor", vendor if arch in (None, "x86_64") else None),
-                 ("familyid", rec.get("familyid")), ("modelid", rec.get("modelid"))]
-        if rec.get("modelid") is None and arch == "x86_64":
-            ident = facts.cpu_identity(rec, host)  # a CPU known by its model name: its CPUID ids
-            if ident["model"] is not None and ident["family"] is not None:
-                attrs[-2:] = [("familyid", ident["family"]), ("modelid", ident["model"])]
+                 ("familyid", family if model is not None else None), ("modelid", model if family is not None else None)]
         kids = self.children.get(("cpu", str(n)), [])
         self.w.open(1, "cpu", attrs, leaf=not kids)
         if kids:
@@ -1462,7 +1474,7 @@ class _Export:
 
     def _emit(self, where: tuple, depth: int) -> None:
         """Write the children of ``where`` (socket NICs last), each by its kind's writer."""
-        for key, kind, item in sorted(self.children.get(where, []), key=lambda t: (t[1] == "socketnic", t[0])):
+        for (_line, key), kind, item in sorted(self.children.get(where, []), key=lambda t: (t[1] == "socketnic", t[0])):
             if kind == "switch":
                 self._write_switch(item, depth)
             elif kind == "gpu":

@@ -1,0 +1,626 @@
+"""What NCCL 2.30.7 builds for a communicator on a topology: the first half of
+``initTransportsRank`` (src/init.cc) for every local rank -- system from the XML, paths, trim,
+ring/tree/NVLS search, ``ncclTopoPreset`` -- then rank 0's all-gather merge (cross-rank minimum of
+the graphs, NCCL's node count), ``ncclNvlsTuning``, ``ncclTopoPostset`` (connect.cc: rings joined
+across nodes, double binary trees of trees.cc, channel doubling) and the tuning model
+(:mod:`gpucomm.planners.nccl.tuning`).
+
+Identical nodes: the ranks of node n are rank 0's node shifted by ``n * localRanks`` (NCCL computes
+the same from the same topology).  The input is the XML NCCL would load on the host
+(:func:`pinned_xml`: the document exported as NCCL's topology XML, every value NCCL would read from
+the host written in -- compute capability, PCIe speeds, NIC speeds, GUIDs and GDR, the CPU's identity
+-- each default a named assumption of the view).  Results are cached per (XML, GPUs, nodes,
+settings): :func:`nccl_comm` is cheap to call again.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional, Union
+
+from gpucomm.probes.errors import InputError, NothingToDo, PlanInfeasible, TopologyError
+from gpucomm.probes.topology import Topology
+
+from gpucomm.planners.nccl import ncclxml as X
+from gpucomm.planners.nccl.search import (BALANCED_TREE, NVLS, PATTERN_NAMES, RING, SPLIT_TREE, TREE, TGraph,
+                                          compute)
+from gpucomm.planners.nccl.settings import NcclSettings
+from gpucomm.planners.nccl.system import (CPU, GPU, NET, NVS, PATH_NAMES, Topo, f32, system_from_xml)
+
+MAXCHANNELS = 64
+ALGO_NAMES = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
+PROTO_NAMES = ("LL", "LL128", "Simple")
+FUNC_NAMES = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")
+DEFAULT_SIZES = tuple(8 << (2 * i) for i in range(17))      # 8 B .. 32 GiB by 4x; callers pass their own
+
+
+class NcclFailed(PlanInfeasible):
+    """NCCL itself would fail to initialise on this topology (its WARN message)."""
+
+
+# --------------------------------------------------------------------------------------------
+# The XML NCCL would load on the host
+def pinned_xml(doc: Union[Topology, dict]) -> str:
+    """The document as the NCCL topology XML that NCCL would build on the host, with every value
+    NCCL reads from the host written in (see :func:`gpucomm.planners.nccl.pinning.pin`)."""
+    from gpucomm.planners.nccl.pinning import pin
+
+    return pin(Topology.of(doc))
+
+
+# --------------------------------------------------------------------------------------------
+@dataclass
+class RankState:
+    """One local rank after ncclTopoPreset: its system, graphs and the all-gathered data."""
+
+    topo: Topo
+    graphs: dict                  # "ring", "tree", "nvls", "collnet_chain", "collnet_direct" -> TGraph
+    nvls_support: int
+    cpu_arch: int
+    cpu_vendor: int
+    local_net_count: int
+    min_net_bw: float
+    all_nvlink: int
+    n_channels: int               # min(tree, ring) before the merge
+    topo_ranks: dict
+    channels: list                # [{"up": int, "down": [3 ints]}] (rank's channel trees after Preset)
+
+
+@dataclass
+class CommResult:
+    """Everything NCCL decided for one communicator (fields named after NCCL's)."""
+
+    nodes: int
+    local: list                   # [SimGpu] in local-rank order
+    machine: Any
+    rank0: RankState
+    graphs: dict                  # merged graphs (rank 0 after the all-gather)
+    n_nodes: int                  # NCCL's nNodes (a split node counts twice)
+    n_ranks: int
+    n_channels: int
+    coll_channels: int
+    nvls_support: int
+    nvls_channels: int
+    rings: list                   # per channel: ranks in ring order starting at rank 0
+    trees: list                   # rank 0's channels: {"up", "down"}
+    max_tree_pattern: int
+    cpu_arch: int
+    cpu_vendor: int
+    min_cc: int
+    max_cc: int
+    tables: Any                   # tuning.TuneTables
+    notes: list = field(default_factory=list)
+    settings: Optional[NcclSettings] = None
+    xml: str = ""
+
+    # ---- views
+    def net_name(self, net_id: int) -> str:
+        sys = self.rank0.topo.sys
+        for n in sys.nodes[NET]:
+            if n.id == net_id:
+                return self.machine.props(n.dev).name
+        return f"NET?{net_id:x}"
+
+    def gpu_of_rank(self, rank: int):
+        return self.local[rank % len(self.local)]
+
+    def graph_dict(self, g: TGraph) -> dict:
+        """The graph as ncclsim prints it (``--json`` ``graphs``)."""
+        sys = self.rank0.topo.sys
+        ng = len(sys.nodes[GPU])
+        chans = []
+        for c in range(g.n_channels):
+            item = {"ranks": list(g.intra[c * ng:c * ng + ng])}
+            if sys.inter:
+                item["nets"] = [self.net_name(g.inter[c * 2]), self.net_name(g.inter[c * 2 + 1])]
+            chans.append(item)
+        return {"pattern": PATTERN_NAMES.get(g.pattern, "?"), "nChannels": g.n_channels, "bwIntra": g.bw_intra,
+                "bwInter": g.bw_inter, "totalBw": f32(g.n_channels * g.bw_intra),
+                "typeIntra": PATH_NAMES[g.type_intra], "typeInter": PATH_NAMES[g.type_inter],
+                "sameChannels": g.same_channels, "crossNic": g.cross_nic, "nHops": g.n_hops, "channels": chans}
+
+    def paths_dict(self) -> dict:
+        """GPU->GPU and GPU->NET paths of rank 0's system (ncclsim ``paths``)."""
+        sys = self.rank0.topo.sys
+        gg = []
+        for gi in sys.nodes[GPU]:
+            gg.append({"from": gi.rank, "to": [{"rank": gj.rank, "type": PATH_NAMES[p.type], "bw": p.bw,
+                                                 "hops": p.count}
+                                                for gj, p in zip(sys.nodes[GPU], gi.paths[GPU])]})
+        gn = []
+        for gi in sys.nodes[GPU]:
+            if not sys.nodes[NET]:
+                break
+            gn.append({"from": gi.rank, "to": [{"net": self.net_name(n.id), "type": PATH_NAMES[p.type], "bw": p.bw}
+                                                for n, p in zip(sys.nodes[NET], gi.paths[NET])]})
+        return {"gpu_gpu": gg, "gpu_net": gn}
+
+    def algo(self, coll: str, nbytes: int) -> dict:
+        """NCCL's choice for one operation of ``nbytes`` (ncclGetAlgoInfo)."""
+        from gpucomm.planners.nccl.tuning import algo_info
+
+        return algo_info(self.tables, coll, nbytes)
+
+    def to_ncclsim(self, sizes: Iterable[int] = (), colls: Iterable[str] = ("all_reduce",)) -> dict:
+        """The same document ``ncclsim --json`` prints, for field-by-field comparison."""
+        from gpucomm.planners.nccl.tuning import COLLS
+
+        r0 = self.rank0
+        sys = r0.topo.sys
+        out = {
+            "nodes": self.nodes, "nRanks": self.n_ranks, "localRanks": len(self.local),
+            "gpus": [{"rank": l, "gpu": g.dev, "busId": g.bus, "sm": g.sm} for l, g in enumerate(self.local)],
+            "nets": [{"dev": n.dev, "name": self.machine.props(n.dev).name, "bw": n.bw, "gdr": n.gdr}
+                     for n in sys.nodes[NET]],
+            "system": {"maxBw": sys.max_bw, "totalBw": sys.total_bw, "inter": sys.inter, "cpuArch": self.cpu_arch,
+                       "cpuVendor": self.cpu_vendor},
+            "paths": self.paths_dict(),
+            "graphs": {"ring": self.graph_dict(r0.graphs["ring"]), "tree": self.graph_dict(r0.graphs["tree"])},
+            "comm": {"nChannels": self.n_channels, "collChannels": self.coll_channels,
+                     "nvlsSupport": self.nvls_support, "nvlsChannels": self.nvls_channels, "nNodes": self.n_nodes,
+                     "rings": [list(r) for r in self.rings], "trees": [dict(t) for t in self.trees]},
+        }
+        if r0.nvls_support:
+            out["graphs"]["nvls"] = self.graph_dict(r0.graphs["nvls"])
+        for coll in colls:
+            key = "allreduce" if coll == "all_reduce" else coll.replace("_", "")
+            rows = []
+            for b in sizes:
+                a = self.algo(coll, b)
+                rows.append({"bytes": b, "algo": a["algo"], "proto": a["proto"], "nChannels": a["nChannels"],
+                             "nWarps": a["nWarps"], "time_us": a["time_us"]})
+            out[key] = rows
+            if coll in COLLS:
+                out.setdefault("tuning", {})[key] = self.tables.table(coll)
+        return out
+
+
+# --------------------------------------------------------------------------------------------
+def _graph(id_: int, pattern: int, lo: int, hi: int, coll_net: int = 0) -> TGraph:
+    g = TGraph(id_, pattern, lo, hi)
+    g.coll_net = coll_net
+    return g
+
+
+def _rank_init(fused: X.Xml, rank: int, n_ranks: int, cc: int, s: NcclSettings) -> RankState:
+    """initTransportsRank up to ncclTopoPreset for one local rank (a fresh system from the fused XML)."""
+    sys = system_from_xml(fused)
+    topo = Topo(sys, s)
+    topo.compute_paths()
+    topo.trim(rank, n_ranks)
+    topo.compute_paths()
+    topo.search_init()
+    c0 = sys.nodes[CPU][0]
+    nvls_support = 0
+    if s.nvls_enable != 0 and len(sys.nodes[GPU]) >= 2:
+        nvls_support = (1 if (cc >= 90 and sys.nodes[NVS]) else 0) if s.nvls_enable == 2 else 1
+    ring = compute(topo, _graph(0, RING, 1, MAXCHANNELS // 2))
+    tree = compute(topo, _graph(1, BALANCED_TREE, ring.n_channels, ring.n_channels))
+    nvls = _graph(3, NVLS, 1, MAXCHANNELS)
+    if nvls_support:
+        compute(topo, nvls)
+    graphs = {"ring": ring, "tree": tree, "nvls": nvls,
+              "collnet_chain": _graph(2, TREE, ring.n_channels, ring.n_channels, 1),
+              "collnet_direct": _graph(4, 6, 1, MAXCHANNELS, 1)}
+    g = sys.rank_to_index(rank)
+    count, _bw = topo.local_net_count_by_bw(g)
+    min_net = topo.min_net_bw(rank)
+    n_ch = min(tree.n_channels, ring.n_channels)
+    topo_ranks, channels = _preset(sys, graphs, rank, n_ch)
+    return RankState(topo, graphs, nvls_support, c0.arch, c0.vendor, count, min_net, topo.all_nvlink(), n_ch,
+                     topo_ranks, channels)
+
+
+def _preset(sys, graphs: dict, rank: int, n_ch: int) -> tuple:
+    """``ncclTopoPreset``."""
+    local = len(sys.nodes[GPU])
+    tr = {"crossNicRing": graphs["ring"].cross_nic, "ringRecv": [0] * MAXCHANNELS, "ringSend": [0] * MAXCHANNELS,
+          "ringPrev": [0] * MAXCHANNELS, "ringNext": [0] * MAXCHANNELS, "treeToParent": [0] * MAXCHANNELS,
+          "treeToChild0": [0] * MAXCHANNELS, "treeToChild1": [0] * MAXCHANNELS, "nvlsHeads": []}
+    channels = [{"up": 0, "down": [0, 0, 0]} for _ in range(MAXCHANNELS)]
+    ring, tree = graphs["ring"], graphs["tree"]
+    for c in range(n_ch):
+        channels[c] = {"up": -1, "down": [-1, -1, -1]}
+        ri = ring.intra[c * local:(c + 1) * local]
+        ti = tree.intra[c * local:(c + 1) * local]
+        for i in range(local):
+            if ri[i] == rank:
+                tr["ringRecv"][c] = ri[0]
+                tr["ringSend"][c] = ri[local - 1]
+                tr["ringPrev"][c] = -1 if i == 0 else ri[i - 1]
+                tr["ringNext"][c] = -1 if i == local - 1 else ri[i + 1]
+            if ti[i] == rank:
+                c0 = 0 if tree.pattern == TREE else 1
+                c1 = 1 if tree.pattern == SPLIT_TREE else 0
+                tr["treeToParent"][c] = ti[0]
+                tr["treeToChild0"][c] = ti[c0]
+                tr["treeToChild1"][c] = ti[c1]
+                channels[c]["up"] = -1 if i == 0 else ti[i - 1]
+                channels[c]["down"][0] = -1 if i == local - 1 else ti[i + 1]
+    for c in range(n_ch):
+        channels[n_ch + c] = copy.deepcopy(channels[c])
+    nv = graphs["nvls"]
+    for c in range(nv.n_channels):
+        h = nv.intra[c * local]
+        if h not in tr["nvlsHeads"]:
+            tr["nvlsHeads"].append(h)
+    return tr, channels
+
+
+def _shift(tr: dict, delta: int) -> dict:
+    out = copy.deepcopy(tr)
+    for k in ("ringRecv", "ringSend", "ringPrev", "ringNext", "treeToParent", "treeToChild0", "treeToChild1"):
+        out[k] = [v if v < 0 else v + delta for v in out[k]]
+    out["nvlsHeads"] = [v if v < 0 else v + delta for v in out["nvlsHeads"]]
+    return out
+
+
+def btree(n: int, rank: int) -> tuple:
+    """``ncclGetBtree`` (trees.cc) -> (up, down0, down1, parentChildType)."""
+    bit = 1
+    while bit < n:
+        if bit & rank:
+            break
+        bit <<= 1
+    if rank == 0:
+        return -1, -1, (bit >> 1) if n > 1 else -1, 0
+    up = (rank ^ bit) | (bit << 1)
+    if up >= n:
+        up = rank ^ bit
+    pct = 0 if rank < up else 1
+    low = bit >> 1
+    d0 = -1 if low == 0 else rank - low
+    d1 = -1 if low == 0 else rank + low
+    while d1 >= n:
+        d1 = -1 if low == 0 else rank + low
+        low >>= 1
+    return up, d0, d1, pct
+
+
+def dtree(n: int, rank: int) -> tuple:
+    """``ncclGetDtree`` -> (s0, d0_0, d0_1, pct0, s1, d1_0, d1_1, pct1)."""
+    s0, d00, d01, p0 = btree(n, rank)
+    if n % 2 == 1:
+        sh = (rank - 1 + n) % n
+        u, d0, d1, p1 = btree(n, sh)
+        s1 = -1 if u == -1 else (u + 1) % n
+        d10 = -1 if d0 == -1 else (d0 + 1) % n
+        d11 = -1 if d1 == -1 else (d1 + 1) % n
+    else:
+        u, d0, d1, p1 = btree(n, n - 1 - rank)
+        s1 = -1 if u == -1 else n - 1 - u
+        d10 = -1 if d0 == -1 else n - 1 - d0
+        d11 = -1 if d1 == -1 else n - 1 - d1
+    return s0, d00, d01, p0, s1, d10, d11, p1
+
+
+def run(xml_text: str, gpus: Optional[list], nodes: int, s: NcclSettings, default_sm: int = 80,
+        nic_speed_mbps: int = 100000) -> CommResult:
+    """The whole communicator on ``nodes`` identical nodes of the machine ``xml_text`` describes;
+    ``gpus``: NVML indices of the local ranks in rank order (default: all, by index)."""
+    xml = X.parse(xml_text)
+    machine = X.Machine(xml, default_sm=default_sm, nic_speed_mbps=nic_speed_mbps, merge=True)
+    if not machine.gpus:
+        raise NothingToDo("topology has no GPUs")
+    if gpus is None:
+        local = list(machine.gpus)
+    else:
+        local = []
+        for i in gpus:
+            g = next((x for x in machine.gpus if x.dev == i), None)
+            if g is None:
+                raise InputError(f"no GPU {i} in topology (has {', '.join(str(x.dev) for x in machine.gpus)})")
+            local.append(g)
+    G = len(local)
+    NR = G * nodes
+    cpu_fill = {"affinity": "", "arch": "x86_64"}
+    rank_xmls = []
+    try:
+        for l, g in enumerate(local):
+            x = xml.copy()
+            rx = X.RankXml(x, machine, cpu_fill, s.merge_level, s.force_merge)
+            rx.fill_gpu(X.int_to_bus(X.bus_to_int(g.bus)), l)
+            rx.process_net()
+            rx.trim()
+            rank_xmls.append(x)
+        fused = X.fuse(rank_xmls)
+        states: dict = {}
+        per_rank: list = []
+        for l in range(G):
+            # Ranks of one domain see the same system; NVLS support depends on the rank's GPU.
+            probe = system_from_xml(fused)
+            t = Topo(probe, s)
+            t.compute_paths()
+            t.trim(l, NR)
+            key = (tuple(sorted(g.rank for g in probe.nodes[GPU])), local[l].sm >= 90)
+            st = states.get(key)
+            if st is None or st.topo_ranks is None:
+                st = _rank_init(fused, l, NR, local[l].sm, s)
+                states[key] = st
+                per_rank.append(st)
+            else:
+                tr, chans = _preset(st.topo.sys, st.graphs, l, st.n_channels)
+                per_rank.append(RankState(st.topo, st.graphs, st.nvls_support, st.cpu_arch, st.cpu_vendor,
+                                          st.local_net_count, st.min_net_bw, st.all_nvlink, st.n_channels, tr, chans))
+        return _merge(per_rank, local, machine, nodes, s, xml_text)
+    except X.NcclFailure as e:
+        raise NcclFailed(f"NCCL would fail to initialise: {e}") from None
+
+
+def _merge(per_rank: list, local: list, machine, nodes: int, s: NcclSettings, xml_text: str) -> CommResult:
+    """Rank 0's view after the all-gather (init.cc), ncclNvlsTuning, ncclTopoPostset, the tuning model."""
+    from gpucomm.planners.nccl.tuning import CommTuning, tune_model
+
+    G = len(local)
+    NR = G * nodes
+    ags = []
+    for r in range(NR):
+        st = per_rank[r % G]
+        tr = st.topo_ranks if r < G else _shift(st.topo_ranks, (r // G) * G)
+        ags.append((st, tr))
+    r0 = per_rank[0]
+    algos = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls", "tree")
+    merged = {k: v.copy() for k, v in r0.graphs.items()}
+    first_ranks: list = []
+    rank_to_node = []
+    cpu_arch, cpu_vendor = r0.cpu_arch, r0.cpu_vendor
+    for r, (st, tr) in enumerate(ags):
+        fr = tr["ringRecv"][0]
+        if fr not in first_ranks:
+            first_ranks.append(fr)
+        rank_to_node.append(first_ranks.index(fr))
+        if cpu_arch != st.cpu_arch:
+            cpu_arch = 4
+        if cpu_vendor != st.cpu_vendor:
+            cpu_vendor = 4
+    n_nodes = len(first_ranks)
+    local_ranks = [0] * n_nodes
+    for n in rank_to_node:
+        local_ranks[n] += 1
+    max_tree = 0
+    min_net_bw = r0.min_net_bw
+    for st, _tr in ags:
+        for a in algos:
+            m, o = merged[a], st.graphs[a]
+            m.n_channels = min(o.n_channels, m.n_channels)
+            m.same_channels = min(o.same_channels, m.same_channels)
+            m.bw_intra = min(o.bw_intra, m.bw_intra)
+            m.bw_inter = min(o.bw_inter, m.bw_inter)
+            m.type_intra = max(o.type_intra, m.type_intra)
+            m.type_inter = max(o.type_inter, m.type_inter)
+            m.cross_nic = max(o.cross_nic, m.cross_nic)
+        max_tree = max(max_tree, st.graphs["tree"].pattern)
+        min_net_bw = min(min_net_bw, st.min_net_bw)
+    nvls_support = r0.nvls_support
+    nvls_channels = 0
+    if merged["nvls"].n_channels == 0:
+        nvls_support = 0
+    cc0 = local[0].sm
+    ccs = [g.sm for g in local]
+    min_cc, max_cc = min(ccs), max(ccs)
+    if nvls_support:
+        nvls_channels = _nvls_tuning(cc0, min_cc, n_nodes, min(local_ranks), min_net_bw, merged["nvls"].type_inter)
+    n_orig = r0.n_channels
+    n_ch = min(merged["tree"].n_channels, merged["ring"].n_channels)
+    merged["tree"].n_channels = merged["ring"].n_channels = n_ch
+    channels = copy.deepcopy(r0.channels)
+    if n_ch < n_orig:
+        for i in range(n_ch):
+            channels[n_ch + i] = copy.deepcopy(channels[n_orig + i])
+    n_ch, coll_ch, rings, nvls_channels = _postset(ags, first_ranks, rank_to_node, n_ch, NR, nodes, channels, merged,
+                                                   min_cc, nvls_channels, s)
+    trees = [{"up": channels[c]["up"], "down": list(channels[c]["down"])} for c in range(n_ch)]
+    nvs_count = len(r0.topo.sys.nodes[NVS])
+    ct = CommTuning(n_ranks=NR, n_nodes=n_nodes, n_channels=n_ch, nvls_channels=nvls_channels,
+                    nvls_support=nvls_support, graphs=merged, max_tree_pattern=max_tree, cpu_arch=cpu_arch,
+                    cpu_vendor=cpu_vendor, min_cc=min_cc, max_cc=max_cc, nvs_count=nvs_count,
+                    local_ranks=min(local_ranks), max_local_ranks=max(local_ranks), settings=s)
+    tables = tune_model(ct)
+    return CommResult(nodes=nodes, local=local, machine=machine, rank0=r0, graphs=merged, n_nodes=n_nodes,
+                      n_ranks=NR, n_channels=n_ch, coll_channels=coll_ch, nvls_support=nvls_support,
+                      nvls_channels=nvls_channels, rings=rings, trees=trees, max_tree_pattern=max_tree,
+                      cpu_arch=cpu_arch, cpu_vendor=cpu_vendor, min_cc=min_cc, max_cc=max_cc, tables=tables,
+                      settings=s, xml=xml_text)
+
+
+def _nvls_tuning(cc: int, min_cc: int, n_nodes: int, ppn: int, nic_bw: float, path_type: int) -> int:
+    """``ncclNvlsTuning`` (transport/nvls.cc): NVLS channels."""
+    if cc >= 100:
+        n = 32 if n_nodes > 1 else 24
+    else:
+        n = 16
+    if min_cc >= 100 and n_nodes > 1:
+        if n_nodes == 2 and nic_bw >= 48.0:
+            n = 32
+        elif nic_bw >= 96.0:
+            n = 24 if ppn <= 8 else 32
+        elif nic_bw >= 48.0:
+            n = 24
+    return max(1, min(MAXCHANNELS, n))
+
+
+def _postset(ags: list, first_ranks: list, rank_to_node: list, n_ch: int, NR: int, nodes: int, channels: list,
+             graphs: dict, min_cc: int, nvls_channels: int, s: NcclSettings) -> tuple:
+    """``ncclTopoPostset`` for rank 0 -> (nChannels, collChannels, rings, nvlsChannels)."""
+    nn = len(first_ranks)
+    trs = [copy.deepcopy(tr) for _st, tr in ags]
+    for r in range(NR):
+        if trs[r]["crossNicRing"] == 2 and n_ch % 2 == 0 and rank_to_node[r] % 2 == 1:
+            for c in range(0, n_ch, 2):
+                for k in ("ringRecv", "ringSend", "ringPrev", "ringNext"):
+                    trs[r][k][c], trs[r][k][c ^ 1] = trs[r][k][c ^ 1], trs[r][k][c]
+    prev = [[0] * NR for _ in range(MAXCHANNELS)]
+    nxt = [[0] * NR for _ in range(MAXCHANNELS)]
+    recv = [[trs[first_ranks[n]]["ringRecv"][c] for n in range(nn)] for c in range(n_ch)]
+    send = [[trs[first_ranks[n]]["ringSend"][c] for n in range(nn)] for c in range(n_ch)]
+    tp = [[trs[first_ranks[n]]["treeToParent"][c] for n in range(nn)] for c in range(n_ch)]
+    tc0 = [[trs[first_ranks[n]]["treeToChild0"][c] for n in range(nn)] for c in range(n_ch)]
+    tc1 = [[trs[first_ranks[n]]["treeToChild1"][c] for n in range(nn)] for c in range(n_ch)]
+    for c in range(n_ch):
+        for r in range(NR):
+            prev[c][r] = trs[r]["ringPrev"][c]
+            nxt[c][r] = trs[r]["ringNext"][c]
+    min_heads = min(len(trs[first_ranks[n]]["nvlsHeads"]) for n in range(nn))
+    for c in range(n_ch):
+        for n in range(nn):
+            prev[c][recv[c][n]] = send[c][(n - 1 + nn) % nn]
+            nxt[c][send[c][n]] = recv[c][(n + 1) % nn]
+    node = rank_to_node[0]
+    t0u, t0d0, t0d1, t0ct, t1u, t1d0, t1d1, t1ct = dtree(nn, node)
+    for c in range(n_ch):
+        ch0, ch1 = channels[c], channels[c + n_ch]
+        ttp, ttc0, ttc1 = tp[c], tc0[c], tc1[c]
+        if ttp[node] == 0:
+            if t0u != -1:
+                ch0["up"] = (ttc0 if t0ct == 0 else ttc1)[t0u]
+            if t1u != -1:
+                ch1["up"] = (ttc0 if t1ct == 0 else ttc1)[t1u]
+        if ttc0[node] == 0:
+            _down(ch0, ttp, t0d0)
+            _down(ch1, ttp, t1d0)
+        if ttc1[node] == 0:
+            _down(ch0, ttp, t0d1)
+            _down(ch1, ttp, t1d1)
+    for c in range(n_ch):
+        prev[n_ch + c] = list(prev[c])
+        nxt[n_ch + c] = list(nxt[c])
+    n = min(MAXCHANNELS, n_ch * 2)
+    if min_cc >= 90 and nn > 1 and graphs["ring"].bw_intra > 45.0 and n < 16:
+        n = _copy_channels(channels, prev, nxt, n, 2 * n)
+    max_n = MAXCHANNELS if s.max_nchannels == -2 else s.max_nchannels
+    max_n = max(1, min(max_n, MAXCHANNELS))
+    min_n = 0 if s.min_nchannels == -2 else max(0, min(s.min_nchannels, MAXCHANNELS))
+    n = min(max_n, n, MAXCHANNELS)
+    n = _copy_channels(channels, prev, nxt, n, max(min_n, 1))
+    coll = n
+    if min_heads == 0:
+        nvls_channels = 0
+    rings = []
+    for c in range(n):
+        cur = 0
+        ring = []
+        for _ in range(NR):
+            ring.append(cur)
+            cur = nxt[c][cur]
+        if cur != 0:
+            raise X.NcclFailure(f"Error : ring {c} does not loop back to start ({cur} != 0)")
+        rings.append(ring)
+    return n, coll, rings, nvls_channels
+
+
+def _down(ch: dict, indexes: list, d: int) -> None:
+    if d == -1:
+        return
+    for x in range(3):
+        if ch["down"][x] < 0:
+            ch["down"][x] = indexes[d]
+            return
+    raise X.NcclFailure("Internal error : tree already has 3 children")
+
+
+def _copy_channels(channels: list, prev: list, nxt: list, start: int, end: int) -> int:
+    c = start
+    while c < end:
+        prev[c] = list(prev[c - start])
+        nxt[c] = list(nxt[c - start])
+        channels[c] = copy.deepcopy(channels[c - start])
+        c += 1
+    return max(c, start)
+
+
+# --------------------------------------------------------------------------------------------
+# Entry points with caching
+@functools.lru_cache(maxsize=64)
+def _run_cached(xml_text: str, gpus: Optional[tuple], nodes: int, skey: tuple, s: NcclSettings) -> CommResult:
+    return run(xml_text, list(gpus) if gpus is not None else None, nodes, s)
+
+
+def nccl_comm(doc: Union[Topology, dict, str], nodes: int = 1, gpus: Optional[Iterable[int]] = None,
+              settings: Optional[NcclSettings] = None) -> CommResult:
+    """NCCL's communicator on ``nodes`` identical copies of ``doc``'s node with the GPUs ``gpus``
+    (indices, rank order; default all).  ``doc`` may also be an NCCL topology XML text (used as it is).
+    Cached per (XML, GPUs, nodes, settings).  Raises TopologyError (no NIC for several nodes),
+    InputError (unknown GPU), NothingToDo (no GPU), NcclFailed (NCCL itself would fail)."""
+    s = settings if settings is not None else NcclSettings.from_env()
+    if isinstance(doc, str):
+        text = doc
+    else:
+        topo = Topology.of(doc)
+        if topo.doc.get("nccl_graph"):
+            # an NCCL graph file (NCCL_GRAPH_FILE / NCCL_GRAPH_DUMP_FILE) names channels, not the machine:
+            # NCCL cannot load it as a topology (ncclTopoGetSystem), so neither does its model
+            raise InputError("an NCCL graph file (<graphs>) is not a topology: NCCL's model needs the machine",
+                             expected="an NCCL topology XML (<system>), a snapshot or a topology document")
+        if not topo.gpus:
+            raise NothingToDo("topology has no GPUs")
+        if nodes > 1 and not topo.nics:
+            raise TopologyError(f"topology has no NICs: --nodes {nodes} needs a network between nodes")
+        text = pinned_xml(topo)
+        if not s.p2p_blocked:
+            blocked = _p2p_blocked(topo)
+            if blocked:
+                s = s.replace(p2p_blocked=blocked)
+    g = tuple(gpus) if gpus is not None else None
+    if g is not None and len(set(g)) != len(g):
+        dup = sorted({x for x in g if g.count(x) > 1})
+        raise InputError(f"GPU {dup[0]} listed twice", expected="distinct GPU indices")
+    return _run_cached(text, g, int(nodes), s.key(), s)
+
+
+def _p2p_blocked(topo: Topology) -> frozenset:
+    """NVML's P2P status NCCL reads from the driver (``ncclTopoCheckP2p``: nvmlDeviceGetP2PStatus read
+    and write must be OK): the (index, index) pairs whose recorded status (``gpus[].p2p``) is not OK."""
+    from gpucomm.probes.model import normalize_bus_id
+
+    by_bus = {normalize_bus_id(g.pci_bus_id): g.index for g in topo.gpus if g.pci_bus_id}
+    out = set()
+    for g in topo.gpus:
+        for bus, status in (g.p2p or {}).items():
+            other = by_bus.get(normalize_bus_id(bus))
+            if other is not None and other != g.index and str(status).upper() != "OK":
+                out.update({(g.index, other), (other, g.index)})
+    return frozenset(out)
+
+
+def reference_dict(res: CommResult, tree: bool = True) -> dict:
+    """The summary :func:`gpucomm.planners.nccl.search.nccl_reference` returns."""
+    r0 = res.rank0
+    sys = r0.topo.sys
+    ring = r0.graphs["ring"]
+    labels = {g.rank: f"GPU{g.dev}" for g in sys.nodes[GPU]}
+
+    def gd(g: TGraph) -> dict:
+        ng = len(sys.nodes[GPU])
+        chans = []
+        for c in range(g.n_channels):
+            order = [labels.get(x, f"rank{x}") for x in g.intra[c * ng:(c + 1) * ng]]
+            nets = [res.net_name(g.inter[c * 2]), res.net_name(g.inter[c * 2 + 1])] if sys.inter else []
+            chans.append({"gpus": order, "nets": nets})
+        return {"pattern": PATTERN_NAMES.get(g.pattern, "?").lower(), "search_channels": g.n_channels,
+                "bw_intra": round(g.bw_intra, 4), "bw_inter": round(g.bw_inter, 4),
+                "type_intra": PATH_NAMES[g.type_intra], "type_inter": PATH_NAMES[g.type_inter] if sys.inter else None,
+                "cross_nic": g.cross_nic, "fallback": g.n_channels == 1 and abs(g.bw_intra - 0.1) < 1e-6,
+                "channels": chans}
+
+    rd = gd(ring)
+    bw = ring.bw_intra if res.n_nodes <= 2 else ring.bw_inter
+    ring0 = [f"GPU{res.gpu_of_rank(r).dev}" + (f"@{r // len(res.local)}" if res.nodes > 1 else "")
+             for r in (res.rings[0] if res.rings else [])]
+    out = {
+        "pattern": "ring", "channels": res.n_channels, "search_channels": ring.n_channels,
+        "bw_intra": rd["bw_intra"], "bw_inter": rd["bw_inter"], "type_intra": rd["type_intra"],
+        "type_inter": rd["type_inter"], "total_bw": round(ring.n_channels * bw, 4),
+        "max_bw": round(sys.max_bw, 4), "sys_total_bw": round(sys.total_bw, 4), "cc_min": res.min_cc,
+        "nodes": res.nodes, "nccl_nodes": res.n_nodes, "gpus": [f"GPU{g.dev}" for g in res.local],
+        "rings": rd["channels"], "ring0": ring0, "fallback": rd["fallback"],
+        "tree": gd(r0.graphs["tree"]) if tree else None,
+        "nvls": ({"channels": res.nvls_channels, "search_channels": r0.graphs["nvls"].n_channels,
+                  "bw_intra": round(r0.graphs["nvls"].bw_intra, 4), "bw_inter": round(r0.graphs["nvls"].bw_inter, 4)}
+                 if res.nvls_support else None),
+        "settings": (res.settings.changed() if res.settings else {}),
+    }
+    return out
+
+
+__all__ = ["nccl_comm", "run", "pinned_xml", "CommResult", "reference_dict", "NcclFailed", "dtree", "btree"]

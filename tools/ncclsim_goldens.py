@@ -1,0 +1,514 @@
+#!/usr/bin/env python3
+"""Golden answers of NCCL itself for the model of NCCL: runs ncclsim (NCCL 2.30.7's own topology,
+path, search and tuning sources, built with g++ and run on a CPU; ../shared/tools/ncclsim) over
+
+* a generated corpus of machines (``fixtures/ncclsim/corpus/*.xml``, written by this script from a
+  fixed seed): GPU generations sm70-sm100, NVSwitch / NVLink pairs / hybrid cube-mesh / bridges /
+  none, 1-2 sockets of Intel, AMD (NPS1-4), Zhaoxin, POWER and Grace CPUs, flat PCIe or switches
+  (one or two levels, Broadcom PEX that NCCL flattens), Gen3-Gen5, 1-8 NICs at 25-400 Gb/s, single
+  and dual port (one PCI function with two ports, or two functions), GDR on/off, socket-only
+  Ethernet; every value NCCL would read from the host is written in the XML (``<gpu sm>``,
+  ``<net speed port guid gdr>``, CPU identity and affinity, link speeds), so ncclsim's defaults
+  never apply;
+* the NCCL XMLs in fixtures/captures/ncclxml and the XML export of every bundled example, each as
+  the pinned XML our model runs on (:func:`gpucomm.planners.nccl.comm.pinned_xml`: the document's
+  export with the model's named assumptions written in), plus the original files where they are
+  complete enough for NCCL to load;
+
+at 1 node and 2+ nodes, with GPU subsets and some NCCL_* settings (NCCL_CROSS_NIC,
+NCCL_NET_DISABLE_INTRA, NCCL_P2P_LEVEL, NCCL_NVLS_ENABLE, NCCL_NET_MERGE_LEVEL), and writes
+``fixtures/ncclsim/goldens.json``: per case NCCL's paths, graphs, channels after setup, ring 0,
+trees, and the algorithm/protocol and predicted time of its tuning model for all_reduce,
+all_gather and reduce_scatter at 8 B .. 8 GiB (``gpucomm.planners.nccl.judge.compact``).
+
+The ncclsim harness reports all_reduce only; this script builds it with a small addition to
+harness/main.cc (the same ``ncclGetAlgoInfo`` call for AllGather and ReduceScatter, count =
+bytes / 4 / nRanks as nccl-tests' size is the total) in a temporary copy -- NCCL's sources are used
+unmodified.
+
+    python tools/ncclsim_goldens.py            # build ncclsim (~2 min), write corpus and goldens
+    python tools/ncclsim_goldens.py --check    # rebuild, recompute, compare with the stored goldens
+    python tools/ncclsim_goldens.py --agree    # our model against the stored goldens: the agreement table
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "fixtures" / "ncclsim"
+NCCLSIM_SRC = Path(os.environ.get("NCCLSIM_SRC", REPO.parent / "shared" / "tools" / "ncclsim"))
+SEED = 20250909
+N_MACHINES = 320
+
+# --------------------------------------------------------------------------------------------
+# The harness addition: AllGather / ReduceScatter through the same ncclGetAlgoInfo call.
+_PATCH_AT = '  js << "]}";\n  if (opt.json) printf("%s\\n", js.str().c_str());'
+_PATCH = r'''  js << "]";
+  for (int fn = 0; fn < 2; fn++) {
+    ncclFunc_t func = fn == 0 ? ncclFuncAllGather : ncclFuncReduceScatter;
+    js << ",\"" << (fn == 0 ? "allgather" : "reducescatter") << "\":[";
+    for (size_t s = 0; s < opt.sizes.size(); s++) {
+      size_t bytes = opt.sizes[s];
+      struct ncclTaskColl task;
+      memset(&task, 0, sizeof(task));
+      task.func = func;
+      task.count = bytes / sizeof(float) / NR;
+      task.datatype = ncclFloat32;
+      task.opHost = ncclSum;
+      task.opDev.op = ncclDevSum;
+      ncclSimInfo_t simInfo = NCCL_SIM_INFO_INITIALIZER;
+      ncclResult_t r = ncclGetAlgoInfo(comm, &task, /*collNetSupport=*/0, comm->nvlsSupport, /*numPipeOps=*/1, &simInfo);
+      if (r != ncclSuccess) { fprintf(stderr, "ncclsim: ncclGetAlgoInfo failed for %zu bytes\n", bytes); return 1; }
+      js << (s ? "," : "") << "{\"bytes\":" << bytes << ",\"algo\":\"" << ncclAlgoStr[task.algorithm]
+         << "\",\"proto\":\"" << ncclProtoStr[task.protocol] << "\",\"nChannels\":" << task.nMaxChannels
+         << ",\"nWarps\":" << task.nWarps << ",\"time_us\":" << simInfo.estimatedTime << "}";
+    }
+    js << "]";
+  }
+  js << "}";
+  if (opt.json) printf("%s\n", js.str().c_str());'''
+
+
+def build_ncclsim(out: Path, src: Path = NCCLSIM_SRC) -> Path:
+    """Build ncclsim (harness + the AllGather/ReduceScatter addition) into ``out``; ~2 minutes."""
+    if not (src / "build.sh").exists() or not (src / "nccl" / "src").is_dir():
+        raise SystemExit(f"ncclsim sources not found at {src} (set NCCLSIM_SRC)")
+    if shutil.which("g++") is None:
+        raise SystemExit("g++ not found (apt-get install g++)")
+    with tempfile.TemporaryDirectory() as tmp:
+        t = Path(tmp)
+        shutil.copy(src / "build.sh", t / "build.sh")
+        shutil.copytree(src / "harness", t / "harness")
+        main = (t / "harness" / "main.cc").read_text()
+        if _PATCH_AT not in main:
+            raise SystemExit("harness/main.cc changed: the AllGather/ReduceScatter addition does not apply")
+        (t / "harness" / "main.cc").write_text(main.replace(_PATCH_AT, _PATCH))
+        subprocess.run(["bash", str(t / "build.sh"), str(src / "nccl"), str(out)], check=True,
+                       stdout=subprocess.DEVNULL)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# The corpus
+_GPUS = {  # name: (sm, PCI device id, PCIe gen, NVLink options)
+    "V100": (70, "0x1db1", 3, ("cubemesh", "none", "nvswitch", "pairs")),
+    "A100": (80, "0x20b0", 4, ("nvswitch", "pairs", "none", "mesh4")),
+    "A10": (86, "0x2236", 4, ("none",)),
+    "A40": (86, "0x2235", 4, ("pairs", "none")),
+    "L40S": (89, "0x26b9", 4, ("none",)),
+    "H100": (90, "0x2330", 5, ("nvswitch", "pairs", "none")),
+    "B200": (100, "0x2901", 5, ("nvswitch", "none")),
+}
+_NVL_PER_GPU = {70: 6, 80: 12, 86: 4, 89: 0, 90: 18, 100: 18}
+_CPUS = {  # name: (arch, vendor, family, model)
+    "bdw": ("x86_64", "GenuineIntel", 6, 0x4F), "skl": ("x86_64", "GenuineIntel", 6, 0x55),
+    "icx": ("x86_64", "GenuineIntel", 6, 0x6A), "spr": ("x86_64", "GenuineIntel", 6, 0x8F),
+    "emr": ("x86_64", "GenuineIntel", 6, 0xCF), "rome": ("x86_64", "AuthenticAMD", 23, 49),
+    "milan": ("x86_64", "AuthenticAMD", 25, 1), "genoa": ("x86_64", "AuthenticAMD", 25, 17),
+    "zhaoxin": ("x86_64", "CentaurHauls", 7, 0x5B), "power9": ("ppc64", None, None, None),
+    "grace": ("arm64", None, None, None),
+}
+_SPEED = {3: "8.0 GT/s PCIe", 4: "16.0 GT/s PCIe", 5: "32.0 GT/s PCIe"}
+
+
+class _Bus:
+    def __init__(self) -> None:
+        self.next = 0x10
+
+    def take(self, domain: int = 0) -> str:
+        b = f"{domain:04x}:{self.next:02x}:00.0"
+        self.next += 1
+        return b
+
+
+def _machine(rng: random.Random, i: int) -> tuple:
+    """One machine: (name, XML text, [cases]); a case = {nodes, gpus, env}."""
+    gname = rng.choice(list(_GPUS))
+    sm, devid, gen_default, nvl_opts = _GPUS[gname]
+    nvl = rng.choice(nvl_opts)
+    ngpus = rng.choice([1, 2, 4, 8, 8, 8]) if nvl != "cubemesh" else 8
+    if nvl == "mesh4":
+        ngpus = 4
+    if nvl == "pairs" and ngpus < 2:
+        ngpus = 2
+    if nvl == "nvswitch" and rng.random() < 0.05 and sm == 70:
+        ngpus = 16
+    cpu_kind = rng.choice(["skl", "icx", "spr", "emr", "rome", "milan", "genoa", "bdw"] * 3 + ["zhaoxin", "power9", "grace"])
+    if cpu_kind == "grace":
+        if sm < 90:
+            cpu_kind = "spr"
+    if cpu_kind == "power9" and sm != 70:
+        cpu_kind = "skl"
+    arch, vendor, fam, model = _CPUS[cpu_kind]
+    sockets = rng.choice([1, 2, 2]) if ngpus > 1 else 1
+    nps = rng.choice([1, 1, 2, 4]) if vendor == "AuthenticAMD" else 1
+    numas = sockets * nps
+    gen = rng.choice([gen_default, gen_default, max(3, gen_default - 1)])
+    layout = rng.choice(["flat", "sw1", "sw2", "sw2", "twolevel", "bcm"])
+    if layout == "bcm" and gen < 4:
+        layout = "sw2"
+    n_nics = rng.choice([1, 1, 2, 4, 8, 8]) if ngpus >= 4 else rng.choice([1, 1, 2])
+    nic_gbps = rng.choice([25, 100, 100, 200, 200, 400, 400]) if cpu_kind != "power9" else 100
+    dual = rng.random() < 0.25
+    dual_style = rng.choice(["oneaddr", "twofunc"])
+    socket_only = rng.random() < 0.06
+    gdr = 0 if rng.random() < 0.08 else 1
+    nic_width = rng.choice([16, 16, 16, 8])
+    bus = _Bus()
+    guid_base = 0x0c42a10300000000 + (i << 20)
+    lines = ['<system version="1">']
+    gpu_bus = []
+    cpus_per_numa = 16
+
+    def cpu_open(n: int) -> str:
+        mask_bits = ((1 << cpus_per_numa) - 1) << (n * cpus_per_numa)
+        words = []
+        v = mask_bits
+        while v or not words:
+            words.append(f"{v & 0xFFFFFFFF:08x}")
+            v >>= 32
+        aff = ",".join(reversed(words))
+        attrs = f'numaid="{n}" affinity="{aff}" arch="{arch}"'
+        if arch == "x86_64":
+            attrs += f' vendor="{vendor}" familyid="{fam}" modelid="{model}"'
+        return f'  <cpu {attrs}>'
+
+    def gpu_lines(b: str, dev: int, ind: str, links: list, c2c: Optional[tuple]) -> list:
+        out = [f'{ind}<pci busid="{b}" class="0x030200" vendor="0x10de" device="{devid}" subsystem_vendor="0x10de" '
+               f'subsystem_device="0x1{dev:03x}" link_speed="{_SPEED[gen]}" link_width="16">']
+        out.append(f'{ind}  <gpu dev="{dev}" sm="{sm}" rank="{dev}" gdr="{gdr}">')
+        for tgt, cnt, tcls in links:
+            out.append(f'{ind}    <nvlink target="{tgt}" count="{cnt}" tclass="{tcls}"/>')
+        if c2c:
+            out.append(f'{ind}    <c2c bw="{c2c[0]}" count="{c2c[1]}"/>')
+        out.append(f"{ind}  </gpu>")
+        out.append(f"{ind}</pci>")
+        return out
+
+    nic_dev = [0]
+
+    def nic_lines(ind: str, k: int) -> list:
+        speed = nic_gbps * 1000
+        guid = guid_base + k * 0x100
+        b = bus.take()
+        cls = "0x020700" if nic_gbps >= 100 else "0x020000"
+        hdr = (f'{ind}<pci busid="{b}" class="{cls}" vendor="0x15b3" device="0x101d" subsystem_vendor="0x15b3" '
+               f'subsystem_device="0x0040" link_speed="{_SPEED[min(gen, 5)]}" link_width="{nic_width}">')
+        out = []
+        if not dual:
+            out += [hdr, f"{ind}  <nic>", _net(ind + "    ", f"mlx5_{nic_dev[0]}", nic_dev[0], speed, 1, guid, gdr),
+                    f"{ind}  </nic>", f"{ind}</pci>"]
+            nic_dev[0] += 1
+        elif dual_style == "oneaddr":
+            out += [hdr, f"{ind}  <nic>",
+                    _net(ind + "    ", f"mlx5_{nic_dev[0]}", nic_dev[0], speed, 1, guid, gdr),
+                    _net(ind + "    ", f"mlx5_{nic_dev[0] + 1}", nic_dev[0] + 1, speed, 2, guid, gdr),
+                    f"{ind}  </nic>", f"{ind}</pci>"]
+            nic_dev[0] += 2
+        else:
+            b2 = b[:-1] + "1"
+            out += [hdr, f"{ind}  <nic>", _net(ind + "    ", f"mlx5_{nic_dev[0]}", nic_dev[0], speed, 1, guid, gdr),
+                    f"{ind}  </nic>", f"{ind}</pci>"]
+            out += [hdr.replace(b, b2), f"{ind}  <nic>",
+                    _net(ind + "    ", f"mlx5_{nic_dev[0] + 1}", nic_dev[0] + 1, speed, 2, guid, gdr),
+                    f"{ind}  </nic>", f"{ind}</pci>"]
+            nic_dev[0] += 2
+        return out
+
+    # GPUs and NICs spread over NUMA nodes; switches per layout
+    per_numa = [[] for _ in range(numas)]
+    for g in range(ngpus):
+        per_numa[min(numas - 1, g * numas // ngpus)].append(g)
+    nic_numa = [[] for _ in range(numas)]
+    if not socket_only:
+        for k in range(n_nics):
+            nic_numa[min(numas - 1, k * numas // n_nics)].append(k)
+    for g in range(ngpus):
+        gpu_bus.append(None)
+    # assign bus ids in GPU order first so NVLink targets are known
+    blocks = []
+    for n in range(numas):
+        gs, ks = per_numa[n], nic_numa[n]
+        if layout == "flat" or not gs:
+            blocks.append((n, "flat", [gs], [ks]))
+        elif layout == "sw1":
+            groups = [[g] for g in gs]
+            kk = [[] for _ in groups]
+            for j, k in enumerate(ks):
+                kk[j % len(groups)].append(k)
+            blocks.append((n, "sw", groups, kk))
+        elif layout in ("sw2", "bcm"):
+            groups = [gs[j:j + 2] for j in range(0, len(gs), 2)]
+            kk = [[] for _ in groups]
+            for j, k in enumerate(ks):
+                kk[j % len(groups)].append(k)
+            blocks.append((n, layout, groups, kk))
+        else:
+            groups = [gs[j:j + 4] for j in range(0, len(gs), 4)]
+            kk = [[] for _ in groups]
+            for j, k in enumerate(ks):
+                kk[j % len(groups)].append(k)
+            blocks.append((n, "twolevel", groups, kk))
+    sw_bus = {}
+    for n, kind, groups, kk in blocks:
+        for gi, grp in enumerate(groups):
+            if kind != "flat":
+                sw_bus[(n, gi)] = bus.take()
+            for g in grp:
+                gpu_bus[g] = bus.take()
+    nvs_target = "fffffff:ffff:ff" if rng.random() < 0.5 else "0000:ff:00.0"
+    links_of = {g: [] for g in range(ngpus)}
+    per = _NVL_PER_GPU[sm]
+    if nvl == "nvswitch":
+        for g in range(ngpus):
+            links_of[g].append((nvs_target, per, "0x068000"))
+    elif nvl == "pairs":
+        cnt = {70: 2, 80: 12, 86: 4, 90: 6, 100: 18}.get(sm, 4)
+        for g in range(0, ngpus - 1, 2):
+            links_of[g].append((gpu_bus[g + 1], cnt, "0x030200"))
+            links_of[g + 1].append((gpu_bus[g], cnt, "0x030200"))
+    elif nvl == "mesh4":
+        for g in range(ngpus):
+            for h in range(ngpus):
+                if g != h:
+                    links_of[g].append((gpu_bus[h], 4, "0x030200"))
+    elif nvl == "cubemesh":
+        # DGX-1 hybrid cube-mesh: each GPU 6 links to 4 peers (two of them doubled)
+        pairs = {(0, 1): 1, (0, 2): 1, (0, 3): 2, (0, 4): 2, (1, 2): 2, (1, 3): 1, (1, 5): 2, (2, 3): 1, (2, 6): 2,
+                 (3, 7): 2, (4, 5): 1, (4, 6): 1, (4, 7): 2, (5, 6): 2, (5, 7): 1, (6, 7): 1}
+        for (a, b), c in pairs.items():
+            links_of[a].append((gpu_bus[b], c, "0x030200"))
+            links_of[b].append((gpu_bus[a], c, "0x030200"))
+    if cpu_kind == "power9" and nvl != "none":
+        for g in range(ngpus):
+            links_of[g].append(("0000:00:00.0", 2, "0x068001"))
+    c2c = (450000 // 10, 10) if cpu_kind == "grace" else None
+    for n, kind, groups, kk in blocks:
+        lines.append(cpu_open(n))
+        for gi, grp in enumerate(groups):
+            if kind == "flat":
+                for g in grp:
+                    lines += gpu_lines(gpu_bus[g], g, "    ", links_of[g], c2c)
+                for k in kk[gi]:
+                    lines += nic_lines("    ", k)
+                continue
+            sb = sw_bus[(n, gi)]
+            ids = 'vendor="0x1000" device="0xc030" subsystem_vendor="0x1000" subsystem_device="0x00a5"' \
+                if kind == "bcm" else 'vendor="0x10b5" device="0x9797" subsystem_vendor="0x10b5" subsystem_device="0x9797"'
+            lines.append(f'    <pci busid="{sb}" class="0x060400" {ids} link_speed="{_SPEED[gen]}" link_width="16">')
+            if kind == "twolevel" or kind == "bcm":
+                for j, g in enumerate(grp):
+                    sub = bus.take()
+                    sids = ('vendor="0x1000" device="0xc030" subsystem_vendor="0x1000" subsystem_device="0x10a5"'
+                            if kind == "bcm" else ids)
+                    lines.append(f'      <pci busid="{sub}" class="0x060400" {sids} link_speed="{_SPEED[gen]}" '
+                                 f'link_width="16">')
+                    lines += gpu_lines(gpu_bus[g], g, "        ", links_of[g], c2c)
+                    if j < len(kk[gi]):
+                        lines += nic_lines("        ", kk[gi][j])
+                    lines.append("      </pci>")
+                for k in kk[gi][len(grp):]:
+                    lines += nic_lines("      ", k)
+            else:
+                for g in grp:
+                    lines += gpu_lines(gpu_bus[g], g, "      ", links_of[g], c2c)
+                for k in kk[gi]:
+                    lines += nic_lines("      ", k)
+            lines.append("    </pci>")
+        if socket_only and n == 0:
+            lines += ["    <nic>", _net("      ", "eth0", 0, nic_gbps * 1000, 0, 0, 0), "    </nic>"]
+        lines.append("  </cpu>")
+    lines.append("</system>")
+    name = f"m{i:03d}-{gname.lower()}x{ngpus}-{nvl}-{cpu_kind}{sockets}s{'-nps%d' % nps if nps > 1 else ''}-" \
+           f"{layout}-g{gen}-{'eth' if socket_only else '%dx%dg%s' % (n_nics, nic_gbps, 'd' if dual else '')}"
+    cases = [{"nodes": 1}, {"nodes": 2}]
+    if rng.random() < 0.15:
+        cases.append({"nodes": 4})
+    if ngpus >= 4 and rng.random() < 0.25:
+        sub = rng.choice([[0, 1], [0, 1, 2, 3], [0, 2, 4, 6][:ngpus // 2 + 1], [1, 3], list(range(ngpus))[::-1]])
+        sub = [x for x in sub if x < ngpus]
+        if len(set(sub)) == len(sub) and sub:
+            cases.append({"nodes": rng.choice([1, 2]), "gpus": sub})
+    if rng.random() < 0.14:
+        env = rng.choice([{"NCCL_CROSS_NIC": "0"}, {"NCCL_CROSS_NIC": "1"}, {"NCCL_NET_DISABLE_INTRA": "1"},
+                          {"NCCL_P2P_LEVEL": "SYS"}, {"NCCL_P2P_LEVEL": "PIX"}, {"NCCL_NVLS_ENABLE": "0"},
+                          {"NCCL_NET_MERGE_LEVEL": "LOC"}, {"NCCL_P2P_DISABLE": "1"}])
+        cases.append({"nodes": rng.choice([1, 2]), "env": env})
+    return name, "\n".join(lines) + "\n", cases
+
+
+def _net(ind: str, name: str, dev: int, speed: int, port: int, guid: int, gdr: int) -> str:
+    return (f'{ind}<net name="{name}" dev="{dev}" speed="{speed}" port="{port}" latency="0.000000" '
+            f'guid="{guid:#x}" maxconn="131072" gdr="{gdr}"/>')
+
+
+def corpus(seed: int = SEED, n: int = N_MACHINES) -> list:
+    rng = random.Random(seed)
+    return [_machine(rng, i) for i in range(n)]
+
+
+# --------------------------------------------------------------------------------------------
+def fixture_inputs() -> list:
+    """(name, pinned XML, original path or None) for the fixture XMLs and the bundled examples."""
+    sys.path.insert(0, str(REPO))
+    from gpucomm.planners.nccl.comm import pinned_xml
+    from gpucomm.probes.errors import GpucommError
+    from gpucomm.probes.examples import list_examples
+    from gpucomm.probes.load import load_topology
+
+    out = []
+    for p in sorted((REPO / "fixtures" / "captures" / "ncclxml").glob("*.xml")):
+        if p.read_text().lstrip().startswith("<graphs"):
+            continue
+        try:
+            doc = load_topology(str(p))
+            if not doc.get("gpus"):
+                continue
+            out.append((f"ncclxml-{p.stem}", pinned_xml(doc), p))
+        except GpucommError:
+            continue
+    for name in list_examples():
+        doc = load_topology(f"example:{name}")
+        if not doc.get("gpus"):
+            continue
+        out.append((f"example-{name}", pinned_xml(doc), None))
+    return out
+
+
+def run_ncclsim(binary: Path, xml: Path, case: dict) -> dict:
+    from gpucomm.planners.nccl.judge import SIZES, compact
+
+    cmd = [str(binary), "--json", "--nodes", str(case.get("nodes", 1)), "--size", ",".join(map(str, SIZES))]
+    if case.get("gpus"):
+        cmd += ["--gpus", ",".join(map(str, case["gpus"]))]
+    cmd += case.get("flags", [])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
+    env.update(case.get("env") or {})
+    p = subprocess.run(cmd + [str(xml)], capture_output=True, text=True, env=env, timeout=600)
+    if p.returncode != 0:
+        msg = [ln for ln in p.stderr.splitlines() if ln.strip()]
+        return {"error": (msg[-1] if msg else f"exit {p.returncode}")[:300]}
+    return compact(json.loads(p.stdout))
+
+
+def all_cases(binary: Optional[Path] = None) -> tuple:
+    """Write the corpus and pinned inputs; return the case list."""
+    cases = []
+    (OUT / "corpus").mkdir(parents=True, exist_ok=True)
+    (OUT / "inputs").mkdir(parents=True, exist_ok=True)
+    for name, text, cs in corpus():
+        path = OUT / "corpus" / f"{name}.xml"
+        path.write_text(text)
+        for c in cs:
+            cases.append(dict(c, xml=f"corpus/{name}.xml", group="corpus"))
+    for name, text, orig in fixture_inputs():
+        path = OUT / "inputs" / f"{name}.xml"
+        path.write_text(text)
+        for nodes in (1, 2):
+            cases.append({"nodes": nodes, "xml": f"inputs/{name}.xml", "group": "examples" if name.startswith("example")
+                          else "fixtures"})
+    return cases
+
+
+def case_id(c: dict) -> str:
+    parts = [c["xml"], f"n{c['nodes']}"]
+    if c.get("gpus"):
+        parts.append("g" + "-".join(map(str, c["gpus"])))
+    for k, v in sorted((c.get("env") or {}).items()):
+        parts.append(f"{k}={v}")
+    return ":".join(parts)
+
+
+def _agree_one(c: dict) -> tuple:
+    sys.path.insert(0, str(REPO))
+    from gpucomm.planners.nccl import judge
+
+    model = judge.model_case((OUT / c["xml"]).read_text(), c)
+    case, sizes = judge.compare_case(c["golden"], model)
+    return case_id(c), c["group"], case, sizes, model.get("error"), c["golden"].get("error")
+
+
+def agree(args) -> int:
+    """The agreement table of our model against the stored goldens, and the differing cases."""
+    sys.path.insert(0, str(REPO))
+    from gpucomm.planners.nccl import judge
+
+    stored = json.loads((OUT / "goldens.json").read_text())
+    cases = stored["cases"][:: max(1, args.stride)][: args.limit or None]
+    if args.jobs > 1:
+        import multiprocessing
+
+        with multiprocessing.Pool(args.jobs) as pool:
+            out = pool.map(_agree_one, cases, chunksize=1)
+    else:
+        out = [_agree_one(c) for c in cases]
+    print(judge.format_table(judge.agreement([(o[2], o[3]) for o in out]), f"{len(out)} cases"))
+    for group in sorted({o[1] for o in out}):
+        sub = [(o[2], o[3]) for o in out if o[1] == group]
+        print()
+        print(judge.format_table(judge.agreement(sub), f"{group}: {len(sub)} cases"))
+    for o in out:
+        bad = judge.differing(o[2], o[3])
+        if bad:
+            print(f"differs {o[0]}: {', '.join(bad)}" + (f" (model: {o[4]})" if o[4] else "")
+                  + (f" (NCCL: {o[5]})" if o[5] else ""))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(out))
+    return 0
+
+
+def main(argv: Optional[list] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true", help="recompute and compare with fixtures/ncclsim/goldens.json")
+    ap.add_argument("--ncclsim", help="use this ncclsim binary (built with the addition) instead of building one")
+    ap.add_argument("--limit", type=int, default=0, help="only the first N cases (for a quick check)")
+    ap.add_argument("--stride", type=int, default=1, help="with --check: every Nth stored case")
+    ap.add_argument("--agree", action="store_true", help="no build: our model against the stored goldens")
+    ap.add_argument("--jobs", type=int, default=1, help="with --agree: worker processes")
+    ap.add_argument("--json", dest="json_out", help="with --agree: write the per-case results here")
+    args = ap.parse_args(argv)
+    if args.agree:
+        return agree(args)
+    with tempfile.TemporaryDirectory() as tmp:
+        binary = Path(args.ncclsim) if args.ncclsim else build_ncclsim(Path(tmp) / "ncclsim")
+        if args.check:
+            stored = json.loads((OUT / "goldens.json").read_text())
+            cases = stored["cases"][:: max(1, args.stride)][: args.limit or None]
+            bad = []
+            for c in cases:
+                got = run_ncclsim(binary, OUT / c["xml"], c)
+                if got != c["golden"]:
+                    bad.append(case_id(c))
+            print(f"{len(cases) - len(bad)}/{len(cases)} goldens current")
+            for b in bad[:20]:
+                print("  stale:", b)
+            return 1 if bad else 0
+        cases = all_cases()
+        if args.limit:
+            cases = cases[: args.limit]
+        for k, c in enumerate(cases):
+            c["golden"] = run_ncclsim(binary, OUT / c["xml"], c)
+            if (k + 1) % 50 == 0:
+                print(f"{k + 1}/{len(cases)}", file=sys.stderr)
+        doc = {"nccl": "2.30.7", "ncclsim": "harness of ../shared/tools/ncclsim + AllGather/ReduceScatter rows",
+               "sizes": "8 B .. 8 GiB, powers of two", "seed": SEED, "cases": cases}
+        text = json.dumps(doc, separators=(",", ":"), sort_keys=True)
+        tmpf = OUT / "goldens.json.tmp"
+        tmpf.write_text(text + "\n")
+        tmpf.replace(OUT / "goldens.json")
+        errors = sum(1 for c in cases if "error" in c["golden"])
+        print(f"{len(cases)} cases ({errors} where NCCL fails to initialise) -> {OUT / 'goldens.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
