@@ -195,13 +195,13 @@ def cluster_table(py: Path, runs: int, tmp: Path, big: bool) -> None:
     out = tmp / "out.json"
     rows = [
         ("plan --model llama-70b, 4096 GPUs (512 x hgx-h100), JSON", 2.0,
-         ["plan", "example:hgx-h100", "--nodes", "512", "--model", "llama-70b", "--format", "json", "-o", out]),
+         ["plan", "example:hgx-h100", "--nodes", "512", "--model", "llama-70b", "--format", "json", "-o", out, "--force"]),
         ("trees --nodes 4096 (32768 ranks), JSON", None,
-         ["trees", "example:hgx-h100", "--nodes", "4096", "--format", "json", "-o", out]),
+         ["trees", "example:hgx-h100", "--nodes", "4096", "--format", "json", "-o", out, "--force"]),
         ("plan 65536 GPUs (8192 x hgx-h100) tp8 pp4, JSON", None,
-         ["plan", "example:hgx-h100", "--nodes", "8192", "--tp", "8", "--pp", "4", "--format", "json", "-o", out]),
+         ["plan", "example:hgx-h100", "--nodes", "8192", "--tp", "8", "--pp", "4", "--format", "json", "-o", out, "--force"]),
         ("plan 8192 GPUs (1024 x hgx-h100) tp8 pp4, JSON", None,
-         ["plan", "example:hgx-h100", "--nodes", "1024", "--tp", "8", "--pp", "4", "--format", "json", "-o", out]),
+         ["plan", "example:hgx-h100", "--nodes", "1024", "--tp", "8", "--pp", "4", "--format", "json", "-o", out, "--force"]),
     ]
     for n, goal in ((72, 0.3), (288, None)):
         doc = tmp / f"nvl{n}.json"
@@ -211,15 +211,15 @@ def cluster_table(py: Path, runs: int, tmp: Path, big: bool) -> None:
                             f"open(sys.argv[1], 'w').write(dumps_json(nvswitch_document({n}, 100, 18)))", str(doc)],
                            check=True, env=_env())
         rows.append((f"rings, {n} GPUs on one NVSwitch domain (sm100), JSON", goal,
-                     ["rings", doc, "--format", "json", "-o", out]))
+                     ["rings", doc, "--format", "json", "-o", out, "--force"]))
     for count, goal in ((1000, 2.0), (10000, 20.0)) if big else ((1000, 2.0),):
         files = _node_docs(py, tmp, count)
         lst = [str(f) for f in files]
         rows.append((f"diff over {count} saved node topologies, JSON", goal,
-                     ["diff", *lst, "--format", "json", "-o", out]))
+                     ["diff", *lst, "--format", "json", "-o", out, "--force"]))
         rows.append((f"diff over {count} saved node topologies, table", goal, ["diff", *lst]))
         rows.append((f"doctor over {count} saved node topologies, JSON", goal,
-                     ["doctor", *lst, "--format", "json", "-o", out]))
+                     ["doctor", *lst, "--format", "json", "-o", out, "--force"]))
     print(f"\n## cluster scale, wheel install (median of {runs}; wall s, CPU s, peak RSS)\n")
     print("| what | wall s | CPU s | peak MiB | goal (CPU s) |")
     print("|---|---|---|---|---|")

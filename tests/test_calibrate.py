@@ -231,6 +231,7 @@ def test_cli_reads_gpucomm_bench_json(tmp_path):
     assert bad.code == 1 and "no collective sweep" in bad.stderr
 
 
+@pytest.mark.slow   # NCCL's search in Python on 2-node GPU subsets: tens of seconds
 def test_cli_plan_and_rings_take_a_calibration(tmp_path):
     files = sorted(SCALING.glob("0[78]?_h100ib-c01_*.txt"))
     prof = tmp_path / "h100.json"

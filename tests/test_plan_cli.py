@@ -290,6 +290,7 @@ def test_uneven_pipeline_stages_for_405b():
         ms.rank_factorizations(v, 1, 8, m, pl.DEFAULT_ORDER)
 
 
+@pytest.mark.slow   # NCCL's search in Python on 2-node GPU subsets: tens of seconds
 def test_moe_needs_experts_for_ep():
     v = pl.node_view(hgx_doc())
     m = ms.parse_model_spec("layers=16,hidden=4096,heads=32,experts=8,topk=2,ffn=14336,gbs=64")

@@ -118,6 +118,7 @@ def _table(rows: list) -> str:
     return "\n".join(lines) + "\n"
 
 
+@pytest.mark.slow   # NCCL's search in Python on 2-node GPU subsets: tens of seconds
 def test_our_rings_match_or_beat_nccl_everywhere(comparison):
     table = _table(comparison)
     print("\nRing search vs NCCL reference (total bus bandwidth, GB/s):\n" + table)
@@ -258,6 +259,7 @@ def test_cli_rings_json_schema():
     assert run_cli("rings", "example:dgx-a100", "--format", "json").stdout == r.stdout   # deterministic
 
 
+@pytest.mark.slow   # NCCL's search in Python on 2-node GPU subsets: tens of seconds
 def test_cli_rings_table_multinode_and_subset():
     r = run_cli("rings", "example:hgx-h100", "--nodes", "2", "--gpus", "0-3", "--channels", "2")
     assert r.code == 0, r.stderr

@@ -975,29 +975,23 @@ class Topo:
 
     # ---- queries
     def gpu_max_path(self, t: int) -> int:
-        sys = self.sys
-        m = PATH_LOC
-        for i, g in enumerate(sys.nodes[GPU]):
-            paths = g.paths[t]
-            if paths is None:
-                continue
-            for j in range(len(sys.nodes[t])):
-                if t == GPU and i == j:
-                    continue
-                m = max(m, paths[j].type)
-        return m
+        """ncclTopoGetGpuMaxPath: the worst path type from any GPU to any node of type ``t``."""
+        return self._gpu_path_extreme(t, max, PATH_LOC)
 
     def gpu_min_path(self, t: int) -> int:
-        sys = self.sys
-        m = PATH_SYS
-        for i, g in enumerate(sys.nodes[GPU]):
+        """ncclTopoGetGpuMinPath: the best path type from any GPU to any node of type ``t``."""
+        return self._gpu_path_extreme(t, min, PATH_SYS)
+
+    def _gpu_path_extreme(self, t: int, pick, start: int) -> int:
+        m = start
+        for i, g in enumerate(self.sys.nodes[GPU]):
             paths = g.paths[t]
             if paths is None:
                 continue
-            for j in range(len(sys.nodes[t])):
+            for j in range(len(self.sys.nodes[t])):
                 if t == GPU and i == j:
                     continue
-                m = min(m, paths[j].type)
+                m = pick(m, paths[j].type)
         return m
 
     def comp_cap(self) -> tuple:
