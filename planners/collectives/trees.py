@@ -24,48 +24,26 @@ from typing import Any, Iterable, Optional
 from gpucomm.probes.errors import InputError, PlanInfeasible
 
 from gpucomm.planners.collectives.validate import validate_tree
+from gpucomm.planners.nccl import comm as nccl_comm
 
 TREE_PATTERNS = ("balanced_tree", "tree", "split_tree")
 
 
 def btree(nranks: int, rank: int) -> tuple:
     """ncclGetBtree(nranks, rank) -> (up, down0, down1, parentChildType); -1 = none.  For rank 0
-    parentChildType is undefined in NCCL (never set); 0 is returned."""
+    parentChildType is undefined in NCCL (never set); 0 is returned.  One rule with NCCL's model
+    (:func:`gpucomm.planners.nccl.comm.btree`), checked here."""
     if nranks < 1 or not 0 <= rank < nranks:
         raise ValueError(f"rank {rank} out of range for {nranks} ranks")
-    bit = 1
-    while bit < nranks:
-        if bit & rank:
-            break
-        bit <<= 1
-    if rank == 0:
-        return -1, -1, (bit >> 1) if nranks > 1 else -1, 0
-    up = (rank ^ bit) | (bit << 1)
-    if up >= nranks:
-        up = rank ^ bit
-    pct = 0 if rank < up else 1
-    lowbit = bit >> 1
-    down0 = -1 if lowbit == 0 else rank - lowbit
-    down1 = -1 if lowbit == 0 else rank + lowbit
-    while down1 >= nranks:   # as trees.cc: recompute with the current lowbit, then halve
-        down1 = -1 if lowbit == 0 else rank + lowbit
-        lowbit >>= 1
-    return up, down0, down1, pct
+    return nccl_comm.btree(nranks, rank)
 
 
 def dtree(nranks: int, rank: int) -> tuple:
     """ncclGetDtree -> ((up, d0, d1, pct) of tree 0, (up, d0, d1, pct) of tree 1)."""
-    t0 = btree(nranks, rank)
-    if nranks % 2 == 1:
-        shift = (rank - 1 + nranks) % nranks
-        u, d0, d1, pct = btree(nranks, shift)
-        t1 = (-1 if u == -1 else (u + 1) % nranks, -1 if d0 == -1 else (d0 + 1) % nranks,
-              -1 if d1 == -1 else (d1 + 1) % nranks, pct)
-    else:
-        u, d0, d1, pct = btree(nranks, nranks - 1 - rank)
-        t1 = (-1 if u == -1 else nranks - 1 - u, -1 if d0 == -1 else nranks - 1 - d0,
-              -1 if d1 == -1 else nranks - 1 - d1, pct)
-    return t0, t1
+    if nranks < 1 or not 0 <= rank < nranks:
+        raise ValueError(f"rank {rank} out of range for {nranks} ranks")
+    t = nccl_comm.dtree(nranks, rank)
+    return t[:4], t[4:]
 
 
 def dtree_roots(nranks: int) -> tuple:
