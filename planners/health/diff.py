@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from gpucomm.probes.model import gpu_id, nic_id
 from gpucomm.probes.model import natural_key as _natural
@@ -251,6 +251,36 @@ def diff_sources(named_sources, fingerprints: Optional[list] = None) -> dict:
     return diff_stream(stream_sources(named_sources, VOLATILE_KEYS), fingerprints)
 
 
+class NodeClasses:
+    """Nodes of a fleet grouped into classes, numbered in the order of their first node: a node whose
+    text key was seen before joins that node's class unread; otherwise ``describe(doc)`` (a
+    fingerprint, a doctor report) is computed once and its ``key`` picks the class.  Shared by fleet
+    ``diff`` and fleet ``doctor``."""
+
+    def __init__(self, describe: Callable, key: Callable) -> None:
+        self.describe, self.key = describe, key
+        self.member: list = []         # node -> class
+        self.classes: list = []        # class -> what describe() gave for its first node
+        self.first_member: list = []   # class -> its first node
+        self._by_key: dict = {}
+        self._by_text: dict = {}       # text key -> class
+
+    def add(self, doc, text_key=None) -> int:
+        c = self._by_text.get(text_key) if text_key is not None else None
+        if c is None:
+            value = self.describe(doc)
+            k = self.key(value)
+            c = self._by_key.get(k)
+            if c is None:
+                c = self._by_key[k] = len(self.classes)
+                self.classes.append(value)
+                self.first_member.append(len(self.member))
+            if text_key is not None:
+                self._by_text[text_key] = c
+        self.member.append(c)
+        return c
+
+
 def diff_stream(named, fingerprints: Optional[list] = None) -> dict:
     """:func:`diff_documents` over an iterable of (name, document[, content key, summary]) items,
     read one at a time: each document is reduced to its fingerprint and dropped; nodes with the
@@ -261,11 +291,8 @@ def diff_stream(named, fingerprints: Optional[list] = None) -> dict:
     names: list = []
     seen: Counter = Counter()
     inputs: list = []
-    member: list = []          # input -> class
-    classes: list = []         # class -> fingerprint
-    first_member: list = []    # class -> its first input
-    by_key: dict = {}
-    by_text: dict = {}         # content key -> class (inputs that need no fingerprint of their own)
+    grouped = NodeClasses(fingerprint, _class_key)
+    member, classes, first_member = grouped.member, grouped.classes, grouped.first_member
     for item in named:
         name, doc = item[0], item[1]
         text_key = item[2] if len(item) > 2 else None
@@ -277,18 +304,7 @@ def diff_stream(named, fingerprints: Optional[list] = None) -> dict:
             h = doc.get("host") or {}
             inputs.append({"name": names[-1], "hostname": h.get("hostname"), "provenance": h.get("provenance"),
                            "gpus": len(doc.get("gpus", [])), "nics": len(doc.get("nics", []))})
-        c = by_text.get(text_key) if text_key is not None else None
-        if c is None:
-            fp = fingerprint(doc)
-            key = _class_key(fp)
-            c = by_key.get(key)
-            if c is None:
-                c = by_key[key] = len(classes)
-                classes.append(fp)
-                first_member.append(len(member))
-            if text_key is not None:
-                by_text[text_key] = c
-        member.append(c)
+        c = grouped.add(doc, text_key)
         if fingerprints is not None:
             fingerprints.append(classes[c])
     n = len(names)

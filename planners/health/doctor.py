@@ -740,11 +740,10 @@ def doctor_fleet(items, rules: Optional[list] = None) -> dict:
     names: list = []
     seen: Counter = Counter()
     inputs: list = []
-    member: list = []
-    classes: list = []          # class -> doctor report (findings shared by its members)
-    first_member: list = []
-    by_findings: dict = {}
-    by_text: dict = {}
+    from gpucomm.planners.health.diff import NodeClasses
+
+    grouped = NodeClasses(lambda doc: run_doctor(doc, rules), _findings_key)   # classes: doctor reports
+    member, classes, first_member = grouped.member, grouped.classes, grouped.first_member
     for item in items:
         name, doc = item[0], item[1]
         text_key = item[2] if len(item) > 2 else None
@@ -758,18 +757,7 @@ def doctor_fleet(items, rules: Optional[list] = None) -> dict:
             h = doc.get("host") or {}
             inputs.append({"name": names[-1], "hostname": h.get("hostname"), "gpus": len(doc.get("gpus", [])),
                            "nics": len(doc.get("nics", []))})
-        c = by_text.get(text_key) if text_key is not None else None
-        if c is None:
-            rep = run_doctor(doc, rules)
-            key = _findings_key(rep)
-            c = by_findings.get(key)
-            if c is None:
-                c = by_findings[key] = len(classes)
-                classes.append(rep)
-                first_member.append(len(member))
-            if text_key is not None:
-                by_text[text_key] = c
-        member.append(c)
+        c = grouped.add(doc, text_key)
         inputs[-1]["class"] = c
     size = Counter(member)
     order = sorted(range(len(classes)), key=lambda c: (-size[c], first_member[c]))
