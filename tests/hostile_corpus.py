@@ -71,6 +71,7 @@ class Case:
     ok: tuple = (0, 1)              # exit codes that pass (doctor: 5 = problems found)
     warn: bool = False              # exit 0 must print a warning
     keep: List[str] = field(default_factory=list)    # files that must be unchanged afterwards
+    grow: List[str] = field(default_factory=list)    # bench --save targets: unchanged if refused, else kept + added to
     no_tmp: List[str] = field(default_factory=list)  # directories that must hold no temporary file
     must_fail: bool = False         # exit 1 expected (a refusal)
     fast: bool = False              # part of the representative subset
@@ -168,11 +169,11 @@ class _Corpus:
         for e in entries:
             argv = [a.replace("{t}", target) for a in TOPO_COMMANDS[e]]
             ok = (0, 1, 5) if e in ("doctor", "diff") else (0, 1, 3, 4) if e in ("plan", "select", "rings", "trees", "predict") else (0, 1)
-            keep = [target] if Path(target).is_file() and e == "bench-save" else []
+            grow = [target] if Path(target).is_file() and e == "bench-save" else []
             named = (names or [os.path.basename(target), target]) + [a for a in argv if a.startswith("--")]
             self.cases.append(Case(f"{cls}/{name}@{e}", cls, argv, named, ok=ok,
                                    warn=warn and e in ("show", "show-json", "probe-from"), must_fail=must_fail,
-                                   keep=keep, fast=e == fast_entry))
+                                   grow=grow, fast=e == fast_entry))
 
     def case(self, cls: str, name: str, argv: List[str], names: List[str], **kw) -> None:
         self.cases.append(Case(f"{cls}/{name}", cls, argv, names, **kw))
@@ -567,8 +568,10 @@ class _Corpus:
             "format-ext-mismatch": (["rings", "example:hgx-h100", "-o", str(d / "rings.xml")], True),
         }
         for name, (argv, fail) in cases.items():
+            # bench --save updates a clean document it was given (that is what it is for)
+            keep = [str(victim), str(existing)] + ([] if name == "bench-save-same" else [str(same)])
             self.case(cls, name, argv, [a for a in argv if a.startswith(str(d))] or [str(d)], must_fail=fail,
-                      keep=[str(victim), str(existing), str(same)], no_tmp=[str(d), str(ro)],
+                      keep=keep, no_tmp=[str(d), str(ro)],
                       fast=name in ("symlink", "same-file"))
         ro.chmod(0o555)
 
@@ -642,6 +645,35 @@ def _snap(paths: List[str]) -> dict:
     return out
 
 
+def _parse(data: Optional[bytes]):
+    if data is None:
+        return None
+    import yaml
+
+    try:
+        return json.loads(data)
+    except ValueError:
+        try:
+            return yaml.safe_load(data)
+        except yaml.YAMLError:
+            return None
+
+
+def _kept_and_added(old: Optional[bytes], new: Optional[bytes]) -> bool:
+    """Every top-level entry of the old document is in the new one, unchanged, and measurements were added."""
+    a, b = _parse(old), _parse(new)
+    if not isinstance(a, dict) or not isinstance(b, dict) or not isinstance(b.get("measured"), dict):
+        return False
+
+    def canon(v):  # the writer sorts lists (links by endpoints): compare them as multisets
+        if isinstance(v, list):
+            return sorted(json.dumps(x, sort_keys=True) for x in v)
+        return json.dumps(v, sort_keys=True)
+
+    return all(canon(b.get(k)) == canon(v) for k, v in a.items()
+               if k not in ("measured", "warnings", "generated_at", "sources"))
+
+
 def _leftovers(d: str) -> List[str]:
     try:
         return [n for n in os.listdir(d) if n.endswith(".gpucomm-tmp") or n.startswith((".gpucomm-snap-", "gpucomm-load-"))]
@@ -654,7 +686,7 @@ def run_case(case: Case, scratch: Path) -> Outcome:
     env = dict(os.environ, TMPDIR=str(tmp), COLUMNS="120", NO_COLOR="1", PYTHONDONTWRITEBYTECODE="1")
     env.pop("GPUCOMM_FSROOT", None)
     env.update(case.env)
-    before = _snap(case.keep)
+    before = _snap(case.keep + case.grow)
     t0 = time.monotonic()
     try:
         p = subprocess.run([sys.executable, "-m", "gpucomm", *case.argv], env=env, cwd=str(scratch),
@@ -689,10 +721,15 @@ def run_case(case: Case, scratch: Path) -> Outcome:
     for d in case.no_tmp:
         if _leftovers(d):
             problems.append(f"left {_leftovers(d)[:3]} in {d}")
-    after = _snap(case.keep)
+    after = _snap(case.keep + case.grow)
     changed = [p for p in case.keep if before.get(p) != after.get(p)]
     if changed:
         problems.append(f"changed {changed}")
+    for p in case.grow:
+        if code != 0 and before.get(p) != after.get(p):
+            problems.append(f"changed {p} though refused")
+        elif code == 0 and not _kept_and_added(before.get(p), after.get(p)):
+            problems.append(f"--save lost what {p} held")
     shutil.rmtree(tmp, ignore_errors=True)
     return Outcome(case, code, err, secs, problems)
 
@@ -701,7 +738,7 @@ def run_all(cases: List[Case], scratch: Path, jobs: int = 2, progress: Optional[
     from concurrent.futures import ThreadPoolExecutor
 
     # cases that share an output directory or a mutable input run in order; the rest in parallel
-    serial = [c for c in cases if c.cls in ("outputs",) or any(k for k in c.keep)]
+    serial = [c for c in cases if c.cls in ("outputs",) or c.keep or c.grow]
     parallel = [c for c in cases if c not in serial]
     outcomes = []
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:

@@ -262,6 +262,21 @@ def test_bench_bad_flags_before_torch(monkeypatch):
     assert r.code == 1 and "--backend" in r.stderr
 
 
+def test_save_refuses_a_document_reading_had_to_repair(tmp_path):
+    """--save rewrites its target: a document whose reading dropped or repaired fields would lose them,
+    so it is refused (before the benchmark runs, file untouched) unless --force."""
+    doc = json.loads(BASE_TOPO.read_text(encoding="utf-8"))
+    doc["gpus"][0]["numa_node"] = True
+    topo = tmp_path / "topo.json"
+    topo.write_text(json.dumps(doc), encoding="utf-8")
+    before = topo.read_bytes()
+    r = run_cli("bench", "collective", "--backend", "gloo", "--save", topo)
+    assert r.code == 1 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith(f"gpucomm: error: {topo}: --save would rewrite it")
+    assert "gpus[0].numa_node" in r.stderr and "--force" in r.stderr
+    assert topo.read_bytes() == before
+
+
 # --------------------------------------------------------------------------------------------
 # real runs over gloo (torch installed)
 def _need_torch():

@@ -79,7 +79,16 @@ def _read_save_target(path: str):
     from gpucomm.probes.errors import report
     from gpucomm.probes.validate import validate_document
 
-    return validate_document(load_saved(text, path, kind), path, saved=True, report=report), kind == "yaml"
+    repaired: list = []
+    doc = validate_document(load_saved(text, path, kind), path, saved=True,
+                            report=report if SETTINGS.force else repaired.append)
+    if repaired:
+        # rewriting it would drop what reading had to repair or leave out: the user's data, lost
+        first = repaired[0][len(path) + 2:] if repaired[0].startswith(path + ": ") else repaired[0]
+        more = f" (and {len(repaired) - 1} more)" if len(repaired) > 1 else ""
+        raise InputError(f"--save would rewrite it without what reading had to repair: {first}{more}", path,
+                         expected="a topology document that reads without warnings, or --force to save anyway")
+    return doc, kind == "yaml"
 
 
 def _save(path: str, result: dict) -> None:

@@ -177,7 +177,9 @@ def node_facts(doc: Union[Topology, dict], gpus: Optional[Sequence[int]] = None)
     nics = [(n.name, topo.nic_gbps(n) / 8.0, n.numa_node) for n in topo.nics]
     # NCCL tunes for its first CPU node (ncclTopoCpuType: system->nodes[CPU].nodes[0])
     cpu = topo.cpu_for(min((c.numa for c in topo.cpus.values() if c.numa is not None), default=None))
-    return NodeFacts(topo, sel, ids, cc, cc_max, fab.nvswitch and bool(nvs_bw), nvs_bw, nvl_pair, pcie_bw, numa, nics,
+    # an NVSwitch fabric for these GPUs only when every one of them reaches it (a GPU whose links were dropped does not)
+    on_nvs = fab.nvswitch and bool(ids) and all(i in nvs_bw for i in ids)
+    return NodeFacts(topo, sel, ids, cc, cc_max, on_nvs, nvs_bw, nvl_pair, pcie_bw, numa, nics,
                      cpu.vendor, _TUNING_ARCH.get(cpu.arch or "", "x86"), cc_known=cc_known)
 
 
