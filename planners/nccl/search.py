@@ -21,6 +21,7 @@ search (:mod:`gpucomm.planners.collectives.rings`), and :func:`nvswitch_document
 from __future__ import annotations
 
 import math
+import random
 import sys as _pysys
 from typing import Any, Iterable, Optional
 
@@ -414,6 +415,34 @@ class _Search:
     def __init__(self, ctx: _Ctx):
         self.ctx = ctx
         self.time = 0
+        # Subtree memo (exact; see rec_gpu): ``h`` hashes the multiset of bandwidth reservations and
+        # used-GPU marks in force, ``version`` counts changes of the best graph found (``save``).
+        self.memo: Optional[dict] = None
+        self.memo_ok = False
+        self.read_intra = True
+        self.read_prev_nets = True
+        self.h = 0
+        self.cur: list = []    # this channel's reservations (the others' are in ``h`` without their channel)
+        self.version = 0
+        self.zob: dict = {}
+        self.rand = random.Random(0x6e63636c)
+
+    def start_pass(self, graph: TGraph) -> None:
+        """One ncclTopoSearchRec call from ncclTopoCompute: a fresh memo (the pass's parameters are fixed)."""
+        self.h = 0
+        self.cur = []
+        self.memo = {} if self.memo_ok and graph.pattern not in (NVLS, COLLNET_DIRECT) else None
+        # GPU orders are read back only to replay the previous channel: always within a node (rec),
+        # across nodes only when the pass keeps channels the same (rec_net)
+        self.read_intra = not self.ctx.sys.inter or graph.same_channels == 1
+        self.read_prev_nets = graph.pattern == RING and graph.cross_nic == 2
+
+    def _z(self, key) -> int:
+        """A random 96-bit number per reservation (kept for this compute, so sums stay consistent)."""
+        z = self.zob.get(key)
+        if z is None:
+            z = self.zob[key] = self.rand.getrandbits(96)
+        return z
 
     def replay_gpu(self, graph: TGraph, step: int) -> int:
         ng = self.ctx.ngpus
@@ -428,7 +457,15 @@ class _Search:
         gpu = follow_path(self.ctx, graph, t1, i1, GPU, g, 1)
         if gpu is not None:
             gpu.used ^= flag
-            self.rec_gpu(graph, save, gpu, step, back_net, back_first, forced)
+            if self.memo is None:
+                self.rec_gpu(graph, save, gpu, step, back_net, back_first, forced)
+            else:
+                op = ("g", t1, i1, g)
+                self.h += self._z(("c", op))
+                self.cur.append(op)
+                self.rec_gpu(graph, save, gpu, step, back_net, back_first, forced)
+                self.cur.pop()
+                self.h -= self._z(("c", op))
             gpu.used ^= flag
             follow_path(self.ctx, graph, t1, i1, GPU, g, -1)
 
@@ -471,9 +508,45 @@ class _Search:
         return True
 
     def rec_gpu(self, graph, save, gpu, step, back_net, back_first, forced) -> None:
-        """``ncclTopoSearchRecGpu``."""
+        """``ncclTopoSearchRecGpu``, with an exact memo of the subtrees that leave the best graph alone.
+
+        What a subtree does depends only on: the bandwidth left on every link and NIC and the GPUs
+        marked used (a function of the multiset of reservations in force, hashed in ``h``: each
+        reservation subtracts a fixed amount rounded to NCCL's 1/1000 grid, so the order does not
+        matter -- checked by ``memo_ok``), the arguments, the channel count and hop count, the
+        entries of ``intra``/``inter`` it can read (this channel so far, the previous channel for
+        replay and NIC pairing), the pass's parameters (fixed: the memo is per pass) and the best
+        graph so far (``version``).  A subtree that left the best graph alone and did not run out of
+        time is recorded with the steps it took; met again, it is skipped by taking those steps
+        (or all the time left, where the original would have run out inside it finding nothing)."""
         if self.time <= 0:
             return
+        memo = self.memo
+        if memo is None:
+            self._rec_gpu(graph, save, gpu, step, back_net, back_first, forced)
+            return
+        n = graph.n_channels
+        if self.read_intra:
+            ng = self.ctx.ngpus
+            intra = tuple(graph.intra[(n - 1) * ng if n else 0:n * ng + step])
+        else:
+            intra = None
+        # this channel's NICs are in ``h`` (their reservations); the previous channel's are read back
+        # only to pair NICs across channels (NCCL_CROSS_NIC=2 rings)
+        prev = tuple(graph.inter[(n - 1) * 2:n * 2]) if n and self.read_prev_nets else None
+        key = (self.h, -1 if gpu is None else gpu.idx, step, back_net, back_first, forced, n, graph.n_hops,
+               graph.bw_inter, intra, prev)
+        took = memo.get(key)
+        if took is not None:
+            left = self.time - took
+            self.time = left if left > 0 else 0
+            return
+        t0, v0 = self.time, self.version
+        self._rec_gpu(graph, save, gpu, step, back_net, back_first, forced)
+        if self.version == v0 and self.time > 0 and self.memo is memo:
+            memo[key] = t0 - self.time
+
+    def _rec_gpu(self, graph, save, gpu, step, back_net, back_first, forced) -> None:
         self.time -= 1
         ctx = self.ctx
         sys = ctx.sys
@@ -482,10 +555,23 @@ class _Search:
             graph.n_channels += 1
             if self.compare(graph, save):
                 save.assign(graph)
+                self.version += 1
+                if self.memo is not None:
+                    self.memo = {}      # recorded against the previous best graph
                 if graph.n_channels == graph.max_channels:
                     self.time = -1
             if graph.n_channels < graph.max_channels:
-                self.rec(graph, save)
+                if self.memo is not None:
+                    # the channel is done: its reservations stay, but which channel made them no longer matters
+                    ops, z = self.cur, self._z
+                    delta = sum(z(op) - z(("c", op)) for op in ops)
+                    self.h += delta
+                    self.cur = []
+                    self.rec(graph, save)
+                    self.cur = ops
+                    self.h -= delta
+                else:
+                    self.rec(graph, save)
             graph.n_channels -= 1
             return
         graph.intra[graph.n_channels * ngpus + step] = gpu.rank
@@ -503,10 +589,18 @@ class _Search:
                             next_back = 1
                         graph.bw_inter = f32(graph.bw_inter / 2)
                     net = follow_path(ctx, graph, GPU, g, NET, n, 1)
+                    op = ("n", g, n, graph.bw_inter)
                     graph.bw_inter = save_inter
                     if net is not None:
                         graph.inter[graph.n_channels * 2 + 1] = net.id
-                        self.rec_gpu(graph, save, gpu, step, next_back, back_first, forced)
+                        if self.memo is not None:
+                            self.h += self._z(("c", op))
+                            self.cur.append(op)
+                            self.rec_gpu(graph, save, gpu, step, next_back, back_first, forced)
+                            self.cur.pop()
+                            self.h -= self._z(("c", op))
+                        else:
+                            self.rec_gpu(graph, save, gpu, step, next_back, back_first, forced)
                         if graph.pattern == BALANCED_TREE:
                             graph.bw_inter = f32(graph.bw_inter / 2)
                         follow_path(ctx, graph, GPU, g, NET, n, -1)
@@ -528,7 +622,15 @@ class _Search:
             p = ctx.gpu_index[graph.intra[graph.n_channels * ngpus]]
             first = follow_path(ctx, graph, GPU, g, GPU, p, 1)
             if first is not None:
-                self.rec_gpu(graph, save, first, step + 1, back_net, -1, forced)
+                if self.memo is not None:
+                    op = ("f", g, p)
+                    self.h += self._z(("c", op))
+                    self.cur.append(op)
+                    self.rec_gpu(graph, save, first, step + 1, back_net, -1, forced)
+                    self.cur.pop()
+                    self.h -= self._z(("c", op))
+                else:
+                    self.rec_gpu(graph, save, first, step + 1, back_net, -1, forced)
                 follow_path(ctx, graph, GPU, g, GPU, p, -1)
         else:
             self.rec_gpu(graph, save, gpu, ngpus, -1, -1, forced)
@@ -588,6 +690,10 @@ class _Search:
             for o in all_nets:
                 if o.asic == net.asic and o.port == net.port:
                     o.bw = f32(o.bw - bw)
+            tracked = self.memo is not None
+            if tracked:
+                self.h += self._z(("c", ("net", n, bw)))
+                self.cur.append(("net", n, bw))
             skip_restore = False
             if graph.pattern in (NVLS, COLLNET_DIRECT):
                 if graph.n_channels < len(nets):
@@ -621,7 +727,13 @@ class _Search:
                                 continue
                             self.try_gpu(graph, save, 0, back_net, back_first, 0, NET, n, g)
             if skip_restore:
+                # the reservation stays in force (NCCL's "continue"): the memo cannot describe that state
+                self.memo = None
+                self.memo_ok = False
                 continue
+            if tracked:
+                self.cur.pop()
+                self.h -= self._z(("c", ("net", n, bw)))
             for o in all_nets:
                 if o.asic == net.asic and o.port == net.port:
                     o.bw = f32(o.bw + bw)
@@ -646,6 +758,59 @@ class _Search:
         if graph.same_channels == 0 or graph.n_channels == 0:
             for g in range(ng):
                 self.try_gpu(graph, save, 0, -1, back_first, 0, -1, -1, g)
+
+
+class _Passes:
+    """Passes of one ncclTopoCompute that must end alike.  A pass reads ``type_intra``/``type_inter``
+    only as thresholds on the types of existing paths (followPath, ncclTopoSelectNets), so two
+    thresholds with no path type between them search the same; a pass that left the best graph alone
+    is recorded with the time it left, and a later pass with the same parameters, thresholds and best
+    graph is given that time without searching (NCCL steps through every type for every speed, and
+    on a machine where no graph fits, each of those passes runs out its time)."""
+
+    def __init__(self, sys) -> None:
+        intra, inter = set(), set()
+        gn, nn, vn = sys.nodes[GPU], sys.nodes[NET], sys.nodes[NVS]
+        for a in gn + vn:
+            for t2 in (GPU, NVS):
+                for p in (a.paths[t2] or []):
+                    intra.add(p.type)
+        for a in gn:
+            for p in (a.paths[NET] or []):
+                inter.add(p.type)
+        for a in nn:
+            for p in (a.paths[GPU] or []):
+                inter.add(p.type)
+        self.intra = sorted(intra)
+        self.inter = sorted(inter)
+        self.memo: dict = {}
+
+    @staticmethod
+    def _level(types: list, threshold: int) -> int:
+        lvl = -1
+        for t in types:
+            if t <= threshold:
+                lvl = t
+        return lvl
+
+    def key(self, g: TGraph, budget: int, search: "_Search") -> tuple:
+        return (g.pattern, g.same_channels, g.bw_intra, g.bw_inter, g.cross_nic, g.min_channels, g.max_channels,
+                g.coll_net, g.n_hops, self._level(self.intra, g.type_intra), self._level(self.inter, g.type_inter),
+                budget, search.version)
+
+
+def _on_grid(sys) -> bool:
+    """Every link and NIC bandwidth already on SUB_ROUND's 1/1000 grid (so reserving and giving back
+    bandwidth returns it exactly, and the bandwidth left is a function of the reservations in force)."""
+    for t in range(len(sys.nodes)):
+        for node in sys.nodes[t]:
+            for l in node.links:
+                if _sub_round(l.bw, 0.0) != l.bw:
+                    return False
+    for net in sys.nodes[NET]:
+        if _sub_round(net.bw, 0.0) != net.bw or f32(net.bw) != net.bw:
+            return False
+    return True
 
 
 def dup_channels(graph: TGraph, cc_min: int, ngpus: int) -> None:
@@ -732,6 +897,8 @@ def compute(topo: Topo, graph: TGraph) -> TGraph:
     tmp.bw_intra = tmp.bw_inter = f32(speeds[si])
     global_timeout = SEARCH_GLOBAL_TIMEOUT
     search = _Search(ctx)
+    search.memo_ok = _on_grid(sys)
+    passes = _Passes(sys)
     while True:
         # search:
         time = SEARCH_TIMEOUT_SAMECHANNELS if tmp.same_channels else \
@@ -739,7 +906,16 @@ def compute(topo: Topo, graph: TGraph) -> TGraph:
         tmp.n_channels = 0
         global_timeout -= time
         search.time = time
-        search.rec(tmp, graph)
+        pkey = passes.key(tmp, time, search) if search.memo_ok else None
+        left = passes.memo.get(pkey) if pkey is not None else None
+        if left is not None:
+            search.time = left      # the same search again, against the same best graph: the same outcome
+        else:
+            v0 = search.version
+            search.start_pass(tmp)
+            search.rec(tmp, graph)
+            if pkey is not None and search.version == v0 and search.memo_ok:
+                passes.memo[pkey] = search.time
         time = search.time
         goto_done = time == -1 or f32(graph.n_channels * graph.bw_inter) >= sys.total_bw
         if not goto_done and pass_ == 1:
