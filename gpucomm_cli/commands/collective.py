@@ -171,7 +171,9 @@ def rings(
     """Ring channels maximising total bus bandwidth, with NCCL's own choice for comparison.
 
     Each channel is a cycle over the GPUs (or, across nodes, a NIC-to-NIC chain); link capacity is
-    shared between channels.  Formats: table (default), json (schema gpucomm.rings/v1), yaml."""
+    shared between channels.  Formats: table (default), json (schema gpucomm.rings/v1), yaml, and
+    nccl-graph: an NCCL graph file of our rings for NCCL_GRAPH_FILE (one node; NCCL loads it instead of
+    searching)."""
     from gpucomm.render.tables import plural, print_table
     from gpucomm.planners.collectives.rings import rings_report
     from gpucomm.probes.formats.nccllog import load_nccl_log
@@ -232,7 +234,20 @@ def rings(
         if "nccl_log" in out:
             render_rings_log(console, out["nccl_log"], out)
 
-    emit(out, table=table, allowed=["table", "json", "yaml"])
+    def nccl_graph() -> str:
+        from gpucomm.planners.nccl.graphfile import ring_graph_from_report
+
+        text, info = ring_graph_from_report(out)
+        ref_total = info["nccl_total_bw_GBps"]
+        diag(f"gpucomm: NCCL graph: {info['channels']} ring channel(s) x {info['bw_GBps']:g} GB/s = "
+             f"{info['total_bw_GBps']:g} GB/s (type {info['type_intra']})"
+             + (f"; NCCL's own search: {ref_total:g} GB/s" if ref_total is not None else ""))
+        if ref_total is not None and info["total_bw_GBps"] <= ref_total:
+            diag("gpucomm: warning: this graph is not faster than what NCCL finds itself; "
+                 "NCCL_GRAPH_FILE would not help here")
+        return text
+
+    emit(out, table=table, extra={"nccl-graph": nccl_graph}, allowed=["table", "json", "yaml", "nccl-graph"])
     for w in out["warnings"]:
         diag(f"gpucomm: warning: {w}")
     if "nccl_log" in out:

@@ -118,7 +118,8 @@ class RingPlan:
             "nccl_reference": None if ref is None else {
                 "channels": ref["channels"], "search_channels": ref["search_channels"],
                 "bw_GBps": ref["bw_intra"] if self.nodes <= 2 else ref["bw_inter"],
-                "total_bw_GBps": ref["total_bw"], "type_intra": ref["type_intra"], "type_inter": ref["type_inter"]},
+                "total_bw_GBps": ref["total_bw"], "type_intra": ref["type_intra"], "type_inter": ref["type_inter"],
+                "nccl_nodes": ref["nccl_nodes"]},
             "assumptions": list(G.graph.get("assumptions") or []),
             "warnings": list(self.warnings),
         }

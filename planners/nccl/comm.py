@@ -327,13 +327,16 @@ def run(xml_text: str, gpus: Optional[list], nodes: int, s: NcclSettings, defaul
         fused = X.fuse(rank_xmls)
         states: dict = {}
         per_rank: list = []
+        # Ranks of one domain see the same system (ncclTopoTrimSystem keeps the rank's domain);
+        # NVLS support depends on the rank's GPU.
+        probe = system_from_xml(fused)
+        t = Topo(probe, s)
+        t.compute_paths()
+        dom = t.domains()
+        gpus_ = probe.nodes[GPU]
         for l in range(G):
-            # Ranks of one domain see the same system; NVLS support depends on the rank's GPU.
-            probe = system_from_xml(fused)
-            t = Topo(probe, s)
-            t.compute_paths()
-            t.trim(l, NR)
-            key = (tuple(sorted(g.rank for g in probe.nodes[GPU])), local[l].sm >= 90)
+            mine = next((dom[i] for i, g in enumerate(gpus_) if g.rank == l), 0)
+            key = (tuple(sorted(g.rank for i, g in enumerate(gpus_) if dom[i] == mine)), local[l].sm >= 90)
             st = states.get(key)
             if st is None or st.topo_ranks is None:
                 st = _rank_init(fused, l, NR, local[l].sm, s)

@@ -249,13 +249,20 @@ _TOKEN = re.compile(r"<!--.*?-->|<(/?)([A-Za-z_][\w.-]*)((?:\s+[^\s=/>]+\s*=\s*(
 _ATTR = re.compile(r"([^\s=/>]+)\s*=\s*(?:\"([^\"]*)\"|'([^']*)')")
 
 
-def parse(text: str) -> Xml:
-    """An NCCL topology XML (the grammar NCCL's parser accepts for ``<system>``) -> :class:`Xml`.
+TOPOLOGY_HANDLERS = {None: {"system"}, "system": {"cpu"}, "cpu": {"pci", "nic"},
+                     "pci": {"pci", "gpu", "nic", "pcilink"}, "gpu": {"nvlink", "c2c"}, "nic": {"net"}, "net": set(),
+                     "nvlink": set(), "c2c": set(), "pcilink": set()}
+# ncclTopoGetXmlGraphFromFile: ncclTopoXmlGraphLoadGraphs / LoadGraph / LoadChannel / LoadNet, LoadGpu
+GRAPH_HANDLERS = {None: {"graphs"}, "graphs": {"graph"}, "graph": {"channel"}, "channel": {"net", "gpu"},
+                  "net": set(), "gpu": set()}
+
+
+def parse(text: str, handlers: Optional[dict] = None, root: str = "system") -> Xml:
+    """An NCCL topology XML (the grammar NCCL's parser accepts for ``<system>``; with
+    ``GRAPH_HANDLERS`` and root ``graphs``, an NCCL graph file) -> :class:`Xml`.
     Elements NCCL's loaders do not know (``ncclTopoXmlLoad*`` handlers) are skipped with their
     children, as NCCL does.  Raises :class:`InputError` for text that is not XML."""
-    handlers = {None: {"system"}, "system": {"cpu"}, "cpu": {"pci", "nic"}, "pci": {"pci", "gpu", "nic", "pcilink"},
-                "gpu": {"nvlink", "c2c"}, "nic": {"net"}, "net": set(), "nvlink": set(), "c2c": set(),
-                "pcilink": set()}
+    handlers = TOPOLOGY_HANDLERS if handlers is None else handlers
     xml = Xml()
     stack: list = []          # (node or None when skipped, name)
     for m in _TOKEN.finditer(text):
@@ -286,12 +293,13 @@ def parse(text: str) -> Xml:
             stack.append((node, name))
     if stack:
         raise InputError(f"XML: unterminated <{stack[-1][1]}>")
-    if xml.top() is None:
-        raise InputError("no <system> element", expected="an NCCL topology XML")
+    if xml.find_tag(root) is None:
+        raise InputError(f"no <{root}> element",
+                         expected="an NCCL topology XML" if root == "system" else "an NCCL graph file (<graphs>)")
     return xml
 
 
-def dumps(xml: Xml) -> str:
+def dumps(xml: Xml, root: str = "system") -> str:
     """NCCL's ``ncclTopoDumpXmlRec`` layout (2-space indent, one element per line)."""
     lines: list = []
 
@@ -305,7 +313,7 @@ def dumps(xml: Xml) -> str:
         else:
             lines.append(f"{'  ' * depth}<{n.name}{attrs}/>")
 
-    top = xml.top()
+    top = xml.find_tag(root)
     if top is not None:
         rec(top, 0)
     return "\n".join(lines) + "\n"

@@ -438,11 +438,45 @@ class _Search:
         self.read_prev_nets = graph.pattern == RING and graph.cross_nic == 2
 
     def _z(self, key) -> int:
-        """A random 96-bit number per reservation (kept for this compute, so sums stay consistent)."""
+        """A random 96-bit number per key (kept for this compute, so sums stay consistent)."""
         z = self.zob.get(key)
         if z is None:
             z = self.zob[key] = self.rand.getrandbits(96)
         return z
+
+    def _path_h(self, t1: int, i1: int, t2: int, i2: int, bw: float) -> int:
+        """What reserving ``bw`` on the path adds to ``h``: sum over its links of a random number per
+        link times the bandwidth taken in 1/1000 GB/s (as followPath takes it), so equal use of the links
+        hashes alike whichever paths made it."""
+        key = (t1, i1, t2, i2, bw)
+        v = self.zob.get(key)
+        if v is not None:
+            return v
+        v = 0
+        if t1 != -1:
+            nodes = self.ctx.sys.nodes
+            node1 = nodes[t1][i1]
+            path = node1.paths[t2][i2]
+            overhead, _simple, _links, _pcis, steps = path.fast or _steps(path, node1)
+            pci_bw = f32(f32(bw * 6.0) / 5.0) if overhead else bw
+            for link, is_pci, rev, kind in steps[:path.count]:
+                fw = pci_bw if is_pci else bw
+                v += self._z(("L", id(link))) * round(fw * 1000)
+                amounts = [fw]
+                if kind:
+                    rb = 0.0
+                    if kind & 1:
+                        rb = f32(rb + f32(fw / 8.0))
+                    if kind & 2:
+                        rb = f32(rb + fw)
+                    v += self._z(("L", id(rev))) * round(rb * 1000)
+                    amounts.append(rb)
+                if not all(_grid(x) for x in amounts):
+                    # off SUB_ROUND's grid: the order of reservations could matter; no memo from here on
+                    self.memo = None
+                    self.memo_ok = False
+        self.zob[key] = v
+        return v
 
     def replay_gpu(self, graph: TGraph, step: int) -> int:
         ng = self.ctx.ngpus
@@ -460,12 +494,15 @@ class _Search:
             if self.memo is None:
                 self.rec_gpu(graph, save, gpu, step, back_net, back_first, forced)
             else:
-                op = ("g", t1, i1, g)
-                self.h += self._z(("c", op))
-                self.cur.append(op)
+                # the links it took, and GPU g used in this channel
+                both = t1 in (GPU, NVS)
+                zu = self._z(("u", g))
+                d = self._path_h(t1, i1, GPU, g, graph.bw_intra if both else graph.bw_inter) + zu
+                self.h += d
+                self.cur.append(zu)
                 self.rec_gpu(graph, save, gpu, step, back_net, back_first, forced)
                 self.cur.pop()
-                self.h -= self._z(("c", op))
+                self.h -= d
             gpu.used ^= flag
             follow_path(self.ctx, graph, t1, i1, GPU, g, -1)
 
@@ -563,13 +600,13 @@ class _Search:
             if graph.n_channels < graph.max_channels:
                 if self.memo is not None:
                     # the channel is done: its reservations stay, but which channel made them no longer matters
-                    ops, z = self.cur, self._z
-                    delta = sum(z(op) - z(("c", op)) for op in ops)
-                    self.h += delta
+                    ops = self.cur
+                    delta = sum(ops)
+                    self.h -= delta
                     self.cur = []
                     self.rec(graph, save)
                     self.cur = ops
-                    self.h -= delta
+                    self.h += delta
                 else:
                     self.rec(graph, save)
             graph.n_channels -= 1
@@ -589,16 +626,17 @@ class _Search:
                             next_back = 1
                         graph.bw_inter = f32(graph.bw_inter / 2)
                     net = follow_path(ctx, graph, GPU, g, NET, n, 1)
-                    op = ("n", g, n, graph.bw_inter)
+                    d = (self._path_h(GPU, g, NET, n, graph.bw_inter) if self.memo is not None else 0)
                     graph.bw_inter = save_inter
                     if net is not None:
                         graph.inter[graph.n_channels * 2 + 1] = net.id
                         if self.memo is not None:
-                            self.h += self._z(("c", op))
-                            self.cur.append(op)
+                            zb = self._z(("b", n))      # this channel's NIC out
+                            self.h += d + zb
+                            self.cur.append(zb)
                             self.rec_gpu(graph, save, gpu, step, next_back, back_first, forced)
                             self.cur.pop()
-                            self.h -= self._z(("c", op))
+                            self.h -= d + zb
                         else:
                             self.rec_gpu(graph, save, gpu, step, next_back, back_first, forced)
                         if graph.pattern == BALANCED_TREE:
@@ -623,12 +661,10 @@ class _Search:
             first = follow_path(ctx, graph, GPU, g, GPU, p, 1)
             if first is not None:
                 if self.memo is not None:
-                    op = ("f", g, p)
-                    self.h += self._z(("c", op))
-                    self.cur.append(op)
+                    d = self._path_h(GPU, g, GPU, p, graph.bw_intra)
+                    self.h += d
                     self.rec_gpu(graph, save, first, step + 1, back_net, -1, forced)
-                    self.cur.pop()
-                    self.h -= self._z(("c", op))
+                    self.h -= d
                 else:
                     self.rec_gpu(graph, save, first, step + 1, back_net, -1, forced)
                 follow_path(ctx, graph, GPU, g, GPU, p, -1)
@@ -692,8 +728,12 @@ class _Search:
                     o.bw = f32(o.bw - bw)
             tracked = self.memo is not None
             if tracked:
-                self.h += self._z(("c", ("net", n, bw)))
-                self.cur.append(("net", n, bw))
+                # the NIC bandwidth taken (every NET of its port), and this channel's NIC in
+                zs = self._z(("s", n))
+                dn = zs + sum(self._z(("L", id(o))) for o in all_nets
+                              if o.asic == net.asic and o.port == net.port) * bw
+                self.h += dn
+                self.cur.append(zs)
             skip_restore = False
             if graph.pattern in (NVLS, COLLNET_DIRECT):
                 if graph.n_channels < len(nets):
@@ -733,7 +773,7 @@ class _Search:
                 continue
             if tracked:
                 self.cur.pop()
-                self.h -= self._z(("c", ("net", n, bw)))
+                self.h -= dn
             for o in all_nets:
                 if o.asic == net.asic and o.port == net.port:
                     o.bw = f32(o.bw + bw)
@@ -797,6 +837,10 @@ class _Passes:
         return (g.pattern, g.same_channels, g.bw_intra, g.bw_inter, g.cross_nic, g.min_channels, g.max_channels,
                 g.coll_net, g.n_hops, self._level(self.intra, g.type_intra), self._level(self.inter, g.type_inter),
                 budget, search.version)
+
+
+def _grid(x: float) -> bool:
+    return _sub_round(x, 0.0) == x
 
 
 def _on_grid(sys) -> bool:

@@ -718,12 +718,9 @@ class Topo:
         self.s = settings
 
     # ---- NIC selection (topo.cc)
-    def local_net(self, rank: int, channel: int) -> int:
-        """``ncclTopoGetLocalNet``: the id of the NET ``rank`` uses for ``channel``."""
+    def _local_nets(self, g: int) -> tuple:
+        """What ncclTopoGetLocalNet computes for GPU index ``g`` before the channel: (NET ids, first, per)."""
         sys = self.sys
-        g = sys.rank_to_index(rank)
-        if g < 0:
-            raise NcclFailure(f"ncclTopoRankToIndex could not find rank {rank}")
         nets, _ = get_local(sys, GPU, g, NET)
         if not nets:
             raise NcclFailure(f"Could not find any local path from gpu {g} to net.")
@@ -739,17 +736,28 @@ class Topo:
         net = sys.nodes[GPU][g].dev % len(gpus)
         if _is_pow2(n_local):
             net = _mirror_bits(net, n_local)
-        net += channel % per
-        return sys.nodes[NET][nets[net % n_local]].id
+        return [sys.nodes[NET][n].id for n in nets], net, per
+
+    def local_net(self, rank: int, channel: int) -> int:
+        """``ncclTopoGetLocalNet``: the id of the NET ``rank`` uses for ``channel``."""
+        g = self.sys.rank_to_index(rank)
+        if g < 0:
+            raise NcclFailure(f"ncclTopoRankToIndex could not find rank {rank}")
+        ids, net, per = self._local_nets(g)
+        return ids[(net + channel % per) % len(ids)]
 
     def local_gpu(self, net_id: int) -> int:
-        """``ncclTopoGetLocalGpu``."""
+        """``ncclTopoGetLocalGpu``: the first GPU (channel by channel) whose local NET is ``net_id``."""
         sys = self.sys
         ni = sys.id_to_index(NET, net_id)
         gpus, _ = get_local(sys, NET, ni, GPU)
+        parts: list = [None] * len(gpus)   # ncclTopoGetLocalNet less the channel, computed when first needed
         for c in range(MAXCHANNELS):
-            for g in gpus:
-                if self.local_net(sys.nodes[GPU][g].rank, c) == net_id:
+            for k, g in enumerate(gpus):
+                if parts[k] is None:
+                    parts[k] = self._local_nets(g)
+                ids, net, per = parts[k]
+                if ids[(net + c % per) % len(ids)] == net_id:
                     return g
         return -1
 
@@ -927,18 +935,26 @@ class Topo:
         for net in sys.nodes[NET]:
             net.local_gpu = self.local_gpu(net.id)
 
+    def domains(self) -> list:
+        """The domain of each GPU as ncclTopoTrimSystem numbers them (GPUs joined by paths better than
+        PATH_NET share one)."""
+        gpus = self.sys.nodes[GPU]
+        dom = list(range(len(gpus)))
+        for g in range(len(gpus)):
+            for p in range(g):
+                if gpus[g].paths[GPU][p].type < PATH_NET:
+                    dom[g] = min(dom[g], dom[p])
+        return dom
+
     def trim(self, rank: int, n_ranks: int) -> None:
         """``ncclTopoTrimSystem``: keep only the GPUs of ``rank``'s domain (GPUs joined by paths better
         than PATH_NET); ``inter`` when the communicator has ranks outside it."""
         sys = self.sys
         gpus = sys.nodes[GPU]
-        dom = list(range(len(gpus)))
+        dom = self.domains()
         ids = [g.id for g in gpus]
         mine = 0
         for g in range(len(gpus)):
-            for p in range(g):
-                if gpus[g].paths[GPU][p].type < PATH_NET:
-                    dom[g] = min(dom[g], dom[p])
             if gpus[g].rank == rank:
                 mine = dom[g]
         for i in range(len(ids)):
