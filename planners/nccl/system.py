@@ -164,10 +164,18 @@ class System:
         del self.nodes[type_][index]
         for i, n in enumerate(self.nodes[type_]):
             n.idx = i
+        self.__dict__.pop("_r2i", None)
 
     def rank_to_index(self, rank: int) -> int:
-        for i, g in enumerate(self.nodes[GPU]):
+        """``ncclTopoRankToIndex``: the first GPU with ``rank`` (remembered; checked on every use)."""
+        gpus = self.nodes[GPU]
+        memo = self.__dict__.setdefault("_r2i", {})
+        i = memo.get(rank)
+        if i is not None and i < len(gpus) and gpus[i].rank == rank:
+            return i       # valid: ranks are set when GPUs are made, and remove() forgets the indices
+        for i, g in enumerate(gpus):
             if g.rank == rank:
+                memo[rank] = i
                 return i
         return -1
 
