@@ -138,3 +138,24 @@ def test_ncclsim_loads_every_graph_file_we_write(tmp_path):
             gains.append(xml.stem)
     assert written >= 14 and refused >= 1
     print(f"ncclsim loaded {written} graph files; refused {refused} split nodes; gains on {gains}")
+
+
+def test_compare_reads_a_graph_file_as_a_graph():
+    """A real NCCL_GRAPH_DUMP_FILE (Azure NCv4, 4 x A100 PCIe) beside our rings on the same machine."""
+    topo = INPUTS / "ncclxml-azure-ncv4-topo.xml"
+    graph = FIXTURES / "captures" / "ncclxml" / "azure-ncv4-graph.xml"
+    r = run_cli("rings", topo, "--compare", graph, "--format", "json")
+    assert r.code == 0, r.stderr
+    ng = r.json()["nccl_graph"]
+    assert ng["channels"] == [[0, 1, 2, 3], [0, 3, 2, 1]] and ng["nchannels"] == 2
+    assert (ng["bw_GBps"], ng["total_bw_GBps"], ng["type_intra"], ng["covers_gpus"]) == (12.0, 24.0, "SYS", True)
+    assert ng["ours_total_bw_GBps"] == r.json()["total_bw_GBps"]
+    t = run_cli("rings", topo, "--compare", graph)
+    assert "NCCL graph file" in t.stdout and "graph channel 1: GPU0 > GPU3 > GPU2 > GPU1" in t.stdout
+
+
+def test_compare_with_a_graph_file_without_a_ring_graph(tmp_path):
+    f = tmp_path / "g.xml"
+    f.write_text('<graphs version="1"><graph id="1" pattern="1" nchannels="0"/></graphs>\n')
+    r = run_cli("rings", "example:hgx-h100", "--compare", f)
+    assert r.code == 1 and r.stderr.count("\n") == 1 and str(f) in r.stderr and "no ring graph" in r.stderr

@@ -52,7 +52,8 @@ def parse_gpu_list(text: Optional[str]) -> Optional[list]:
 
 
 COMPARE_HELP = ("NCCL debug log of a run on this machine (NCCL_DEBUG=INFO, best with "
-                "NCCL_DEBUG_SUBSYS=INIT,GRAPH): show what NCCL did next to this plan and our model of NCCL.")
+                "NCCL_DEBUG_SUBSYS=INIT,GRAPH): show what NCCL did next to this plan and our model of NCCL. "
+                "rings also takes an NCCL graph file (NCCL_GRAPH_DUMP_FILE, or rings --format nccl-graph).")
 
 
 def _fmt(x) -> str:
@@ -156,6 +157,17 @@ def render_rings_log(console, sec: dict, out: dict) -> None:
     _print_log_notes(console, sec)
 
 
+def _graph_file_text(path: str) -> Optional[str]:
+    """The text of ``--compare FILE`` when FILE is an NCCL graph file (``<graphs>``), else None (a log)."""
+    from gpucomm.probes.load import read_text_input
+
+    try:
+        text = read_text_input(path)
+    except Exception:   # the log reader names the problem
+        return None
+    return text if text.lstrip().startswith("<graphs") else None
+
+
 def rings(
     topo: Optional[str] = topo_argument(),
     src: Optional[str] = from_option(),
@@ -183,9 +195,14 @@ def rings(
     if ch != "auto" and not (ch.isascii() and ch.isdigit() and 1 <= int(ch) <= 64):
         usage_error(f"{channels!r} is not auto or a channel count 1-64", "--channels")
     gpu_list = parse_gpu_list(gpus)
-    log = load_nccl_log(compare) if compare else None
+    graph_text = _graph_file_text(compare) if compare else None
+    log = load_nccl_log(compare) if compare and graph_text is None else None
     doc, _ = load_topo(topo, src)
     out = rings_report(doc, gpus=gpu_list, channels=channels, nodes=nodes, log=log)
+    if graph_text is not None:
+        from gpucomm.planners.nccl.graphfile import compare_ring_graph
+
+        out["nccl_graph"] = compare_ring_graph(graph_text, compare, out)
     if calibration is not None:
         from gpucomm.commands.calibrate import read_calibration
         from gpucomm.planners.collectives.predict import achievable_summary
@@ -233,6 +250,15 @@ def rings(
                 console.print(f"note: {n}")
         if "nccl_log" in out:
             render_rings_log(console, out["nccl_log"], out)
+        ng = out.get("nccl_graph")
+        if ng:
+            console.print(f"NCCL graph file {ng['file']}: {ng['nchannels']} ring channel(s) x {ng['bw_GBps']:g} GB/s = "
+                          f"{ng['total_bw_GBps']:g} GB/s (type {ng['type_intra']}/{ng['type_inter']}); ours "
+                          f"{ng['ours_total_bw_GBps']:g} GB/s" + (f" ({ng['ratio']:g}x)" if ng["ratio"] else ""))
+            for i, ch in enumerate(ng["channels"][:16]):
+                console.print(f"  graph channel {i}: " + " > ".join(f"GPU{g}" for g in ch))
+            if ng["covers_gpus"] is False:
+                console.print("  note: its channels do not cover exactly this plan's GPUs")
 
     def nccl_graph() -> str:
         from gpucomm.planners.nccl.graphfile import ring_graph_from_report

@@ -169,3 +169,39 @@ def ring_graph_from_report(report: dict) -> tuple:
 
 
 __all__ += ["ring_graph_from_report"]
+
+
+def compare_ring_graph(text: str, path: str, report: dict) -> dict:
+    """An NCCL graph file (NCCL_GRAPH_DUMP_FILE of a run, or one of ours) read as a graph beside a
+    ``gpucomm.rings/v1`` report: its ring graph (id 0) -- channels as GPU indices (the ``dev`` NVML
+    index; ``rank`` where given), bandwidth per channel, total -- and ours.  InputError naming the file
+    when it is not a graph file or has no ring graph."""
+    try:
+        xml = X.parse(text, X.GRAPH_HANDLERS, "graphs")
+    except InputError as e:
+        raise InputError(str(e).split(": ", 1)[-1], path, expected="an NCCL graph file (<graphs><graph id=\"0\">)") \
+            from None
+    ring = next((g for g in xml.find_tag("graphs").subs if g.get("id") == "0"), None)
+    if ring is None:
+        raise InputError("has no ring graph (graph id 0)", path, expected="an NCCL graph file with <graph id=\"0\">")
+    chans = []
+    for ch in ring.subs:
+        order = []
+        for sub in ch.subs:
+            if sub.name == "gpu":
+                r = sub.get("rank")
+                order.append(X.c_int(X.strtol(r)) if r is not None else X.strtol(sub.get("dev"), 16))
+        chans.append(order)
+    bw = X.strtof(ring.get("speedintra"))
+    n = X.c_int(X.strtol(ring.get("nchannels"))) if ring.get("nchannels") is not None else len(chans)
+    gpus = sorted(report.get("gpus") or [])
+    covered = all(sorted(c) == gpus for c in chans) if report.get("nodes", 1) == 1 else None
+    total = round(n * bw, 3)
+    ours = report.get("total_bw_GBps")
+    return {"file": path, "channels": chans, "nchannels": n, "bw_GBps": bw, "total_bw_GBps": total,
+            "type_intra": ring.get("typeintra"), "type_inter": ring.get("typeinter"),
+            "covers_gpus": covered, "ours_total_bw_GBps": ours,
+            "ratio": round(ours / total, 3) if ours and total else None}
+
+
+__all__ += ["compare_ring_graph"]
