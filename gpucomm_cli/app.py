@@ -1,5 +1,5 @@
 """The ``gpucomm`` entry point: global options, command registration, and the one place where
-exceptions become exit codes (the CLI contract, docs/ARCHITECTURE.md).  Heavy modules (networkx, torch, rich tables) are only
+exceptions become exit codes (the CLI contract, docs/ARCHITECTURE.md).  Heavy modules (torch, rich tables) are only
 imported inside the commands that need them, so ``gpucomm --help`` stays fast."""
 # (no `from __future__ import annotations`: typer would compile every string annotation at start-up)
 

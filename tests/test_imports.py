@@ -40,8 +40,8 @@ COMMANDS = {
                                                                              "gpucomm.probes.topology"},
     "show example:hgx-h100": ARCHIVES | NO_GRAPH | {"yaml", "gpucomm.planners"},
     "examples --format json": ARCHIVES | NO_GRAPH | NO_TABLES | {"yaml", "gpucomm.planners"},
-    "rings example:hgx-h100": ARCHIVES - {"gzip", "zipfile"} | {"yaml"},   # networkx (planners/nccl/graph.py) imports gzip and zipfile
-    "predict example:hgx-h100 --size 8B:8GiB": ARCHIVES - {"gzip", "zipfile"} | {"yaml"},
+    "rings example:hgx-h100": ARCHIVES | {"yaml", "networkx"},
+    "predict example:hgx-h100 --size 8B:8GiB": ARCHIVES | {"yaml", "networkx"},
     "plan example:hgx-h100 --nodes 2 --tp 8 --pp 2": ARCHIVES | NO_GRAPH | {"yaml"},
     "plan example:hgx-h100 --nodes 2 --tp 8 --pp 2 --format json": ARCHIVES | NO_GRAPH | NO_TABLES | {"yaml"},
     "doctor --from example:hgx-h100-degraded --format json": ARCHIVES | NO_GRAPH | NO_TABLES | {"yaml"},

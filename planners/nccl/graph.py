@@ -86,10 +86,8 @@ class _Builder:
         self.link(u, v, type_, bw, kind, measured, add)
         self.link(v, u, type_, bw, kind, measured, add)
 
-    def to_networkx(self):
-        import networkx as nx  # lazy: planners are imported by the CLI
-
-        G = nx.DiGraph()
+    def to_graph(self) -> "PathGraph":
+        G = PathGraph()
         for nid in sorted(self.nodes):
             G.add_node(nid, **self.nodes[nid])
         for (u, v) in sorted(self.edges):
@@ -101,6 +99,139 @@ class _Builder:
         G.graph["source"] = self.topo.host.get("provenance")
         G.graph["topology"] = self.topo   # the view NCCL's model (nccl_reference) runs on
         return G
+
+
+class _NodeView:
+    """``G.nodes``: ``G.nodes[n]`` (attributes), ``G.nodes(data=True)``, ``n in G.nodes``, iteration."""
+
+    __slots__ = ("_n",)
+
+    def __init__(self, nodes: dict) -> None:
+        self._n = nodes
+
+    def __getitem__(self, n):
+        return self._n[n]
+
+    def __contains__(self, n) -> bool:
+        return n in self._n
+
+    def __iter__(self):
+        return iter(self._n)
+
+    def __len__(self) -> int:
+        return len(self._n)
+
+    def __call__(self, data: bool = False):
+        return list(self._n.items()) if data else list(self._n)
+
+
+class _EdgeView:
+    """``G.edges``: ``G.edges[u, v]`` (attributes), ``G.edges(data=True)``, ``(u, v) in G.edges``."""
+
+    __slots__ = ("_g",)
+
+    def __init__(self, g: "PathGraph") -> None:
+        self._g = g
+
+    def __getitem__(self, uv):
+        return self._g._succ[uv[0]][uv[1]]
+
+    def __contains__(self, uv) -> bool:
+        return uv[0] in self._g._succ and uv[1] in self._g._succ[uv[0]]
+
+    def __iter__(self):
+        return iter(self())
+
+    def __len__(self) -> int:
+        return sum(len(d) for d in self._g._succ.values())
+
+    def __call__(self, data: bool = False):
+        out = []
+        for u, nbrs in self._g._succ.items():
+            for v, a in nbrs.items():
+                out.append((u, v, a) if data else (u, v))
+        return out
+
+
+class PathGraph:
+    """The directed graph the planners read: the part of ``networkx.DiGraph``'s interface they use
+    (nodes/edges views with attribute dicts, successors, out_edges, copy, remove_nodes_from, ``graph``),
+    in insertion order.  Kept here so that commands do not pay networkx's import (about 0.15 s)."""
+
+    def __init__(self) -> None:
+        self._nodes: dict = {}
+        self._succ: dict = {}
+        self._pred: dict = {}
+        self.graph: dict = {}
+        self.nodes = _NodeView(self._nodes)
+        self.edges = _EdgeView(self)
+
+    def add_node(self, n, **attr) -> None:
+        if n not in self._nodes:
+            self._nodes[n] = {}
+            self._succ[n] = {}
+            self._pred[n] = {}
+        self._nodes[n].update(attr)
+
+    def add_edge(self, u, v, **attr) -> None:
+        self.add_node(u)
+        self.add_node(v)
+        d = self._succ[u].get(v)
+        if d is None:
+            d = self._succ[u][v] = {}
+            self._pred[v][u] = d
+        d.update(attr)
+
+    def successors(self, n):
+        return iter(self._succ[n])
+
+    def predecessors(self, n):
+        return iter(self._pred[n])
+
+    def out_edges(self, n, data: bool = False):
+        return [(n, v, a) if data else (n, v) for v, a in self._succ[n].items()]
+
+    def in_edges(self, n, data: bool = False):
+        return [(u, n, a) if data else (u, n) for u, a in self._pred[n].items()]
+
+    def has_edge(self, u, v) -> bool:
+        return (u, v) in self.edges
+
+    def remove_nodes_from(self, nodes) -> None:
+        for n in list(nodes):
+            if n not in self._nodes:
+                continue
+            for v in self._succ.pop(n):
+                del self._pred[v][n]
+            for u in self._pred.pop(n):
+                del self._succ[u][n]
+            del self._nodes[n]
+
+    def copy(self) -> "PathGraph":
+        """Nodes, edges and attribute dicts copied (one level, as networkx copies); ``graph`` too."""
+        H = PathGraph()
+        for n, a in self._nodes.items():
+            H.add_node(n, **a)
+        for u, nbrs in self._succ.items():
+            for v, a in nbrs.items():
+                H.add_edge(u, v, **a)
+        H.graph = dict(self.graph)
+        return H
+
+    def number_of_nodes(self) -> int:
+        return len(self._nodes)
+
+    def number_of_edges(self) -> int:
+        return len(self.edges)
+
+    def __contains__(self, n) -> bool:
+        return n in self._nodes
+
+    def __iter__(self):
+        return iter(self._nodes)
+
+    def __len__(self) -> int:
+        return len(self._nodes)
 
 
 def _add_gpus(b: _Builder) -> dict:
@@ -186,7 +317,7 @@ def has_pci_tree(doc: Union[Topology, dict]) -> bool:
 
 
 def build_graph(doc: Union[Topology, dict]):
-    """Topology (or document) -> ``networkx.DiGraph`` in NCCL's model (see module docstring).
+    """Topology (or document) -> :class:`PathGraph` (a directed graph) in NCCL's model (see module docstring).
 
     Documents without a PCI tree but with an nvidia-smi matrix go through :func:`graph_from_matrix`.
     Raises InputError for something that is not a topology document.  The defaults applied are the
@@ -282,7 +413,7 @@ def _build_tree_graph(topo: Topology):
     _add_nvlinks(b, gpus, cpus)
     _cpu_nodes(b, cpus)
     _add_nets(b)
-    return b.to_networkx()
+    return b.to_graph()
 
 
 # --------------------------------------------------------------------------------------------
@@ -426,7 +557,7 @@ def graph_from_matrix(doc: Union[Topology, dict]):
     _add_nvlinks(b, gpus, cpus)
     _cpu_nodes(b, cpus)
     _add_nets(b)
-    return b.to_networkx()
+    return b.to_graph()
 
 
 def node_label(G, nid: str) -> str:

@@ -102,7 +102,7 @@ def _hop_type(ntype: dict, u: str, v: str, et: str) -> str:
 
 
 class _Adj:
-    """Plain-dict adjacency of the graph (networkx attribute lookups are too slow in inner loops)."""
+    """Plain-dict adjacency of the graph (attribute-dict lookups are too slow in inner loops)."""
 
     def __init__(self, G):
         self.G = G
