@@ -353,3 +353,21 @@ def test_cpu_binding_partitions_each_numa_node(numa_nodes, cores, smt, interleav
             slots += [c for x in xs for c in parse_cpulist(x["logical_cores"])]
     assert len(slots) == len(set(slots))
     assert all(0 <= s < len(set(pl.core_map(v).values())) for s in slots)
+
+
+@settings(max_examples=200, deadline=None)
+@given(tp=st.sampled_from([1, 2, 4]), ep=st.sampled_from([1, 2]), dp=st.sampled_from([1, 2, 3]),
+       pp=st.sampled_from([1, 2, 4]), order=st.sampled_from(["tp-cp-ep-dp-pp", "tp-pp-dp", "tp-dp-pp", "pp-dp-tp"]),
+       token=st.sampled_from(["tp", "dp", "pp", "ep", "tp-pp", "dp-pp"]), offset=st.sampled_from([0, 8]),
+       lo=st.integers(0, 60), width=st.integers(1, 16))
+def test_a_nodes_share_of_the_groups_equals_the_filtered_groups(tp, ep, dp, pp, order, token, offset, lo, width):
+    """RankGenerator.get_local_ranks (a node's share, computed from its ranks only) equals Megatron's
+    groups filtered to the node."""
+    from gpucomm.planners.placement.layout import RankGenerator
+
+    if "ep" not in order and ep > 1:
+        order += "-ep"
+    g = RankGenerator(tp=tp, ep=ep, dp=dp, pp=pp, cp=1, order=order, rank_offset=offset)
+    hi = lo + width
+    expected = [[m for m in grp if lo <= m < hi] for grp in g.get_ranks(token)]
+    assert g.get_local_ranks(token, lo, hi) == [e for e in expected if e]

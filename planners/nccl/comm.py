@@ -183,6 +183,9 @@ def _graph(id_: int, pattern: int, lo: int, hi: int, coll_net: int = 0) -> TGrap
     return g
 
 
+_RANK_STATES: dict = {}   # (inputs of a rank's system and searches) -> RankState, oldest dropped first
+
+
 def _rank_init(fused: X.Xml, rank: int, n_ranks: int, cc: int, s: NcclSettings) -> RankState:
     """initTransportsRank up to ncclTopoPreset for one local rank (a fresh system from the fused XML)."""
     sys = system_from_xml(fused)
@@ -339,7 +342,17 @@ def run(xml_text: str, gpus: Optional[list], nodes: int, s: NcclSettings, defaul
             key = (tuple(sorted(g.rank for i, g in enumerate(gpus_) if dom[i] == mine)), local[l].sm >= 90)
             st = states.get(key)
             if st is None or st.topo_ranks is None:
-                st = _rank_init(fused, l, NR, local[l].sm, s)
+                # a rank's system depends on the node count only through "are there ranks outside my
+                # domain" (ncclTopoTrimSystem's inter): the searches of 2 and 512 nodes are the same
+                inter = len(key[0]) != NR
+                ckey = (xml_text, default_sm, nic_speed_mbps, tuple(g.dev for g in local), l, inter, local[l].sm,
+                        s.key())
+                st = _RANK_STATES.get(ckey)
+                if st is None:
+                    st = _rank_init(fused, l, NR, local[l].sm, s)
+                    if len(_RANK_STATES) >= 64:
+                        _RANK_STATES.pop(next(iter(_RANK_STATES)))
+                    _RANK_STATES[ckey] = st
                 states[key] = st
                 per_rank.append(st)
             else:

@@ -182,6 +182,24 @@ class RankGenerator:
             groups = [[r + self.rank_offset for r in g] for g in groups]
         return groups
 
+    def get_local_ranks(self, token: str, lo: int, hi: int) -> List[List[int]]:
+        """``[[m for m in g if lo <= m < hi] for g in get_ranks(token)]`` without the empty lists,
+        computed from the ranks in [lo, hi) only (a node's share of a 10^4-rank world)."""
+        mask = self.get_mask(token)
+        strides = _prefix_product(self.ordered_size)
+        u_shape = [s for s, m in zip(self.ordered_size, mask) if not m]
+        m_shape = [s for s, m in zip(self.ordered_size, mask) if m]
+        u_pp, m_pp = _prefix_product(u_shape), _prefix_product(m_shape)
+        found: Dict[int, List[Tuple[int, int]]] = {}
+        for rank in range(max(lo, self.rank_offset), min(hi, self.rank_offset + self.world_size)):
+            c = [((rank - self.rank_offset) // d) % s for s, d in zip(self.ordered_size, strides)]
+            uc = [x for x, m in zip(c, mask) if not m]
+            mc = [x for x, m in zip(c, mask) if m]
+            g = sum(x * d for x, d in zip(uc, u_pp))
+            pos = sum(x * d for x, d in zip(mc, m_pp))
+            found.setdefault(g, []).append((pos, rank))
+        return [[r for _p, r in sorted(found[g])] for g in sorted(found)]
+
     def coords(self, rank: int) -> Dict[str, int]:
         """{axis: coordinate} of a global rank (the inverse of the mixed radix)."""
         r = rank - self.rank_offset
@@ -735,11 +753,7 @@ def local_group_pattern(gen: RankGenerator, gpn: int, node: int = 0,
             continue
         if axis == "etp" and g.tp == gen.tp:
             continue   # the same groups as tp
-        groups = []
-        for grp in g.get_ranks(token):
-            local = [m - lo for m in grp if lo <= m < hi]
-            if len(local) > 1:
-                groups.append(local)
+        groups = [[m - lo for m in grp] for grp in g.get_local_ranks(token, lo, hi) if len(grp) > 1]
         if groups:
             pattern[axis] = groups
     return pattern
