@@ -14,7 +14,6 @@ settings): :func:`nccl_comm` is cheap to call again.
 """
 from __future__ import annotations
 
-import copy
 import functools
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Union
@@ -242,7 +241,7 @@ def _preset(sys, graphs: dict, rank: int, n_ch: int) -> tuple:
                 channels[c]["up"] = -1 if i == 0 else ti[i - 1]
                 channels[c]["down"][0] = -1 if i == local - 1 else ti[i + 1]
     for c in range(n_ch):
-        channels[n_ch + c] = copy.deepcopy(channels[c])
+        channels[n_ch + c] = _copy_ch(channels[c])
     nv = graphs["nvls"]
     for c in range(nv.n_channels):
         h = nv.intra[c * local]
@@ -251,8 +250,18 @@ def _preset(sys, graphs: dict, rank: int, n_ch: int) -> tuple:
     return tr, channels
 
 
+def _copy_ch(ch: dict) -> dict:
+    """A channel's tree ends ({"up": int, "down": [int x 3]}), copied."""
+    return {"up": ch["up"], "down": list(ch["down"])}
+
+
+def _copy_tr(tr: dict) -> dict:
+    """topoRanks (ints and lists of ints), copied."""
+    return {k: list(v) if isinstance(v, list) else v for k, v in tr.items()}
+
+
 def _shift(tr: dict, delta: int) -> dict:
-    out = copy.deepcopy(tr)
+    out = dict(tr)
     for k in ("ringRecv", "ringSend", "ringPrev", "ringNext", "treeToParent", "treeToChild0", "treeToChild1"):
         out[k] = [v if v < 0 else v + delta for v in out[k]]
     out["nvlsHeads"] = [v if v < 0 else v + delta for v in out["nvlsHeads"]]
@@ -378,14 +387,17 @@ def _merge(per_rank: list, local: list, machine, nodes: int, s: NcclSettings, xm
     r0 = per_rank[0]
     algos = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls", "tree")
     merged = {k: v.copy() for k, v in r0.graphs.items()}
+    node_of: dict = {}
     first_ranks: list = []
     rank_to_node = []
     cpu_arch, cpu_vendor = r0.cpu_arch, r0.cpu_vendor
     for r, (st, tr) in enumerate(ags):
         fr = tr["ringRecv"][0]
-        if fr not in first_ranks:
+        node = node_of.get(fr)
+        if node is None:
+            node = node_of[fr] = len(first_ranks)
             first_ranks.append(fr)
-        rank_to_node.append(first_ranks.index(fr))
+        rank_to_node.append(node)
         if cpu_arch != st.cpu_arch:
             cpu_arch = 4
         if cpu_vendor != st.cpu_vendor:
@@ -420,10 +432,10 @@ def _merge(per_rank: list, local: list, machine, nodes: int, s: NcclSettings, xm
     n_orig = r0.n_channels
     n_ch = min(merged["tree"].n_channels, merged["ring"].n_channels)
     merged["tree"].n_channels = merged["ring"].n_channels = n_ch
-    channels = copy.deepcopy(r0.channels)
+    channels = [_copy_ch(c) for c in r0.channels]
     if n_ch < n_orig:
         for i in range(n_ch):
-            channels[n_ch + i] = copy.deepcopy(channels[n_orig + i])
+            channels[n_ch + i] = _copy_ch(channels[n_orig + i])
     n_ch, coll_ch, rings, nvls_channels = _postset(ags, first_ranks, rank_to_node, n_ch, NR, nodes, channels, merged,
                                                    min_cc, nvls_channels, s)
     trees = [{"up": channels[c]["up"], "down": list(channels[c]["down"])} for c in range(n_ch)]
@@ -460,9 +472,10 @@ def _postset(ags: list, first_ranks: list, rank_to_node: list, n_ch: int, NR: in
              graphs: dict, min_cc: int, nvls_channels: int, s: NcclSettings) -> tuple:
     """``ncclTopoPostset`` for rank 0 -> (nChannels, collChannels, rings, nvlsChannels)."""
     nn = len(first_ranks)
-    trs = [copy.deepcopy(tr) for _st, tr in ags]
+    trs = [tr for _st, tr in ags]       # read only, except the swaps below (on a copy)
     for r in range(NR):
         if trs[r]["crossNicRing"] == 2 and n_ch % 2 == 0 and rank_to_node[r] % 2 == 1:
+            trs[r] = _copy_tr(trs[r])
             for c in range(0, n_ch, 2):
                 for k in ("ringRecv", "ringSend", "ringPrev", "ringNext"):
                     trs[r][k][c], trs[r][k][c ^ 1] = trs[r][k][c ^ 1], trs[r][k][c]
@@ -540,7 +553,7 @@ def _copy_channels(channels: list, prev: list, nxt: list, start: int, end: int) 
     while c < end:
         prev[c] = list(prev[c - start])
         nxt[c] = list(nxt[c - start])
-        channels[c] = copy.deepcopy(channels[c - start])
+        channels[c] = _copy_ch(channels[c - start])
         c += 1
     return max(c, start)
 
