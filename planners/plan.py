@@ -21,11 +21,12 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
                     command: str = "train.py", topo_file_path: Optional[str] = None, port: int = 29500,
                     hosts: Optional[List[str]] = None, etp: Optional[int] = None, vpp: Optional[int] = None,
                     torch_version: Optional[str] = None, calibration: Optional[dict] = None,
-                    calibration_source: Optional[str] = None) -> dict:
+                    calibration_source: Optional[str] = None, nccl_graph: bool = False) -> dict:
     """Everything ``gpucomm plan`` computes, as the ``gpucomm.plan/v1`` document (no I/O): the
     factorization (given, or ranked for ``model``), the rank layout, env settings with reasons, launch
     artefacts, and with ``cluster`` the host order and cross-switch traffic.  ``calibration``: a
-    ``gpucomm.calibration/v1`` document that times the collectives of ``model``'s estimate."""
+    ``gpucomm.calibration/v1`` document that times the collectives of ``model``'s estimate.
+    ``nccl_graph``: set NCCL_GRAPH_FILE (file ``nccl-graph.xml``) where our rings beat NCCL's search."""
     order = placement.parse_order(order)
     mspec = model_specs.parse_model_spec(model)
     hosts_pool = None
@@ -122,7 +123,7 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
         elif mem["fits"] is None:
             plan["warnings"].append("GPU memory unknown: memory fit not checked")
     plan["candidates"] = candidates
-    penv.build_env(plan, view, topo_file_path=topo_file_path or penv.DEFAULT_TOPO_FILE)
+    penv.build_env(plan, view, topo_file_path=topo_file_path or penv.DEFAULT_TOPO_FILE, nccl_graph=nccl_graph)
     traffic = None
     if nodes > 1 or cluster is not None:
         traffic = traffic_report(plan, cluster.fabric if cluster is not None else None)

@@ -159,3 +159,26 @@ def test_compare_with_a_graph_file_without_a_ring_graph(tmp_path):
     f.write_text('<graphs version="1"><graph id="1" pattern="1" nchannels="0"/></graphs>\n')
     r = run_cli("rings", "example:hgx-h100", "--compare", f)
     assert r.code == 1 and r.stderr.count("\n") == 1 and str(f) in r.stderr and "no ring graph" in r.stderr
+
+
+def test_plan_emits_nccl_graph_file_where_it_helps():
+    """A100 PCIe x4 with NVLink bridges: our rings give 2 x 16 GB/s where NCCL's own search finds 16."""
+    topo = INPUTS / "example-a100-pcie-4x-nvbridge.xml"
+    assert "NCCL_GRAPH_FILE" not in run_cli("plan", topo, "--format", "json").json()["env"]   # opt-in
+    r = run_cli("plan", topo, "--nccl-graph", "--format", "json")
+    assert r.code == 0, r.stderr
+    plan = r.json()
+    item = plan["env"]["NCCL_GRAPH_FILE"]
+    assert item["value"].endswith("nccl-graph.xml") and "NCCL's own search finds 16 GB/s" in item["reason"]
+    g = run_cli("plan", topo, "--emit", "nccl-graph")
+    assert g.code == 0 and g.stdout == plan["files"]["nccl-graph.xml"]
+    assert g.stdout == run_cli("rings", topo, "--format", "nccl-graph").stdout
+
+
+def test_plan_emits_no_graph_file_where_nccl_does_as_well_or_for_several_nodes():
+    for args in (("example:hgx-h100",), (INPUTS / "example-a100-pcie-4x-nvbridge.xml", "--nodes", "2")):
+        r = run_cli("plan", *args, "--nccl-graph", "--format", "json")
+        assert r.code == 0, r.stderr
+        assert "NCCL_GRAPH_FILE" not in r.json()["env"] and "nccl-graph.xml" not in r.json()["files"]
+    r = run_cli("plan", "example:hgx-h100", "--emit", "nccl-graph")
+    assert r.code == 3 and "no NCCL_GRAPH_FILE" in r.stderr

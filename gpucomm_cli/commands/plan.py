@@ -12,7 +12,7 @@ import typer
 from gpucomm.commands.common import TOPO_HELP, from_option, load_topo, pick_source, topo_argument, usage_error
 from gpucomm.settings import diag
 
-EMITS = ("torchrun", "slurm", "rankfile", "env", "wrapper", "json", "nccl-xml", "megatron", "deepspeed",
+EMITS = ("torchrun", "slurm", "rankfile", "env", "wrapper", "json", "nccl-xml", "nccl-graph", "megatron", "deepspeed",
          "hostfile", "machinefile", "gres")
 
 
@@ -109,7 +109,7 @@ def draw_plan(plan: dict, console) -> None:
     print_table(console, t, prose=("why",), narrow=lambda c: [
         (c.print(f"# {v['reason']}", soft_wrap=True, highlight=False, markup=False),
          c.print(f"{k}={v['value']}", soft_wrap=True, highlight=False, markup=False)) for k, v in plan["env"].items()])
-    console.print("  launch: --emit " + " | ".join(e for e in EMITS if e != "nccl-xml" and (e != "gres" or "gres" in plan["launch"]))
+    console.print("  launch: --emit " + " | ".join(e for e in EMITS if e not in ("nccl-xml", "nccl-graph") and (e != "gres" or "gres" in plan["launch"]))
                   + (" | nccl-xml" if plan.get("files") else ""))
 
 
@@ -175,6 +175,9 @@ def plan(
     calibration: Optional[str] = typer.Option(None, "--calibration", metavar="PROFILE.json",
                                               help="A calibration profile (gpucomm calibrate) that times the "
                                               "collectives of the --model estimate."),
+    nccl_graph: bool = typer.Option(False, "--nccl-graph", help="Also search our rings (one node) and set "
+                                    "NCCL_GRAPH_FILE where they beat NCCL's own ring search by 5% or more "
+                                    "(--emit nccl-graph writes the file; implied by it)."),
 ) -> None:
     """Rank mapping, groups, env and launch configs for TP/PP/DP/CP/EP on a node or a cluster.
 
@@ -217,7 +220,7 @@ def plan(
                              top=top, gpus_per_node=gpus_per_node, gpus=gpu_list, cluster=cl, command=command,
                              topo_file_path=topo_file_path, port=port, hosts=host_list, etp=etp, vpp=vpp,
                              torch_version=installed_torch_version(), calibration=cal,
-                             calibration_source=calibration)
+                             calibration_source=calibration, nccl_graph=nccl_graph or emit == "nccl-graph")
     if emit is not None:
         from gpucomm.probes.model import dumps_json
 
@@ -232,6 +235,11 @@ def plan(
             if text is None:
                 raise NothingToDo("this topology shows its PCIe tree: NCCL needs no NCCL_TOPO_FILE "
                                   "(only VMs with a flat PCIe tree get one)")
+        elif emit == "nccl-graph":
+            text = (result.get("files") or {}).get("nccl-graph.xml")
+            if text is None:
+                raise NothingToDo("NCCL's own ring search does as well here (or the plan spans several nodes): "
+                                  "no NCCL_GRAPH_FILE; `gpucomm rings TOPO --format nccl-graph` writes one anyway")
         else:
             text = result["launch"][emit]
         write_text(text if text.endswith("\n") else text + "\n")
