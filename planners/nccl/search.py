@@ -235,6 +235,17 @@ def _memo(fw: float) -> dict:
     return d
 
 
+def _rev_amount(fw: float, kind: int) -> float:
+    """What followPath also takes on the reverse link: bw/8 before Ampere (kind 1), bw to a POWER CPU
+    over NVLink (kind 2), both summed in C floats."""
+    rb = 0.0
+    if kind & 1:
+        rb = f32(rb + f32(fw / 8.0))
+    if kind & 2:
+        rb = f32(rb + fw)
+    return rb
+
+
 def _follow(path, start, max_steps: int, bw: float) -> int:
     """``followPath``: take ``bw`` on the first ``max_steps`` links; the step that lacked room."""
     overhead, simple, links, pcis, steps = path.fast or _steps(path, start)
@@ -264,11 +275,7 @@ def _follow(path, start, max_steps: int, bw: float) -> int:
         fw = pci_bw if is_pci else bw
         lb = link.bw
         if kind:
-            rb = 0.0
-            if kind & 1:
-                rb = f32(rb + f32(fw / 8.0))
-            if kind & 2:
-                rb = f32(rb + fw)
+            rb = _rev_amount(fw, kind)
             if lb < fw or (rb and rev.bw < rb):
                 return i
             link.bw = _sub_round(lb, fw)
@@ -464,11 +471,7 @@ class _Search:
                 v += self._z(("L", id(link))) * round(fw * 1000)
                 amounts = [fw]
                 if kind:
-                    rb = 0.0
-                    if kind & 1:
-                        rb = f32(rb + f32(fw / 8.0))
-                    if kind & 2:
-                        rb = f32(rb + fw)
+                    rb = _rev_amount(fw, kind)
                     v += self._z(("L", id(rev))) * round(rb * 1000)
                     amounts.append(rb)
                 if not all(_grid(x) for x in amounts):
