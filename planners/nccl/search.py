@@ -567,8 +567,11 @@ class _Search:
             return
         n = graph.n_channels
         if self.read_intra:
+            # this channel so far (the next channel replays it); the previous channel only while
+            # replaying it (FORCED_ORDER_REPLAY passes down a channel's steps, nothing else reads it)
             ng = self.ctx.ngpus
-            intra = tuple(graph.intra[(n - 1) * ng if n else 0:n * ng + step])
+            lo = (n - 1) * ng if n and forced == FORCED_ORDER_REPLAY else n * ng
+            intra = tuple(graph.intra[lo:n * ng + step])
         else:
             intra = None
         # this channel's NICs are in ``h`` (their reservations); the previous channel's are read back
