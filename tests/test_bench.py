@@ -438,3 +438,15 @@ def test_cuda_copy_matrix_layout_and_save():
     out, notes = M.apply_measurements(doc, res)
     assert set(out["measured"]["p2p"]) == set(keys) and not any("CUDA_DEVICE_ORDER" in n for n in notes)
     assert sum(1 for l in out["links"] if "measured_bw_GBps" in l) == 2  # the two NVLink bridges
+
+
+@pytest.mark.parametrize("measured", [None, {"collectives": None}, {"collectives": None, "p2p": None}])
+def test_saving_into_null_measurement_sections(measured):
+    """`measured: null` / `collectives: null` are valid documents: --save fills them (found by CI's hypothesis run)."""
+    doc = {"measured": measured}
+    res = {"kind": "collective", "backend": "gloo", "device": "cpu", "world_size": 2, "nodes": 1, "dtype": "float",
+           "results": [{"op": "all_reduce", "peak_busbw_GBps": 1.0,
+                        "rows": [{"size_bytes": 8, "time_us": 1.0, "algbw_GBps": 0.008, "busbw_GBps": 0.008}]}]}
+    out, notes = M.apply_measurements(doc, res)
+    assert [c["op"] for c in out["measured"]["collectives"]] == ["all_reduce"]
+    assert notes == ["saved 1 collective sweep(s) under measured.collectives"]

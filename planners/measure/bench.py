@@ -891,6 +891,14 @@ def _match_gpu(doc: dict, ep: dict) -> tuple[Optional[dict], str]:
     return None, ""
 
 
+def _slot(d: dict, key: str, empty):
+    """``d[key]`` when it holds a ``type(empty)``, else a new ``empty`` put there (null counts as absent)."""
+    v = d.get(key)
+    if not isinstance(v, type(empty)):
+        v = d[key] = empty
+    return v
+
+
 def apply_measurements(doc: dict, result: dict) -> tuple[dict, list]:
     """Write a bench result into a topology document; returns (doc, notes).
 
@@ -903,9 +911,9 @@ def apply_measurements(doc: dict, result: dict) -> tuple[dict, list]:
     from gpucomm.probes.model import gpu_id
 
     notes: list = []
-    measured = doc.setdefault("measured", {})
+    measured = _slot(doc, "measured", {})
     if result.get("kind") == "collective":
-        coll = measured.setdefault("collectives", [])
+        coll = _slot(measured, "collectives", [])
         for res in result["results"]:
             if not res["rows"]:
                 continue
@@ -943,7 +951,7 @@ def apply_measurements(doc: dict, result: dict) -> tuple[dict, list]:
         how.add(via)
     if how == {"index"}:
         notes.append("matched GPUs by CUDA index (no PCI bus id or UUID): set CUDA_DEVICE_ORDER=PCI_BUS_ID when measuring")
-    p2p = measured.setdefault("p2p", {})
+    p2p = _slot(measured, "p2p", {})
     for a, row in result["bw_GBps"].items():
         for b, v in row.items():
             if v is None:
@@ -953,9 +961,9 @@ def apply_measurements(doc: dict, result: dict) -> tuple[dict, list]:
             lat = result.get("lat_us", {}).get(a, {}).get(b)
             if lat is not None:
                 cell["lat_us"] = lat
-            p2p.setdefault(ka, {})[kb] = cell
+            _slot(p2p, ka, {})[kb] = cell
     if result.get("host_device"):
-        hd = measured.setdefault("host_device", {})
+        hd = _slot(measured, "host_device", {})
         for k, v in result["host_device"].items():
             hd[f"GPU{mapping[k]['index']}"] = dict(v)
     # direct GPU-GPU links: the slower direction
