@@ -135,3 +135,20 @@ def test_goldens_are_current(tmp_path):
                        capture_output=True, text=True, timeout=1800)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "goldens current" in p.stdout
+
+
+def test_ncclsim_is_given_a_native_builds_view_of_non_x86_cpus():
+    """ncclsim is NCCL built for x86_64: it would fill this build host's CPUID vendor/family into the
+    arm64/ppc64 CPUs of each rank's own GPU only, and fuse duplicated CPUs and NICs.  The goldens runner
+    pre-fills those attributes on non-x86 CPUs that lack them (what a native build does), nothing else."""
+    tool = _tool()
+    grace = (NCCLSIM / "corpus" / "m094-b200x8-nvswitch-grace2s-flat-g4-1x100g.xml").read_text()
+    native = tool.native_build_xml(grace)
+    assert native.count('vendor="native" familyid="0" modelid="0"') == grace.count("<cpu ") == 2
+    assert tool.native_build_xml(native) == native
+    x86 = (NCCLSIM / "corpus" / "m033-l40sx8-none-spr2s-sw2-g4-8x25g.xml").read_text()
+    assert tool.native_build_xml(x86) == x86
+    # the stored goldens of that Grace machine: one NET per NIC, as NCCL on a Grace host finds
+    case = next(c for c in goldens() if c["xml"].endswith("m094-b200x8-nvswitch-grace2s-flat-g4-1x100g.xml")
+                and c["nodes"] == 1)
+    assert [n[1] for n in case["golden"]["nets"]] == ["mlx5_0"]

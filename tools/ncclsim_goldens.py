@@ -37,6 +37,7 @@ import json
 import os
 import random
 import shutil
+import re
 import subprocess
 import sys
 import tempfile
@@ -384,9 +385,33 @@ def fixture_inputs() -> list:
     return out
 
 
+_NON_X86_CPU = re.compile(r'(<cpu\b[^>]*\barch="(?:arm64|ppc64)")(?![^>]*\bvendor=)')
+
+
+def native_build_xml(text: str) -> str:
+    """The XML as an x86 build of NCCL must see it to act as NCCL built for the machine's own CPU.
+
+    ncclsim is NCCL compiled for x86_64, and ncclTopoGetXmlFromCpu (xml.cc) fills a CPU node's
+    missing vendor/familyid/modelid from the *build host's* CPUID inside ``#if defined(__x86_64__)``.
+    On an arm64 or ppc64 topology it does that only for the CPUs of each rank's own GPU, so the ranks'
+    XMLs differ and ncclTopoFuseXml duplicates those CPUs with their NICs (a second NET per NIC, every
+    path to it PATH_DIS).  NCCL built for aarch64/ppc64 has no such block; pre-filling the three
+    attributes makes the x86 build skip it too.  Our model is given the original XML."""
+    return _NON_X86_CPU.sub(r'\1 vendor="native" familyid="0" modelid="0"', text)
+
+
 def run_ncclsim(binary: Path, xml: Path, case: dict) -> dict:
     from gpucomm.planners.nccl.judge import SIZES, compact
 
+    text = xml.read_text()
+    native = native_build_xml(text)
+    if native != text:
+        with tempfile.NamedTemporaryFile("w", suffix=".xml", delete=False) as f:
+            f.write(native)
+        try:
+            return run_ncclsim(binary, Path(f.name), case)
+        finally:
+            os.unlink(f.name)
     cmd = [str(binary), "--json", "--nodes", str(case.get("nodes", 1)), "--size", ",".join(map(str, SIZES))]
     if case.get("gpus"):
         cmd += ["--gpus", ",".join(map(str, case["gpus"]))]
