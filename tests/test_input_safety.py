@@ -404,7 +404,8 @@ def test_wrong_types_through_every_command(tmp_path, command, path, value):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("command", list(COMMANDS))
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# derandomized: CI runs the same 40 cases per command that passed here (the fast test above explores at random)
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(path=st.sampled_from(FIELDS), value=wrong_values)
 def test_wrong_types_through_every_command_more(tmp_path, command, path, value):
     test_wrong_types_through_every_command.hypothesis.inner_test(tmp_path, command, path, value)
