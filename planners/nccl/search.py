@@ -839,10 +839,20 @@ class _Passes:
                 lvl = t
         return lvl
 
-    def key(self, g: TGraph, budget: int, search: "_Search") -> tuple:
-        return (g.pattern, g.same_channels, g.bw_intra, g.bw_inter, g.cross_nic, g.min_channels, g.max_channels,
-                g.coll_net, g.n_hops, self._level(self.intra, g.type_intra), self._level(self.inter, g.type_inter),
-                budget, search.version)
+    def keys(self, g: TGraph, budget: int, search: "_Search", save: TGraph, inter: int) -> list:
+        """The keys under which an earlier pass's outcome holds for this one, the pass's own key first.
+
+        Within one node (no ``inter``) crossNic steers nothing but ncclTopoCompareGraphs' tie-break (a
+        graph of equal bandwidth and fewer hops wins only with the same pattern and crossNic as the
+        best one): there it enters the key only as "can a tie win", and a pass that found nothing
+        where a tie could win also covers one where it cannot."""
+        base = (g.pattern, g.same_channels, g.bw_intra, g.bw_inter, g.min_channels, g.max_channels, g.coll_net,
+                g.n_hops, self._level(self.intra, g.type_intra), self._level(self.inter, g.type_inter), budget,
+                search.version)
+        if inter:
+            return [base + (g.cross_nic,)]
+        ties = g.pattern == save.pattern and g.cross_nic == save.cross_nic
+        return [base + ("ties", ties)] + ([] if ties else [base + ("ties", True)])
 
 
 def _grid(x: float) -> bool:
@@ -956,8 +966,9 @@ def compute(topo: Topo, graph: TGraph) -> TGraph:
         tmp.n_channels = 0
         global_timeout -= time
         search.time = time
-        pkey = passes.key(tmp, time, search) if search.memo_ok else None
-        left = passes.memo.get(pkey) if pkey is not None else None
+        pkeys = passes.keys(tmp, time, search, graph, sys.inter) if search.memo_ok else []
+        pkey = pkeys[0] if pkeys else None
+        left = next((passes.memo[k] for k in pkeys if k in passes.memo), None)
         if left is not None:
             search.time = left      # the same search again, against the same best graph: the same outcome
         else:
