@@ -456,15 +456,20 @@ class RankXml:
         self.merge_level = merge_level
         self.force_merge = force_merge
 
+    def _pci_from_sys(self, bus: str, cls: str) -> XNode:
+        """The <pci busid=bus> node (made detached when the XML lacks it), its class set if unset,
+        filled from "sysfs" (ncclTopoFillGpu / ncclTopoFillNet before ncclTopoGetXmlFromSys)."""
+        node = self.xml.find_tag_kv("pci", "busid", bus)
+        if node is None:
+            node = self.xml.add_node(None, "pci")
+            node.set("busid", bus)
+        node.set_if_unset("class", cls)
+        self._from_sys(node)
+        return node
+
     # ---- GPU (xml.cc ncclTopoFillGpu, ncclTopoGetXmlFromSys, ncclTopoGetXmlFromGpu)
     def fill_gpu(self, bus: str, rank: int) -> None:
-        xml = self.xml
-        node = xml.find_tag_kv("pci", "busid", bus)
-        if node is None:
-            node = xml.add_node(None, "pci")
-            node.set("busid", bus)
-        node.set_if_unset("class", "0x03")
-        self._from_sys(node)
+        node = self._pci_from_sys(bus, "0x03")
         gpu = self._from_gpu(node)
         if gpu is not None:
             gpu.set_int("keep", 1)
@@ -577,12 +582,7 @@ class RankXml:
         parent = force_parent
         if parent is None:
             if bus:
-                parent = xml.find_tag_kv("pci", "busid", bus)
-                if parent is None:
-                    parent = xml.add_node(None, "pci")
-                    parent.set("busid", bus)
-                parent.set_if_unset("class", "0x02")
-                self._from_sys(parent)
+                parent = self._pci_from_sys(bus, "0x02")
             else:
                 parent = xml.find_tag("cpu")
         if parent is None:

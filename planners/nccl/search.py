@@ -346,17 +346,6 @@ def _pci_links(gpu) -> Optional[tuple]:
     return None
 
 
-def _gpu_pci_bw(gpu) -> int:
-    dev = gpu.parent
-    for l in dev.links:
-        if l.type != LINK_PCI:
-            continue
-        for l2 in l.rem.links:
-            if l2.rem is dev:
-                return int(min(l.bw, l2.bw))
-    return -1
-
-
 def _next_gpu_sort(ctx: _Ctx, graph: TGraph, gpu, sort_net: int) -> list:
     """``ncclTopoSearchNextGpuSort``."""
     sys = ctx.sys

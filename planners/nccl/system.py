@@ -416,80 +416,76 @@ def _gpu_dev_node(sys: System, xgpu: XNode, bus: str, system_id: int) -> Optiona
     return sys.get(DEV, topo_id(system_id, dev_bus))
 
 
-def _add_nvlinks(sys: System, x: XNode, parent_bus: Optional[str], system_id: int) -> None:
-    if x.name == "nvlink":
-        if not _primary_gpu(x.parent):
-            return
-        dn = _gpu_dev_node(sys, x.parent, parent_bus or "", system_id)
-        if dn is None:
-            raise NcclFailure(f"Add NVLink error : could not find DEV for GPU {parent_bus}")
-        local = len(_dev_nodes(sys, dn.id))
-        count = x.get_int("count")
-        ttype = kv(x.get_str("tclass"), _PCI_CLASS, PCI)
-        nvl = nvlink_bw(dn.cc)
-        if ttype == GPU:
-            rem = _dev_nodes(sys, topo_id(system_id, bus_to_int(x.get_str("target"))))
-            for r in rem:
-                connect(dn, r, LINK_NVL, f32(f32(f32(count * nvl) / len(rem)) / local))
+def _tagged(x: XNode, tag: str, parent_bus: Optional[str]):
+    """The ``tag`` elements under ``x``, depth first, each with the busid of its nearest ancestor that
+    has one: the descent ncclTopoAddNvLinks / AddC2c / AddPciLinks share (their subtrees not entered)."""
+    if x.name == tag:
+        yield x, parent_bus
+        return
+    bus = x.get("busid")
+    for s in x.subs:
+        yield from _tagged(s, tag, bus if bus is not None else parent_bus)
+
+
+def _add_nvlink(sys: System, x: XNode, parent_bus: Optional[str], system_id: int) -> None:
+    if not _primary_gpu(x.parent):
+        return
+    dn = _gpu_dev_node(sys, x.parent, parent_bus or "", system_id)
+    if dn is None:
+        raise NcclFailure(f"Add NVLink error : could not find DEV for GPU {parent_bus}")
+    local = len(_dev_nodes(sys, dn.id))
+    count = x.get_int("count")
+    ttype = kv(x.get_str("tclass"), _PCI_CLASS, PCI)
+    nvl = nvlink_bw(dn.cc)
+    if ttype == GPU:
+        rem = _dev_nodes(sys, topo_id(system_id, bus_to_int(x.get_str("target"))))
+        for r in rem:
+            connect(dn, r, LINK_NVL, f32(f32(f32(count * nvl) / len(rem)) / local))
+    else:
+        remote = None
+        if ttype == CPU:
+            remote = _local_cpu_up(dn, None)
         else:
-            remote = None
-            if ttype == CPU:
-                remote = _local_cpu_up(dn, None)
-            else:
-                remote = sys.nodes[NVS][0] if sys.nodes[NVS] else sys.create(NVS, 0)
-            if remote is not None:
-                bw = f32(f32(count * nvl) / local)
-                connect(dn, remote, LINK_NVL, bw)
-                connect(remote, dn, LINK_NVL, bw)
+            remote = sys.nodes[NVS][0] if sys.nodes[NVS] else sys.create(NVS, 0)
+        if remote is not None:
+            bw = f32(f32(count * nvl) / local)
+            connect(dn, remote, LINK_NVL, bw)
+            connect(remote, dn, LINK_NVL, bw)
+
+
+def _add_c2c_link(sys: System, x: XNode, parent_bus: Optional[str], system_id: int) -> None:
+    if not _primary_gpu(x.parent):
         return
-    bus = x.get("busid")
-    for s in x.subs:
-        _add_nvlinks(sys, s, bus if bus is not None else parent_bus, system_id)
-
-
-def _add_c2c(sys: System, x: XNode, parent_bus: Optional[str], system_id: int) -> None:
-    if x.name == "c2c":
-        if not _primary_gpu(x.parent):
-            return
-        dn = _gpu_dev_node(sys, x.parent, parent_bus or "", system_id)
-        if dn is None:
-            raise NcclFailure(f"Add C2c error : could not find DEV for GPU {parent_bus}")
-        sibs = len(_dev_nodes(sys, dn.id))
-        count, bw = x.get_int("count"), x.get_int("bw")
-        c2c = f32((bw * count) / 1000.0)
-        cpu = _local_cpu_up(dn, None)
-        if cpu is None:
-            return
-        if sibs > 1:
-            xid = dn.id & ~3
-            xb = sys.get(CXB, xid)
-            if xb is None:
-                xb = sys.create(CXB, xid)
-                connect(xb, cpu, LINK_C2C, c2c)
-                connect(cpu, xb, LINK_C2C, c2c)
-            connect(dn, xb, LINK_C2C, c2c)
-            connect(xb, dn, LINK_C2C, c2c)
-        else:
-            connect(dn, cpu, LINK_C2C, c2c)
-            connect(cpu, dn, LINK_C2C, c2c)
+    dn = _gpu_dev_node(sys, x.parent, parent_bus or "", system_id)
+    if dn is None:
+        raise NcclFailure(f"Add C2c error : could not find DEV for GPU {parent_bus}")
+    sibs = len(_dev_nodes(sys, dn.id))
+    count, bw = x.get_int("count"), x.get_int("bw")
+    c2c = f32((bw * count) / 1000.0)
+    cpu = _local_cpu_up(dn, None)
+    if cpu is None:
         return
-    bus = x.get("busid")
-    for s in x.subs:
-        _add_c2c(sys, s, bus if bus is not None else parent_bus, system_id)
+    if sibs > 1:
+        xid = dn.id & ~3
+        xb = sys.get(CXB, xid)
+        if xb is None:
+            xb = sys.create(CXB, xid)
+            connect(xb, cpu, LINK_C2C, c2c)
+            connect(cpu, xb, LINK_C2C, c2c)
+        connect(dn, xb, LINK_C2C, c2c)
+        connect(xb, dn, LINK_C2C, c2c)
+    else:
+        connect(dn, cpu, LINK_C2C, c2c)
+        connect(cpu, dn, LINK_C2C, c2c)
 
 
-def _add_pcilinks(sys: System, x: XNode, parent_bus: Optional[str], system_id: int) -> None:
-    if x.name == "pcilink":
-        pci = sys.get(PCI, topo_id(system_id, bus_to_int(parent_bus or "")))
-        if pci is None:
-            raise NcclFailure("Add PCI Link error : could not find PCI SW")
-        rem = sys.get(PCI, topo_id(system_id, bus_to_int(x.get_str("target"))))
-        if rem is not None:
-            connect(pci, rem, LINK_LOC, LOC_BW)
-        return
-    bus = x.get("busid")
-    for s in x.subs:
-        _add_pcilinks(sys, s, bus if bus is not None else parent_bus, system_id)
+def _add_pcilink(sys: System, x: XNode, parent_bus: Optional[str], system_id: int) -> None:
+    pci = sys.get(PCI, topo_id(system_id, bus_to_int(parent_bus or "")))
+    if pci is None:
+        raise NcclFailure("Add PCI Link error : could not find PCI SW")
+    rem = sys.get(PCI, topo_id(system_id, bus_to_int(x.get_str("target"))))
+    if rem is not None:
+        connect(pci, rem, LINK_LOC, LOC_BW)
 
 
 def _bcm_gen(dev: int, level: int) -> int:
@@ -571,9 +567,9 @@ def system_from_xml(xml: Xml) -> System:
     for s in top.subs:
         if s.name == "cpu":
             _add_cpu(sys, s)
-    _add_nvlinks(sys, top, None, 0)
-    _add_c2c(sys, top, None, 0)
-    _add_pcilinks(sys, top, None, 0)
+    for tag, add in (("nvlink", _add_nvlink), ("c2c", _add_c2c_link), ("pcilink", _add_pcilink)):
+        for x, bus in _tagged(top, tag, None):   # ncclTopoAddNvLinks, ncclTopoAddC2c, ncclTopoAddPciLinks
+            add(sys, x, bus, 0)
     _flatten_bcm(sys)
     cpus = sys.nodes[CPU]
     for a in cpus:
