@@ -427,12 +427,21 @@ def _tagged(x: XNode, tag: str, parent_bus: Optional[str]):
         yield from _tagged(s, tag, bus if bus is not None else parent_bus)
 
 
-def _add_nvlink(sys: System, x: XNode, parent_bus: Optional[str], system_id: int) -> None:
+def _link_gpu(sys: System, x: XNode, parent_bus: Optional[str], system_id: int, what: str) -> Optional[Node]:
+    """The DEV node of the GPU a <nvlink>/<c2c> element belongs to; None when that GPU is not the
+    primary one of its device (its links are the primary's); NCCL's error when it has none."""
     if not _primary_gpu(x.parent):
-        return
+        return None
     dn = _gpu_dev_node(sys, x.parent, parent_bus or "", system_id)
     if dn is None:
-        raise NcclFailure(f"Add NVLink error : could not find DEV for GPU {parent_bus}")
+        raise NcclFailure(f"Add {what} error : could not find DEV for GPU {parent_bus}")
+    return dn
+
+
+def _add_nvlink(sys: System, x: XNode, parent_bus: Optional[str], system_id: int) -> None:
+    dn = _link_gpu(sys, x, parent_bus, system_id, "NVLink")
+    if dn is None:
+        return
     local = len(_dev_nodes(sys, dn.id))
     count = x.get_int("count")
     ttype = kv(x.get_str("tclass"), _PCI_CLASS, PCI)
@@ -454,11 +463,9 @@ def _add_nvlink(sys: System, x: XNode, parent_bus: Optional[str], system_id: int
 
 
 def _add_c2c_link(sys: System, x: XNode, parent_bus: Optional[str], system_id: int) -> None:
-    if not _primary_gpu(x.parent):
-        return
-    dn = _gpu_dev_node(sys, x.parent, parent_bus or "", system_id)
+    dn = _link_gpu(sys, x, parent_bus, system_id, "C2c")
     if dn is None:
-        raise NcclFailure(f"Add C2c error : could not find DEV for GPU {parent_bus}")
+        return
     sibs = len(_dev_nodes(sys, dn.id))
     count, bw = x.get_int("count"), x.get_int("bw")
     c2c = f32((bw * count) / 1000.0)
