@@ -1028,19 +1028,24 @@ class Topo:
         ccs = [d.cc for d in devs]
         return min(ccs), max(ccs)
 
+    def _channel_nets(self, rank: int):
+        """The NET indices ``rank`` uses channel by channel (ncclTopoGetLocalNet) until the first one
+        comes round again."""
+        first = None
+        for c in range(MAXCHANNELS):
+            nid = self.local_net(rank, c)
+            if c == 0:
+                first = nid
+            elif nid == first:
+                return
+            yield self.sys.id_to_index(NET, nid)
+
     def min_net_bw(self, rank: int) -> float:
         """``ncclTopoGetMinNetBw``."""
         sys = self.sys
         g = sys.rank_to_index(rank)
-        first = None
         m = None
-        for c in range(MAXCHANNELS):
-            nid = self.local_net(rank, c)
-            n = sys.id_to_index(NET, nid)
-            if c == 0:
-                first = nid
-            elif nid == first:
-                break
+        for n in self._channel_nets(rank):
             bw = sys.nodes[GPU][g].paths[NET][n].bw
             m = bw if m is None else min(m, bw)
         return m if m is not None else 0.0
@@ -1050,14 +1055,8 @@ class Topo:
         c = local_cpu(sys, g)
         gpu_bw = sys.nodes[GPU][g].paths[CPU][c].bw
         rank = sys.nodes[GPU][g].rank
-        count, total, first = 0, 0.0, None
-        for ch in range(MAXCHANNELS):
-            nid = self.local_net(rank, ch)
-            n = sys.id_to_index(NET, nid)
-            if ch == 0:
-                first = nid
-            elif nid == first:
-                break
+        count, total = 0, 0.0
+        for n in self._channel_nets(rank):
             total = f32(total + sys.nodes[GPU][g].paths[NET][n].bw)
             count += 1
             if total >= gpu_bw:
