@@ -188,7 +188,6 @@ def rings(
     searching)."""
     from gpucomm.render.tables import plural, print_table
     from gpucomm.planners.collectives.rings import rings_report
-    from gpucomm.probes.formats.nccllog import load_nccl_log
     from gpucomm.render.output import emit
 
     ch = (channels or "").strip().lower()
@@ -196,7 +195,11 @@ def rings(
         usage_error(f"{channels!r} is not auto or a channel count 1-64", "--channels")
     gpu_list = parse_gpu_list(gpus)
     graph_text = _graph_file_text(compare) if compare else None
-    log = load_nccl_log(compare) if compare and graph_text is None else None
+    log = None
+    if compare and graph_text is None:
+        from gpucomm.probes.formats.nccllog import load_nccl_log
+
+        log = load_nccl_log(compare)
     doc, _ = load_topo(topo, src)
     out = rings_report(doc, gpus=gpu_list, channels=channels, nodes=nodes, log=log)
     if graph_text is not None:
@@ -335,13 +338,16 @@ def trees(
     from gpucomm.render.tables import plural, print_table
     from gpucomm.planners.collectives.trees import trees_report
     from gpucomm.probes.errors import InputError
-    from gpucomm.probes.formats.nccllog import load_nccl_log
     from gpucomm.render.output import emit
 
     gpu_list = parse_gpu_list(gpus)
     if gpu_list is not None and gpus_per_node is not None and gpus_per_node != len(gpu_list):
         raise InputError(f"--gpus lists {len(gpu_list)} GPUs but --gpus-per-node is {gpus_per_node}")
-    log = load_nccl_log(compare) if compare else None
+    log = None
+    if compare:
+        from gpucomm.probes.formats.nccllog import load_nccl_log
+
+        log = load_nccl_log(compare)
     doc, _ = load_topo(topo, src)
     out = trees_report(doc, nodes=nodes, gpus_per_node=gpus_per_node, gpus=gpu_list, log=log)
 

@@ -639,13 +639,14 @@ def rings_report(doc, gpus: Optional[list] = None, channels: str = "auto", nodes
                  log: Optional[dict] = None) -> dict:
     """The ``gpucomm.rings/v1`` document of ``gpucomm rings``; with ``log`` (a parsed NCCL debug log)
     it gains an ``nccl_log`` section (:func:`gpucomm.planners.collectives.logcompare.compare_rings`)."""
-    from gpucomm.planners.collectives.logcompare import compare_rings
     from gpucomm.probes.topology import Topology
 
     topo = Topology.of(doc)
     plan = search_rings(topo, gpus=gpus, channels=channels, nodes=nodes)
     out = plan.to_dict()
     if log is not None:
+        from gpucomm.planners.collectives.logcompare import compare_rings
+
         out["nccl_log"] = compare_rings(log, out, plan.nccl_reference, topo.doc, nodes)
     return out
 
