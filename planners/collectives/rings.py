@@ -31,10 +31,14 @@ The widest channel itself is found:
 
 The NCCL reference's rings, placed in the same capacity model and topped up, are a third
 candidate (``nccl-seeded``); the plan reports which one won (``method``), so a regression of the
-search itself stays visible.  The search stops when the widest channel left is under 5% of the
+search itself stays visible.  Our NETs are physical ports; a ring NCCL routes through a fused
+virtual NIC (``mlx5_0+mlx5_1``: dual-port fusion, the IB plugin stripes each message over the
+ports) is placed as one channel per port pairing, each with an equal share of its bandwidth.  The search stops when the widest channel left is under 5% of the
 first one.
 """
 from __future__ import annotations
+
+import math
 
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Union
@@ -612,13 +616,32 @@ def _reference_channels(G, ref: dict, inter: bool, cap: float) -> list:
         order = [by_label.get(x) for x in r["gpus"]]
         if None in order or len(set(order)) != len(order):
             return []
-        nets = (None, None)
-        if inter:
-            if len(r["nets"]) != 2 or r["nets"][0] not in by_name or r["nets"][1] not in by_name:
-                return []
-            nets = (by_name[r["nets"][0]], by_name[r["nets"][1]])
-        out.append(RingChannel(order, bw, nets))
+        if not inter:
+            out.append(RingChannel(order, bw, (None, None)))
+            continue
+        if len(r["nets"]) != 2:
+            return []
+        ins, outs = (_ports(by_name, x) for x in r["nets"])
+        if not ins or not outs:
+            return []
+        # A fused NIC ("mlx5_0+mlx5_1", NCCL's makeVDevice) spreads the channel's traffic evenly over
+        # its ports (the IB plugin stripes every message over the merged devices' QPs): one channel
+        # of ours per port pairing, each with an equal share, so every port carries bw / ports.
+        k = len(ins) * len(outs) // math.gcd(len(ins), len(outs))
+        for i in range(k):
+            out.append(RingChannel(list(order), bw / k, (ins[i % len(ins)], outs[i % len(outs)])))
     return out
+
+
+def _ports(by_name: dict, name: str) -> list:
+    """The NET node(s) behind a NIC name of the NCCL reference: the NET itself, or the ports of a
+    fused virtual NIC named ``a+b``; [] when any is unknown."""
+    if name in by_name:
+        return [by_name[name]]
+    parts = name.split("+")
+    if len(parts) < 2 or any(x not in by_name for x in parts):
+        return []
+    return [by_name[x] for x in parts]
 
 
 def check_plan(plan: RingPlan) -> None:
