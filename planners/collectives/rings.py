@@ -17,7 +17,12 @@ capacity (bottleneck = min over links of residual / load, counting links a chann
 times), in two variants whose better total wins: ``widest-cycle`` gives each channel its whole
 bottleneck, ``water-filling`` a quarter of the channel cap at a time (so channels sharing links are
 balanced -- on a fully connected 4-GPU mesh it reaches 188 of the 192 GB/s possible, where NCCL's
-rings reach 180).  Channels with the same order are then merged and cut into cap-sized channels.
+rings reach 180).  Across nodes, among equally wide chains each variant prefers leaving through
+the entry NIC (rail aligned), then the shorter route; both are also run with the shorter route
+first (``.../cross-nic``, what NCCL_CROSS_NIC allows): a rail-aligned exit from a GPU that is not
+next to the NIC is routed through another GPU (PXN, one more NVLink hop) or across the CPU, which
+costs capacity the next channels need (OCI H100 at 2 nodes: 370.8 rail-first, 384 cross-nic, as
+NCCL's rings, which enter by GPU i's NIC and leave by GPU j's).  Channels with the same order are then merged and cut into cap-sized channels.
 The widest channel itself is found:
 
 * <= 10 GPUs: exactly, by branch and bound over all cycles (rotation fixed), pruned by the best
@@ -31,10 +36,14 @@ The widest channel itself is found:
 
 The NCCL reference's rings, placed in the same capacity model and topped up, are a third
 candidate (``nccl-seeded``); the plan reports which one won (``method``), so a regression of the
-search itself stays visible.  The search stops when the widest channel left is under 5% of the
+search itself stays visible.  Our NETs are physical ports; a ring NCCL routes through a fused
+virtual NIC (``mlx5_0+mlx5_1``: dual-port fusion, the IB plugin stripes each message over the
+ports) is placed as one channel per port pairing, each with an equal share of its bandwidth.  The search stops when the widest channel left is under 5% of the
 first one.
 """
 from __future__ import annotations
+
+import math
 
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Union
@@ -140,8 +149,10 @@ class _Stop(Exception):
 class _Packer:
     """Residual capacity and the widest-cycle search on it."""
 
-    def __init__(self, G, ps: PathSet, gpus: list, inter: bool, cap: float):
+    def __init__(self, G, ps: PathSet, gpus: list, inter: bool, cap: float, rail: bool = True):
         self.G, self.ps, self.gpus, self.inter, self.cap = G, ps, gpus, inter, cap
+        # among equally wide channels prefer leaving through the entry NIC (rail) or the shorter route
+        self.rail = rail
         self.capacity = Capacity(G, ps, net_ports=False)
         self.res = self.capacity.res
         self.nets = net_nodes(G) if inter else []
@@ -218,7 +229,7 @@ class _Packer:
                 got = self._bnb(n) if len(self.gpus) <= EXACT_MAX_GPUS else self._heuristic(n)
             if got is not None and (best is None or self._key(got) > self._key(best)):
                 best = got
-            if best is not None and best[2] >= self.cap - 1e-9 and best[1][0] == best[1][1]:
+            if best is not None and best[2] >= self.cap - 1e-9 and best[1][0] == best[1][1] and self.rail:
                 break
         return best
 
@@ -234,14 +245,20 @@ class _Packer:
         matter (every other GPU loads its NVSwitch link once each way), so try the few best
         entry and exit GPUs with the others in index order."""
         firsts = sorted(self.gpus, key=lambda g: (-min(self.hop_bn(net_in, g), self.cap), self.pos[g]))[:4]
-        lasts = sorted(self.gpus, key=lambda g: (-max(min(self.hop_bn(g, m), self.cap) for m in self._exits(net_in)),
-                                                 self.pos[g]))[:4]
+        def exit_rank(g: str) -> tuple:
+            widths = [(round(min(self.hop_bn(g, m), self.cap), 6), -self.ps.get(g, m).hops)
+                      for m in self._exits(net_in) if self.ps.get(g, m) is not None]
+            w = max(widths or [(0.0, 0)])
+            return (-w[0], self.pos[g]) if self.rail else (-w[0], -w[1], self.pos[g])
+
+        lasts = sorted(self.gpus, key=exit_rank)[:4]
+        slack = 1e-9 if self.rail else -1e-9   # cross-nic: an equally wide pair may still be shorter
         best = None
         for f in firsts:
             for last in lasts:
                 if last == f and len(self.gpus) > 1:
                     continue
-                if best is not None and min(self.hop_bn(net_in, f), self.cap) < best[0][0] + 1e-9:
+                if best is not None and min(self.hop_bn(net_in, f), self.cap) < best[0][0] + slack:
                     continue
                 mid = [g for g in self.gpus if g not in (f, last)]
                 order = [f] + mid + ([last] if last != f else [])
@@ -254,7 +271,12 @@ class _Packer:
 
     def _key(self, ch: tuple) -> tuple:
         order, nets, bw = ch
-        return (round(bw, 6), nets[0] == nets[1], -self.evaluate(order, nets)[1])
+        return self._rank(bw, nets[0] == nets[1], self.evaluate(order, nets)[1])
+
+    def _rank(self, bw: float, same: bool, hops: int) -> tuple:
+        if self.rail:
+            return (round(bw, 6), same, -hops)
+        return (round(bw, 6), -hops, same)
 
     def _exits(self, net_in: str) -> list:
         """NETs a channel entering through ``net_in`` may leave through: the same one first (rail
@@ -295,9 +317,11 @@ class _Packer:
             bn = min(bn, cap)
             if abs(bn - best["bw"]) > 1e-9:
                 return bn > best["bw"]
-            if same != best["same"]:
+            if self.rail and same != best["same"]:
                 return same
-            return hops < best["hops"]
+            if hops != best["hops"]:
+                return hops < best["hops"]
+            return same and not best["same"]
 
         def finish(order: list, bn: float, hops: int) -> None:
             if net_in is None:
@@ -319,7 +343,7 @@ class _Packer:
                         best.update(bw=min(b2, cap), hops=hops + p.hops, same=m == net_in, order=list(order),
                                     nets=(net_in, m))
                     pop(undo)
-            if best["bw"] >= ub - 1e-9 and (net_in is None or best["same"]):
+            if best["bw"] >= ub - 1e-9 and (net_in is None or best["same"] or not self.rail):
                 raise _Stop
 
         def rec(order: list, used: set, bn: float, hops: int) -> None:
@@ -348,7 +372,8 @@ class _Packer:
                 # Only strictly wider channels are explored once one is known (a same-NIC exit may
                 # still replace a cross-NIC one of equal width); among equals the DFS order --
                 # widest then shortest hop first -- already found the preferred one.
-                if cb > best["bw"] + 1e-9 or (net_in is not None and not best["same"] and cb > best["bw"] - 1e-9):
+                if cb > best["bw"] + 1e-9 or (self.rail and net_in is not None and not best["same"]
+                                               and cb > best["bw"] - 1e-9):
                     used.add(g)
                     order.append(g)
                     rec(order, used, b2, hops + h)
@@ -436,10 +461,10 @@ class _Packer:
             return (round(bw, 6), True, -hops), (None, None)
         best = None
         for m in self._exits(net_in):
-            if best is not None and min(self.hop_bn(order[-1], m), self.cap) < best[0][0] + 1e-9:
+            if best is not None and min(self.hop_bn(order[-1], m), self.cap) < best[0][0] + (1e-9 if self.rail else -1e-9):
                 continue   # its last hop alone is no wider than the best exit: cannot win
             bw, hops = self.evaluate(order, (net_in, m))
-            key = (round(bw, 6), m == net_in, -hops)
+            key = self._rank(bw, m == net_in, hops)
             if best is None or key > best[0]:
                 best = (key, (net_in, m))
         return best
@@ -517,11 +542,11 @@ def search_rings(doc: Any, gpus: Optional[Iterable[int]] = None, channels: Union
     cap = channel_cap(min(sms) if sms else None, inter)
     limit = want or AUTO_MAX_CHANNELS
 
-    def pack(seed: Optional[list], quantum: Optional[float]) -> tuple:
+    def pack(seed: Optional[list], quantum: Optional[float], rail: bool = True) -> tuple:
         """Hand out bandwidth to the widest channel on the residual capacity, all of its bottleneck
         at once (``quantum=None``) or ``quantum`` at a time (water filling: balances several cycles
         that share links, e.g. the 6 rings of a fully connected 4-GPU xGMI/NVLink mesh)."""
-        pk = _Packer(G, ps, sel, inter, cap)
+        pk = _Packer(G, ps, sel, inter, cap, rail)
         alloc: dict = {}
         first = None
         for ch in seed or []:
@@ -548,8 +573,11 @@ def search_rings(doc: Any, gpus: Optional[Iterable[int]] = None, channels: Union
         return chans_, pk.exact
 
     best = None
-    for method, seed, quantum in (("widest-cycle", None, None), ("water-filling", None, cap / QUANTUM_PARTS)):
-        got, exact_ = pack(seed, quantum)
+    variants = [("widest-cycle", None, True), ("water-filling", cap / QUANTUM_PARTS, True)]
+    if inter:
+        variants += [("widest-cycle/cross-nic", None, False), ("water-filling/cross-nic", cap / QUANTUM_PARTS, False)]
+    for method, quantum, rail in variants:
+        got, exact_ = pack(None, quantum, rail)
         if best is None or sum(c.bw for c in got) > sum(c.bw for c in best[0]) + 1e-6:
             best = (got, exact_, method)
     chans, exact, method = best
@@ -612,13 +640,32 @@ def _reference_channels(G, ref: dict, inter: bool, cap: float) -> list:
         order = [by_label.get(x) for x in r["gpus"]]
         if None in order or len(set(order)) != len(order):
             return []
-        nets = (None, None)
-        if inter:
-            if len(r["nets"]) != 2 or r["nets"][0] not in by_name or r["nets"][1] not in by_name:
-                return []
-            nets = (by_name[r["nets"][0]], by_name[r["nets"][1]])
-        out.append(RingChannel(order, bw, nets))
+        if not inter:
+            out.append(RingChannel(order, bw, (None, None)))
+            continue
+        if len(r["nets"]) != 2:
+            return []
+        ins, outs = (_ports(by_name, x) for x in r["nets"])
+        if not ins or not outs:
+            return []
+        # A fused NIC ("mlx5_0+mlx5_1", NCCL's makeVDevice) spreads the channel's traffic evenly over
+        # its ports (the IB plugin stripes every message over the merged devices' QPs): one channel
+        # of ours per port pairing, each with an equal share, so every port carries bw / ports.
+        k = len(ins) * len(outs) // math.gcd(len(ins), len(outs))
+        for i in range(k):
+            out.append(RingChannel(list(order), bw / k, (ins[i % len(ins)], outs[i % len(outs)])))
     return out
+
+
+def _ports(by_name: dict, name: str) -> list:
+    """The NET node(s) behind a NIC name of the NCCL reference: the NET itself, or the ports of a
+    fused virtual NIC named ``a+b``; [] when any is unknown."""
+    if name in by_name:
+        return [by_name[name]]
+    parts = name.split("+")
+    if len(parts) < 2 or any(x not in by_name for x in parts):
+        return []
+    return [by_name[x] for x in parts]
 
 
 def check_plan(plan: RingPlan) -> None:
