@@ -29,6 +29,14 @@ The widest channel itself is found:
 * otherwise (> 10 GPUs): candidates from index order, the PCI tree's depth-first order and a
   widest-next-hop greedy walk, improved by 2-opt on the true (shared-link) bottleneck.
 
+Where NCCL splits the node into domains joined by the network (``ncclTopoCheckNet``: two GPUs that both
+reach a NIC over a path of type <= PXB faster than over their P2P path; NCCL_NET_DISABLE_INTRA=1 turns it
+off -- :func:`gpucomm.planners.nccl.paths.net_domains`), a channel may do the same: one NET-to-NET chain
+per domain (each searched like a several-node chain), chain k leaving through a NIC that sends to the NIC
+chain k+1 enters through (``RingChannel.breaks``); the hop loads the path GPU -> NIC (with its NIC port
+sending) and NIC -> GPU (the other port receiving).  Whole-node cycles (P2P across the domains) remain a
+candidate; the better total wins.
+
 The NCCL reference's rings, placed in the same capacity model and topped up, are a third
 candidate (``nccl-seeded``); the plan reports which one won (``method``), so a regression of the
 search itself stays visible.  The search stops when the widest channel left is under 5% of the
