@@ -225,7 +225,14 @@ def rings(
         t.add_column("GB/s", justify="right")
         t.add_column("bottleneck hop", no_wrap=True)
         for ch in out["channels"]:
-            order = " > ".join(f"GPU{g}" for g in ch["gpus"])
+            # a NIC hop inside the node (NCCL's NIC-joined domains): "GPU3 > nic_a ~ nic_b > GPU4"
+            net_hops = {h["after"]: f"{h['nics'][0]} ~ {h['nics'][1]}" for h in ch.get("net_hops") or []}
+            parts = []
+            for k, g in enumerate(ch["gpus"]):
+                parts.append(f"GPU{g}")
+                if k in net_hops:
+                    parts.append(net_hops[k])
+            order = " > ".join(parts)
             if multi:
                 order = f"{ch['nics'][0]} > {order} > {ch['nics'][1]}"
             else:

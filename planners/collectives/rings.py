@@ -34,6 +34,14 @@ The widest channel itself is found:
 * otherwise (> 10 GPUs): candidates from index order, the PCI tree's depth-first order and a
   widest-next-hop greedy walk, improved by 2-opt on the true (shared-link) bottleneck.
 
+Where NCCL splits the node into domains joined by the network (``ncclTopoCheckNet``: two GPUs that both
+reach a NIC over a path of type <= PXB faster than over their P2P path; NCCL_NET_DISABLE_INTRA=1 turns it
+off -- :func:`gpucomm.planners.nccl.paths.net_domains`), a channel may do the same: one NET-to-NET chain
+per domain (each searched like a several-node chain), chain k leaving through a NIC that sends to the NIC
+chain k+1 enters through (``RingChannel.breaks``); the hop loads the path GPU -> NIC (with its NIC port
+sending) and NIC -> GPU (the other port receiving).  Whole-node cycles (P2P across the domains) remain a
+candidate; the better total wins.
+
 The NCCL reference's rings, placed in the same capacity model and topped up, are a third
 candidate (``nccl-seeded``); the plan reports which one won (``method``), so a regression of the
 search itself stays visible.  Our NETs are physical ports; a ring NCCL routes through a fused
@@ -52,7 +60,7 @@ from gpucomm.probes.errors import InputError, PlanInfeasible, TopologyError
 
 from gpucomm.planners.nccl.graph import gpu_nodes, net_nodes
 from gpucomm.planners.nccl.search import Capacity, channel_cap, nccl_reference, restrict_gpus
-from gpucomm.planners.nccl.paths import PathSet, as_graph, compute_path_set
+from gpucomm.planners.nccl.paths import PathSet, as_graph, compute_path_set, net_domains
 from gpucomm.planners.collectives.validate import validate_capacity, validate_ring
 
 EXACT_MAX_GPUS = 10
@@ -73,6 +81,7 @@ class RingChannel:
     gpus: list
     bw: float
     nets: tuple = (None, None)
+    breaks: tuple = ()      # NIC hops inside the node: (position i, NET out, NET in) for gpus[i] -> gpus[i+1]
 
 
 @dataclass
@@ -89,14 +98,16 @@ class RingPlan:
     exact: bool
     nccl_reference: Optional[dict] = None
     warnings: list = field(default_factory=list)
+    domains: Optional[list] = None    # the NIC-joined domains (ncclTopoCheckNet) the channels chain through
 
     @property
     def total_bw(self) -> float:
         return round(sum(c.bw for c in self.channels), 4)
 
     def hops(self, ch: RingChannel) -> list:
-        """(src, dst) of every hop of a channel."""
-        return _hops(ch.gpus, ch.nets)
+        """(src, dst) of every path of a channel (a NIC hop inside the node is its two paths GPU -> NET
+        and NET -> GPU; the network between the two NICs is not a path of the graph)."""
+        return _hops(ch.gpus, ch.nets, ch.breaks)
 
     def to_dict(self) -> dict:
         """The ``gpucomm.rings/v1`` document."""
@@ -105,7 +116,12 @@ class RingPlan:
         chans = []
         for i, ch in enumerate(self.channels):
             links = []
-            for s, d in self.hops(ch):
+            for s, d in _hops(ch.gpus, ch.nets, ch.breaks, wire=True):
+                if s is not None and G.nodes[s].get("type") == "NET" and d is not None and \
+                        G.nodes[d].get("type") == "NET":
+                    links.append({"from": lab(s), "to": lab(d), "type": "NET", "hops": 1, "via": None,
+                                  "path_bw_GBps": round(min(_port_bw(G, s, send=True), _port_bw(G, d, send=False)), 3)})
+                    continue
                 p = self.ps.get(s, d)
                 links.append({"from": lab(s), "to": lab(d), "type": p.type, "path_bw_GBps": round(p.bw, 3),
                               "hops": p.hops, "via": lab(p.via) if p.via else None})
@@ -113,6 +129,10 @@ class RingPlan:
                     "links": links}
             if self.nodes > 1:
                 item["nics"] = [G.nodes[ch.nets[0]]["name"], G.nodes[ch.nets[1]]["name"]]
+            if ch.breaks:
+                item["net_hops"] = [{"after": k, "from": G.nodes[ch.gpus[k]]["index"],
+                                     "to": G.nodes[ch.gpus[(k + 1) % len(ch.gpus)]]["index"],
+                                     "nics": [G.nodes[x]["name"], G.nodes[y]["name"]]} for k, x, y in ch.breaks]
             chans.append(item)
         ref = self.nccl_reference
         return {
@@ -131,15 +151,43 @@ class RingPlan:
                 "nccl_nodes": ref["nccl_nodes"]},
             "assumptions": list(G.graph.get("assumptions") or []),
             "warnings": list(self.warnings),
+            **({"net_domains": [[G.nodes[g]["index"] for g in d] for d in self.domains]} if self.domains else {}),
         }
 
 
-def _hops(order: list, nets: tuple) -> list:
+def _hops(order: list, nets: tuple, breaks: tuple = (), wire: bool = False) -> list:
+    """The paths (src, dst) a channel takes: NIC in -> first GPU, GPU -> GPU, last GPU -> NIC out (or
+    back to the first GPU); a NIC hop ``(i, x, y)`` of ``breaks`` replaces order[i] -> order[i+1] by
+    order[i] -> x and y -> order[i+1] (with ``wire``, also x -> y: the network between them)."""
     if nets and nets[0] is not None:
-        return [(nets[0], order[0])] + list(zip(order, order[1:])) + [(order[-1], nets[1])]
-    if len(order) < 2:
+        hops = [(nets[0], order[0])] + list(zip(order, order[1:])) + [(order[-1], nets[1])]
+        off = 1
+    elif len(order) < 2:
         return []
-    return list(zip(order, order[1:])) + [(order[-1], order[0])]
+    else:
+        hops = list(zip(order, order[1:])) + [(order[-1], order[0])]
+        off = 0
+    if not breaks:
+        return hops
+    by_pos = {i: (x, y) for i, x, y in breaks}
+    out = []
+    for k, (s, d) in enumerate(hops):
+        i = k - off
+        if 0 <= i < len(order) and s == order[i] and i in by_pos:
+            x, y = by_pos[i]
+            out.append((s, x))
+            if wire:
+                out.append((x, y))
+            out.append((y, d))
+        else:
+            out.append((s, d))
+    return out
+
+
+def _port_bw(G, net: str, send: bool) -> float:
+    """A NET node's port rate in one direction: sending is the NIC -> NET edge, receiving NET -> NIC."""
+    bws = [float(a["bw"]) for _, _, a in (G.in_edges(net, data=True) if send else G.out_edges(net, data=True))]
+    return min(bws) if bws else float(G.nodes[net].get("bw") or 0.0)
 
 
 class _Stop(Exception):
@@ -149,14 +197,26 @@ class _Stop(Exception):
 class _Packer:
     """Residual capacity and the widest-cycle search on it."""
 
-    def __init__(self, G, ps: PathSet, gpus: list, inter: bool, cap: float, rail: bool = True):
-        self.G, self.ps, self.gpus, self.inter, self.cap = G, ps, gpus, inter, cap
+    def __init__(self, G, ps: PathSet, gpus: list, inter: bool, cap: float, rail: bool = True,
+                 domains: Optional[list] = None):
+        self.G, self.ps, self.cap = G, ps, cap
         # among equally wide channels prefer leaving through the entry NIC (rail) or the shorter route
         self.rail = rail
         self.capacity = Capacity(G, ps, net_ports=False)
         self.res = self.capacity.res
-        self.nets = net_nodes(G) if inter else []
         self.exact = True
+        # NIC-joined domains (ncclTopoCheckNet): every channel is one chain per domain, NET to NET,
+        # the chains joined through the network (and, on several nodes, the node's first and last
+        # NIC as usual)
+        self.domains = domains if domains and len(domains) > 1 else None
+        self.nodes_inter = inter
+        self._focus(gpus, inter)
+
+    def _focus(self, gpus: list, inter: bool) -> None:
+        """Search channels over ``gpus`` (a whole cycle, or with ``inter`` a NET-to-NET chain)."""
+        G, ps = self.G, self.ps
+        self.gpus, self.inter = gpus, inter
+        self.nets = net_nodes(G) if inter else []
         self.pos = {g: i for i, g in enumerate(gpus)}
         nvs = [n for n, a in G.nodes(data=True) if a.get("type") == "NVS"]
         self.symmetric = False
@@ -172,11 +232,11 @@ class _Packer:
             raise PlanInfeasible(f"no path from {self.G.nodes[s].get('label', s)} to {self.G.nodes[d].get('label', d)}")
         return ld
 
-    def evaluate(self, order: list, nets: tuple = (None, None)) -> tuple:
+    def evaluate(self, order: list, nets: tuple = (None, None), breaks: tuple = ()) -> tuple:
         """(bottleneck capped at the channel cap, total hops) of a whole channel on the residual."""
         agg: dict = {}
         hops = 0
-        for s, d in _hops(order, nets):
+        for s, d in _hops(order, nets, breaks):
             if self.ps.get(s, d) is None:
                 return 0.0, 10 ** 9
             hops += self.ps.get(s, d).hops
@@ -185,8 +245,8 @@ class _Packer:
         bn = min([self.res[e] / f for e, f in agg.items()] or [float("inf")])
         return min(bn, self.cap), hops
 
-    def take(self, order: list, nets: tuple, bw: float) -> None:
-        for s, d in _hops(order, nets):
+    def take(self, order: list, nets: tuple, bw: float, breaks: tuple = ()) -> None:
+        for s, d in _hops(order, nets, breaks):
             for e, f in self.loads(s, d):
                 self.res[e] = self.res[e] - f * bw
 
@@ -210,7 +270,61 @@ class _Packer:
 
     # -- the widest cycle ---------------------------------------------------------------------------
     def best_channel(self) -> Optional[tuple]:
-        """(order, nets, bw) of the widest channel on the residual capacity, or None."""
+        """(order, nets, bw, breaks) of the widest channel on the residual capacity, or None."""
+        if self.domains:
+            return self._split_channel()
+        got = self._best()
+        return None if got is None else (got[0], got[1], got[2], ())
+
+    def _split_channel(self) -> Optional[tuple]:
+        """The widest channel through every domain: each domain's widest NET-to-NET chain (exact as
+        a whole node's), searched one domain after the other on the capacity the earlier ones left
+        (each taken at most at the width the others could reach alone), every domain first in turn;
+        joined in domain order, chain k's exit NIC sending to chain k+1's entry NIC."""
+        doms = self.domains
+        saved = (self.gpus, self.inter)
+        best = None
+        try:
+            alone = []
+            for dom in doms:
+                self._focus(dom, True)
+                got = self._best()
+                if got is None:
+                    return None
+                alone.append(got[2])
+            for first in range(len(doms)):
+                snap = dict(self.res)
+                chains: dict = {}
+                try:
+                    for k in list(range(first, len(doms))) + list(range(first)):
+                        self._focus(doms[k], True)
+                        got = self._best()
+                        if got is None:
+                            break
+                        chains[k] = got
+                        self.take(got[0], got[1], min(got[2], min(alone)))
+                finally:
+                    self.res.clear()
+                    self.res.update(snap)
+                if len(chains) != len(doms):
+                    continue
+                order, breaks = [], []
+                for k in range(len(doms)):
+                    order.extend(chains[k][0])
+                    if k + 1 < len(doms) or not self.nodes_inter:
+                        breaks.append((len(order) - 1, chains[k][1][1], chains[(k + 1) % len(doms)][1][0]))
+                nets = (chains[0][1][0], chains[len(doms) - 1][1][1]) if self.nodes_inter else (None, None)
+                self._focus(saved[0], saved[1])
+                bw, hops = self.evaluate(order, nets, tuple(breaks))
+                key = (round(bw, 6), -hops)
+                if best is None or key > best[0]:
+                    best = (key, (order, nets, bw, tuple(breaks)))
+        finally:
+            self._focus(saved[0], saved[1])
+        return None if best is None or best[1][2] <= EPS else best[1]
+
+    def _best(self) -> Optional[tuple]:
+        """(order, nets, bw) of the widest cycle (or NET-to-NET chain) over the focused GPUs."""
         if not self.inter:
             if self.symmetric:
                 order = list(self.gpus)
@@ -504,8 +618,21 @@ def _parse_channels(channels: Union[str, int, None]) -> Optional[int]:
     return n
 
 
+def _net_domains(G, ps: PathSet, sel: list, settings: Any = None) -> Optional[list]:
+    """NCCL's NIC-joined domains of the chosen GPUs (:func:`gpucomm.planners.nccl.paths.net_domains`,
+    NCCL_NET_DISABLE_INTRA and NCCL_SHM_DISABLE read as the NCCL model reads them), or None when NCCL
+    keeps the node whole."""
+    from gpucomm.planners.nccl.settings import NcclSettings
+
+    if len(sel) < 2 or not net_nodes(G):
+        return None
+    s = settings if settings is not None else NcclSettings.from_env()
+    doms = net_domains(G, ps, sel, net_disable_intra=s.net_disable_intra, shm_disable=s.shm_disable)
+    return doms if len(doms) > 1 else None
+
+
 def search_rings(doc: Any, gpus: Optional[Iterable[int]] = None, channels: Union[str, int] = "auto",
-                 nodes: int = 1, *, reference: bool = True) -> RingPlan:
+                 nodes: int = 1, *, reference: bool = True, settings: Any = None) -> RingPlan:
     """Find ring channels (stable interface, used by the cost model and the CLI).
 
     ``doc``: topology document (or graph); ``gpus``: GPU indices to use (default all); ``channels``:
@@ -528,62 +655,78 @@ def search_rings(doc: Any, gpus: Optional[Iterable[int]] = None, channels: Union
         raise TopologyError(f"topology has no NICs: --nodes {nodes} needs a network between nodes")
     if not inter and len(sel) < 2:
         raise PlanInfeasible(f"a ring needs at least 2 GPUs on one node (got {len(sel)})")
+    G_net = G
     if not inter:
         H = G.copy()
         H.remove_nodes_from([n for n, a in G.nodes(data=True) if a.get("type") in ("NET", "NIC")])
         H.graph = dict(G.graph)
         G = H
     ps = compute_path_set(G, rule="nccl")
+    # GPU -> GPU paths do not cross NICs (leaves of the PCI tree), so ``ps`` has NCCL's P2P paths
+    domains = _net_domains(G_net, ps, sel, settings)
+    if domains is not None and not inter:   # the NICs stay: channels go through them
+        G = G_net
+        ps = compute_path_set(G, rule="nccl")
     for a in sel:
         for b in sel:
             if a != b and ps.get(a, b) is None:
                 raise PlanInfeasible(f"{G.nodes[a]['label']} cannot reach {G.nodes[b]['label']}")
     sms = [G.nodes[g].get("sm") for g in sel if G.nodes[g].get("sm")]
-    cap = channel_cap(min(sms) if sms else None, inter)
+    cc = min(sms) if sms else None
+    cap = channel_cap(cc, inter)
+    # a split node is searched as NCCL searches it: NIC-to-NIC chains, on the inter-node speed ladder
+    split_cap = channel_cap(cc, True)
     limit = want or AUTO_MAX_CHANNELS
 
-    def pack(seed: Optional[list], quantum: Optional[float], rail: bool = True) -> tuple:
+    def pack(seed: Optional[list], quantum: Optional[float], rail: bool = True, split: bool = False) -> tuple:
         """Hand out bandwidth to the widest channel on the residual capacity, all of its bottleneck
         at once (``quantum=None``) or ``quantum`` at a time (water filling: balances several cycles
-        that share links, e.g. the 6 rings of a fully connected 4-GPU xGMI/NVLink mesh)."""
-        pk = _Packer(G, ps, sel, inter, cap, rail)
+        that share links, e.g. the 6 rings of a fully connected 4-GPU xGMI/NVLink mesh); ``rail``:
+        among equally wide channels prefer the entry NIC's rail over the shorter route; with
+        ``split`` every channel chains through the NIC-joined domains."""
+        c = split_cap if split else cap
+        pk = _Packer(G, ps, sel, inter, c, rail, domains if split else None)
         alloc: dict = {}
         first = None
         for ch in seed or []:
-            pk.take(ch.gpus, ch.nets, ch.bw)
-            key = (tuple(ch.gpus), tuple(ch.nets))
+            pk.take(ch.gpus, ch.nets, ch.bw, ch.breaks)
+            key = (tuple(ch.gpus), tuple(ch.nets), tuple(ch.breaks))
             alloc[key] = alloc.get(key, 0.0) + ch.bw
             first = max(first or 0.0, ch.bw)
         for _ in range(MAX_ROUNDS):
             got = pk.best_channel()
             if got is None:
                 break
-            order, nets, bw = got
+            order, nets, bw, breaks = got
             first = first or bw
             if bw <= 1e-6 or bw < MIN_SHARE * first:
                 break
             step = min(bw, quantum) if quantum else bw
-            pk.take(order, nets, step)
-            key = (tuple(order), tuple(nets))
+            pk.take(order, nets, step, breaks)
+            key = (tuple(order), tuple(nets), tuple(breaks))
             alloc[key] = alloc.get(key, 0.0) + step
-        chans_ = _consolidate(alloc, cap)
+        chans_ = _consolidate(alloc, c)
         if len(chans_) > limit:   # keep the widest channels (auto: NCCL's 32-channel ring search limit)
             keep = sorted(range(len(chans_)), key=lambda k: (-chans_[k].bw, k))[:limit]
             chans_ = [chans_[k] for k in sorted(keep)]
         return chans_, pk.exact
 
     best = None
-    variants = [("widest-cycle", None, True), ("water-filling", cap / QUANTUM_PARTS, True)]
+    variants = [("widest-cycle", None, True, False), ("water-filling", cap / QUANTUM_PARTS, True, False)]
     if inter:
-        variants += [("widest-cycle/cross-nic", None, False), ("water-filling/cross-nic", cap / QUANTUM_PARTS, False)]
-    for method, quantum, rail in variants:
-        got, exact_ = pack(None, quantum, rail)
+        variants += [("widest-cycle/cross-nic", None, False, False),
+                     ("water-filling/cross-nic", cap / QUANTUM_PARTS, False, False)]
+    if domains is not None:   # NCCL would route between the domains through NICs: so may we
+        variants += [("widest-cycle", None, True, True), ("water-filling", split_cap / QUANTUM_PARTS, True, True)]
+    for method, quantum, rail, split in variants:
+        got, exact_ = pack(None, quantum, rail, split)
         if best is None or sum(c.bw for c in got) > sum(c.bw for c in best[0]) + 1e-6:
-            best = (got, exact_, method)
-    chans, exact, method = best
+            best = (got, exact_, method, split)
+    chans, exact, method, used_split = best
+    plan_cap = split_cap if used_split else cap
     ref = None
     if reference:
-        ref = nccl_reference(G0, nodes=nodes, gpus=list(gpus) if gpus is not None else None)
+        ref = nccl_reference(G0, nodes=nodes, gpus=list(gpus) if gpus is not None else None, settings=settings)
         seed = _reference_channels(G, ref, inter, cap)[:limit]
         if any(set(c.gpus) != set(sel) for c in seed):   # NCCL split the node (PATH_NET domains)
             seed = []
@@ -595,7 +738,7 @@ def search_rings(doc: Any, gpus: Optional[Iterable[int]] = None, channels: Union
             if alt and sum(c.bw for c in alt) > sum(c.bw for c in chans) + 1e-6:
                 try:   # NCCL's bandwidths can exceed what our path graph holds: keep the seed only if it fits
                     check_plan(RingPlan(G, ps, sel, nodes, alt, cap, "nccl-seeded", alt_exact, ref))
-                    chans, exact, method = alt, alt_exact, "nccl-seeded"
+                    chans, exact, method, used_split, plan_cap = alt, alt_exact, "nccl-seeded", False, cap
                 except PlanInfeasible:
                     pass
     if not chans:
@@ -604,12 +747,20 @@ def search_rings(doc: Any, gpus: Optional[Iterable[int]] = None, channels: Union
         while len(chans) < want:   # split the widest channel in two, keeping its order and total
             i = max(range(len(chans)), key=lambda k: (chans[k].bw, -k))
             c = chans[i]
-            chans[i] = RingChannel(list(c.gpus), c.bw / 2, c.nets)
-            chans.insert(i + 1, RingChannel(list(c.gpus), c.bw / 2, c.nets))
-    plan = RingPlan(G, ps, sel, nodes, chans, cap, method, exact, ref)
+            chans[i] = RingChannel(list(c.gpus), c.bw / 2, c.nets, c.breaks)
+            chans.insert(i + 1, RingChannel(list(c.gpus), c.bw / 2, c.nets, c.breaks))
+    plan = RingPlan(G, ps, sel, nodes, chans, plan_cap, method, exact, ref,
+                    domains=domains if used_split else None)
     if not exact:
         plan.warnings.append(f"{len(sel)} GPUs: channels found by a heuristic search (exact up to "
                              f"{EXACT_MAX_GPUS} GPUs or on a single NVSwitch)")
+    if used_split:
+        lab = lambda g: str(G.nodes[g]["index"])  # noqa: E731
+        plan.warnings.append(
+            "NCCL connects GPUs of different domains (" + " | ".join(",".join(map(lab, d)) for d in domains)
+            + ") through the network (ncclTopoCheckNet: their NICs are faster than their P2P path; "
+            "NCCL_NET_DISABLE_INTRA=1 turns this off): every channel chains through the domains NIC to NIC; "
+            "each domain's chain is searched exactly, their combination one domain after the other")
     check_plan(plan)
     return plan
 
@@ -618,13 +769,13 @@ def _consolidate(alloc: dict, cap: float) -> list:
     """Bandwidth given to each distinct channel order -> channels of at most ``cap`` each (full
     channels first, then the remainder; remainders under 1% of the cap are dropped)."""
     out = []
-    for (order, nets), total in alloc.items():
+    for (order, nets, breaks), total in alloc.items():
         full = int((total + 1e-9) // cap)
         rest = total - full * cap
         for _ in range(full):
-            out.append(RingChannel(list(order), round(cap, 6), nets))
+            out.append(RingChannel(list(order), round(cap, 6), nets, breaks))
         if rest > 0.01 * cap:
-            out.append(RingChannel(list(order), round(rest, 6), nets))
+            out.append(RingChannel(list(order), round(rest, 6), nets, breaks))
     return out
 
 
@@ -676,7 +827,16 @@ def check_plan(plan: RingPlan) -> None:
         validate_ring(ch.gpus, plan.gpus, closed=plan.nodes == 1)
         if plan.nodes > 1 and (ch.nets[0] is None or ch.nets[1] is None):
             raise PlanInfeasible("a multi-node channel must enter and leave through a NIC")
-        for s, d in _hops(ch.gpus, ch.nets):
+        for i, x, y in ch.breaks:
+            if not 0 <= i < len(ch.gpus) or (plan.nodes > 1 and i == len(ch.gpus) - 1) or \
+                    any(plan.G.nodes[n].get("type") != "NET" for n in (x, y) if n in plan.G) or \
+                    x not in plan.G or y not in plan.G:
+                raise PlanInfeasible("a NIC hop inside the node must join two GPUs of the channel through two NICs")
+        if len({i for i, _, _ in ch.breaks}) != len(ch.breaks):
+            raise PlanInfeasible("two NIC hops at the same position of a channel")
+        for s, d in _hops(ch.gpus, ch.nets, ch.breaks):
+            if plan.ps.get(s, d) is None:
+                raise PlanInfeasible(f"no path from {s} to {d}")
             for e, f in cap.loads(s, d) or []:
                 usage[e] = usage.get(e, 0.0) + f * ch.bw
     validate_capacity(usage, {(u, v): float(a["bw"]) for u, v, a in plan.G.edges(data=True)}, "ring plan")

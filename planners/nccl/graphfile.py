@@ -150,6 +150,9 @@ def ring_graph_from_report(report: dict) -> tuple:
         raise InputError(f"NCCL splits this node into {ref['nccl_nodes']} domains joined through NICs (GPU pairs "
                          "it routes through the network); a graph file of whole-node rings would not load",
                          expected="a node whose GPUs NCCL connects directly (P2P or shared memory)")
+    if any(c.get("net_hops") for c in report.get("channels") or []):
+        raise InputError("these rings go through NICs inside the node (NCCL's NIC-joined domains); an NCCL graph "
+                         "file holds whole-node rings only", expected="a node whose GPUs NCCL connects directly")
     chans = sorted(report.get("channels") or [], key=lambda c: -float(c["bw_GBps"]))
     if not chans:
         raise InputError("no ring channels to write", expected="a topology with at least one GPU")

@@ -479,3 +479,53 @@ def path_table(doc_or_graph: Any, between: Optional[Iterable[str]] = None, rule:
             continue
         rows.append(path_row(G, p))
     return rows
+
+
+# --------------------------------------------------------------------------------------------
+# ncclTopoCheckNet: GPU pairs NCCL connects through the network inside a node
+def net_domains(doc_or_graph: Any, ps: PathSet, gpus: Optional[list] = None, *, net_disable_intra: int = 0,
+                shm_disable: int = 0) -> list:
+    """The domains NCCL splits a node's GPUs into (paths.cc ``ncclTopoComputePaths`` marking PATH_NET,
+    ``ncclTopoTrimSystem`` numbering them), as lists of GPU node ids in ``gpus`` order (default: all
+    GPUs by index); one domain when nothing is split.
+
+    A pair p -> g is PATH_NET when P2P cannot connect it (``ncclTopoCheckNet``: both GPUs reach a NIC
+    over a path of type <= PXB wider than the p -> g path, unless NCCL_NET_DISABLE_INTRA=1; or P2P is
+    not possible and NCCL_SHM_DISABLE=1).  The GPU -> NET paths are the ones NCCL has at that point
+    (its BFS, before the P2C/PXN/no-GDR post-processing), the GPU -> GPU paths ``ps``'s (after the
+    P2P reroute through the CPU, as NCCL's).  Domains as NCCL numbers them: GPU g joins the lowest
+    domain of an earlier GPU p whose g -> p path is not PATH_NET (a single pass, as in NCCL)."""
+    G = as_graph(doc_or_graph)
+    order = list(gpus) if gpus is not None else gpu_nodes(G)
+    nets = net_nodes(G)
+    if len(order) < 2:
+        return [order]
+    best_net: dict = {g: 0.0 for g in order}
+    if nets and not net_disable_intra:
+        adj = _Adj(G)
+        for n in nets:
+            to_n = _nccl_paths_to(adj, n)
+            for g in order:
+                p = to_n.get(g)
+                if p is not None and RANK[p.type] <= RANK["PXB"] and p.bw > best_net[g]:
+                    best_net[g] = p.bw
+
+    def is_net(a: str, b: str) -> bool:
+        p = ps.get(a, b)
+        if p is None:
+            return False
+        if not net_disable_intra and best_net[a] > p.bw and best_net[b] > p.bw:
+            via_gpu = p.via is not None and G.nodes[p.via].get("type") == "GPU"
+            return not via_gpu          # P2P through an intermediate GPU is taken before the NET check
+        via_cpu = p.via is not None and G.nodes[p.via].get("type") == "CPU"
+        return bool(shm_disable) and via_cpu
+
+    dom = list(range(len(order)))
+    for i, g in enumerate(order):
+        for j in range(i):
+            if not is_net(g, order[j]):
+                dom[i] = min(dom[i], dom[j])
+    out: dict = {}
+    for i, g in enumerate(order):
+        out.setdefault(dom[i], []).append(g)
+    return [out[k] for k in sorted(out)]
