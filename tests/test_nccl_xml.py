@@ -1084,3 +1084,57 @@ def test_cli_bad_xml_exits_1_with_one_line(tmp_path):
     res = run_cli("show", str(p), "--format", "json")
     assert res.code == 1 and res.stdout == ""
     assert res.stderr.count("\n") == 1 and "evil.xml:2" in res.stderr and "Traceback" not in res.stderr
+
+
+# ----------------------------------------------------------------------------------------------
+# One fact, one rule: a GPU's PCIe link bandwidth is the same in our path graph and in the XML given to
+# NCCL's model (pinned), for every NCCL XML capture and bundled example -- including links whose
+# capture gives no generation (an NCCL dump's link_speed="": NCCL read that on the host too).
+_LANE = {"2.5 GT/s PCIe": 15, "5.0 GT/s PCIe": 30, "8.0 GT/s PCIe": 60, "16.0 GT/s PCIe": 120,
+         "32.0 GT/s PCIe": 240, "64.0 GT/s PCIe": 480}
+
+
+def _pcie_sources() -> list:
+    from gpucomm.probes.examples import list_examples
+
+    xmls = sorted(p for p in (CAPTURES / "ncclxml").glob("*.xml") if "<graphs" not in p.read_text()[:200])
+    return [str(p) for p in xmls] + [f"example:{n}" for n in list_examples()]
+
+
+@pytest.mark.parametrize("src", _pcie_sources(), ids=lambda s: Path(s).name)
+def test_gpu_pcie_bandwidth_is_one_fact(src):
+    from gpucomm.planners.nccl.comm import pinned_xml
+    from gpucomm.planners.nccl.graph import build_graph, gpu_nodes
+    from gpucomm.probes.load import load_topology
+    from gpucomm.probes.topology import Topology
+
+    topo = Topology.of(load_topology(src))
+    if not topo.gpus or not topo.has_pci_tree:
+        pytest.skip("no PCI tree")
+    G = build_graph(topo)
+    ours = {}
+    for g in gpu_nodes(G):
+        up = [a["bw"] for u, v, a in G.edges(data=True) if u == g and a.get("type") == "PCI"]
+        if up:
+            ours[G.nodes[g]["label"]] = up[0]
+    pinned = {}
+    for m in re.finditer(r'<pci busid="([^"]+)" class="0x03[^"]*"[^>]*link_speed="([^"]*)" link_width="(\d+)">\s*'
+                         r'<gpu dev="(\d+)"', pinned_xml(topo)):
+        pinned[f"GPU{m.group(4)}"] = int(m.group(3)) * _LANE[m.group(2)] / 80.0
+    assert pinned
+    if not ours:
+        pytest.skip("the GPUs reach their CPU over C2C only in our graph (Grace): no PCIe hop to compare")
+    common = sorted(set(ours) & set(pinned))
+    assert common
+    assert {k: ours[k] for k in common} == {k: pinned[k] for k in common}
+
+
+def test_pcie_speed_without_generation_is_pinned_as_read():
+    """link_speed="" (the host told NCCL nothing): NCCL's fallback lane speed, 12 GB/s at x16, in our
+    paths and in the XML for NCCL's model alike; a document with no PCIe link gets the one default."""
+    from gpucomm.planners.nccl.comm import pinned_xml
+    from gpucomm.probes.load import load_topology
+
+    text = pinned_xml(load_topology(str(CAPTURES / "ncclxml" / "azure-ncv4-topo.xml")))
+    speeds = re.findall(r'class="0x030200"[^>]*link_speed="([^"]*)"', text)
+    assert speeds == ["8.0 GT/s PCIe"] * 4

@@ -9,7 +9,9 @@ view (``topo.assume``):
 * ``<cpu>``: ``affinity`` (the NUMA node's CPUs), ``arch``/``vendor``/``familyid``/``modelid``
   (CPUID on the host; from the document's CPU identity, else assumed);
 * GPUs: ``<gpu dev sm>`` (NVML; the view's compute capability), ``link_speed``/``link_width``
-  (NVML; the view's default PCIe generation, x16); other PCI devices the same from sysfs;
+  (NVML: the document's PCIe link -- its generation, or, where it has a bandwidth but no generation
+  (an NCCL dump's ``link_speed=""``), the speed of that bandwidth, as NCCL read it there -- else the
+  view's default PCIe generation, x16); other PCI devices the same from sysfs;
 * NICs: one ``<net>`` per network device of the plugin NCCL uses (RDMA devices when there are
   any, else the plain interfaces of the socket transport), with ``speed`` (the view's rate),
   ``port``, ``guid`` (a NIC without one is its own ASIC) and ``gdr``; a document without any
@@ -60,6 +62,16 @@ class _Pinner:
         self.xml = xml
         self.gpu_by_bus = {normalize_bus_id(g.pci_bus_id or "") or "": g for g in topo.gpus}
         self.nic_by_name = {n.name: n for n in topo.nics}
+        # PCIe links the document gives a bandwidth but no generation (an NCCL dump's link_speed="",
+        # a sysfs without link speeds): NCCL on that host read the same, so the speed pinned is the
+        # one of that bandwidth (NCCL's fallback lane speed for 12 GB/s at x16), not a default
+        lanes = {v: k for k, v in facts.NCCL_PCI_LANE.items()}
+        self.gen_of_bw: dict = {}
+        for l in topo.links:
+            if l.kind == "pcie" and l.bw_GBps and not l.gen:
+                gen = lanes.get(round(l.bw_GBps * 80.0 / (l.width or 16), 6))
+                if gen is not None:
+                    self.gen_of_bw[normalize_bus_id(l.a) or l.a] = (gen, l.width or 16)
 
     def run(self) -> None:
         top = self.xml.top()
@@ -131,7 +143,12 @@ class _Pinner:
         if gpu is not None:
             self._gpu(node, gpu)
         speed = node.get("link_speed")
-        if speed is None or not any(speed.startswith(k) for k in _KNOWN_SPEEDS):
+        if bus in self.gen_of_bw:
+            # sysfs (what NCCL reads) said nothing on the host: NCCL's fallback, whatever NVML knows
+            gen, width = self.gen_of_bw[bus]
+            node.set("link_speed", _GEN_SPEED[gen])
+            node.set_int("link_width", width)
+        elif speed is None or not any(speed.startswith(k) for k in _KNOWN_SPEEDS):
             gen = facts.default_pcie_gen(topo.sm_hint)
             if gpu is not None and gpu.pcie is not None and (gpu.pcie.gen or gpu.pcie.max_gen):
                 gen = gpu.pcie.gen or gpu.pcie.max_gen
