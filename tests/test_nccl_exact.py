@@ -152,3 +152,14 @@ def test_ncclsim_is_given_a_native_builds_view_of_non_x86_cpus():
     case = next(c for c in goldens() if c["xml"].endswith("m094-b200x8-nvswitch-grace2s-flat-g4-1x100g.xml")
                 and c["nodes"] == 1)
     assert [n[1] for n in case["golden"]["nets"]] == ["mlx5_0"]
+
+
+def test_stored_inputs_are_what_we_pin_now():
+    """The XMLs ncclsim answered for the fixtures and bundled examples are the ones our pinning writes
+    today (a change to the pinning without regenerating the goldens fails here, not silently)."""
+    tool = _tool()
+    stored = {c["xml"] for c in goldens() if c["group"] in ("fixtures", "examples")}
+    fresh = {f"inputs/{name}.xml": text for name, text, _p in tool.fixture_inputs()}
+    assert stored == set(fresh)
+    stale = sorted(x for x in stored if (NCCLSIM / x).read_text() != fresh[x])
+    assert not stale, f"regenerate the goldens (python tools/ncclsim_goldens.py): {stale}"
