@@ -400,6 +400,22 @@ def native_build_xml(text: str) -> str:
     return _NON_X86_CPU.sub(r'\1 vendor="native" familyid="0" modelid="0"', text)
 
 
+def harness_env(settings: dict) -> dict:
+    """The environment that makes ncclsim read NCCL_* settings as NCCL does.
+
+    NCCL's ``NCCL_PARAM(name, env, default)`` (param.h) calls ``ncclLoadParam("NCCL_" env, ...)``, and
+    NCCL's own ncclLoadParam looks that name up as it is; the harness's replacement
+    (harness/stubs.cc) prefixes "NCCL_" once more, so every NCCL_PARAM setting (NCCL_CROSS_NIC,
+    NCCL_NVLS_ENABLE, NCCL_NET_DISABLE_INTRA, NCCL_P2P_DISABLE, ...) would be read from
+    ``NCCL_NCCL_<name>`` and silently left at its default; settings NCCL reads with ncclGetEnv
+    (NCCL_P2P_LEVEL, NCCL_TOPO_FILE, ...) are read correctly.  Each setting is given under both names."""
+    env = dict(settings)
+    for k, v in settings.items():
+        if k.startswith("NCCL_"):
+            env["NCCL_" + k] = v
+    return env
+
+
 def run_ncclsim(binary: Path, xml: Path, case: dict) -> dict:
     from gpucomm.planners.nccl.judge import SIZES, compact
 
@@ -417,7 +433,7 @@ def run_ncclsim(binary: Path, xml: Path, case: dict) -> dict:
         cmd += ["--gpus", ",".join(map(str, case["gpus"]))]
     cmd += case.get("flags", [])
     env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
-    env.update(case.get("env") or {})
+    env.update(harness_env(case.get("env") or {}))
     p = subprocess.run(cmd + [str(xml)], capture_output=True, text=True, env=env, timeout=600)
     if p.returncode != 0:
         msg = [ln for ln in p.stderr.splitlines() if ln.strip()]
