@@ -330,10 +330,12 @@ def build_graph(doc: Union[Topology, dict]):
     # NCCL merges the two levels of Broadcom PEX switches before it computes paths (topo.cc
     # ncclTopoFlattenBcmSwitches); the document keeps the real tree (nvidia-smi's view, PXB), the
     # graph takes NCCL's (PIX).  A no-op for NCCL XML imports, which are flattened on import.
-    from gpucomm.probes.formats.nccl_xml import flatten_bcm
+    from gpucomm.probes.formats.nccl_xml import flatten_bcm, has_bcm_switch
 
-    flat = flatten_bcm(copy.deepcopy(topo.doc))
-    view = topo if flat["switches"] == topo.doc["switches"] else Topology(flat)
+    view = topo
+    if has_bcm_switch(topo.doc):
+        flat = flatten_bcm(copy.deepcopy(topo.doc))
+        view = topo if flat["switches"] == topo.doc["switches"] else Topology(flat)
     G = _build_tree_graph(view)
     if view is not topo:    # the flattened copy's defaults are the caller's too
         topo.absorb(view)

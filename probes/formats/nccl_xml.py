@@ -951,6 +951,12 @@ def bcm_gen(device_id: int, level: int) -> int:
     return 0
 
 
+def has_bcm_switch(doc: dict) -> bool:
+    """Whether :func:`flatten_bcm` has anything to do: a ``pcie`` switch with Broadcom PEX ids."""
+    return any(bcm_gen(bcm_device_id(switch_ids(s)), 0) or bcm_gen(bcm_device_id(switch_ids(s)), 1)
+               for s in doc.get("switches", []) if s.get("kind") == "pcie")
+
+
 def flatten_bcm(doc: dict) -> dict:
     """Flatten Broadcom PEX switches exactly as NCCL does (``ncclTopoFlattenBcmSwitches``,
     topo.cc:195-268 in NCCL 2.30.7; xml.cc ncclTopoGetXmlFromSys).
@@ -973,11 +979,10 @@ def flatten_bcm(doc: dict) -> dict:
     switches are kept in the parent's ``bcm_merged`` list and moved devices get ``raw_parent`` so
     :func:`export_nccl_xml` can write the real hierarchy back.  Pure: mutates and returns ``doc``,
     no I/O.  Returns ``doc`` unchanged when no Broadcom switch is present."""
+    if not has_bcm_switch(doc):
+        return doc
     switches: list[dict] = doc.get("switches", [])
     pcie = {s["id"]: s for s in switches if s.get("kind") == "pcie"}
-    if not any(bcm_gen(bcm_device_id(switch_ids(s)), 0) or bcm_gen(bcm_device_id(switch_ids(s)), 1)
-               for s in pcie.values()):
-        return doc
     devices = [*doc.get("gpus", []), *doc.get("nics", []), *doc.get("pci_devices", []), *switches]
 
     events: dict[int, list[str]] = {}
@@ -1602,6 +1607,6 @@ def write_nccl_xml(doc: dict, path: str) -> str:
     return text
 
 
-__all__ = ["parse_nccl_xml", "parse_nccl_graph", "flatten_bcm", "export_nccl_xml", "write_nccl_xml", "switch_ids",
+__all__ = ["parse_nccl_xml", "parse_nccl_graph", "flatten_bcm", "has_bcm_switch", "export_nccl_xml", "write_nccl_xml", "switch_ids",
            "guid_from_nccl", "guid_to_nccl",
            "bcm_gen", "bcm_device_id", "parse_link_speed", "pci_class_type"]
