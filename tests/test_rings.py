@@ -552,3 +552,23 @@ def test_no_nic_hop_when_the_inter_socket_link_is_fast_or_disabled(monkeypatch):
     plan = search_rings(_two_socket_document())
     assert plan.domains is None and plan.nccl_reference["nccl_nodes"] == 1
     assert all(not ch.breaks for ch in plan.channels)
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_nccl_rings_over_its_domains_seed_ours(nodes):
+    """A node NCCL splits into NIC-joined domains (two Skylake sockets of PCIe H100s, 8 NICs): NCCL's
+    own rings -- every domain's chains, joined NIC to NIC -- are a candidate of ours, placed in our
+    capacity model, so ours is at least NCCL's 7 x 6 GB/s; every hop between domains goes NIC to NIC."""
+    from support import FIXTURES
+    from gpucomm.planners.collectives.rings import check_plan
+
+    doc = load_topology(str(FIXTURES / "ncclsim" / "corpus" / "m049-h100x8-none-skl2s-sw2-g5-8x100g.xml"))
+    plan = search_rings(doc, nodes=nodes)
+    ref = plan.nccl_reference
+    assert ref["nccl_nodes"] == 2 * nodes and len(ref["domain_rings"]) == 2
+    assert [sorted(c["gpus"]) for c in ref["domain_rings"][1]][0] == ["GPU4", "GPU5", "GPU6", "GPU7"]
+    assert ref["total_bw"] == 42.0 and plan.total_bw >= 42.0 - 1e-6
+    check_plan(plan)
+    _usage_ok(plan)
+    assert plan.domains is not None and all(ch.breaks for ch in plan.channels)
+    assert plan.to_dict()["net_domains"]

@@ -727,18 +727,29 @@ def search_rings(doc: Any, gpus: Optional[Iterable[int]] = None, channels: Union
     ref = None
     if reference:
         ref = nccl_reference(G0, nodes=nodes, gpus=list(gpus) if gpus is not None else None, settings=settings)
-        seed = _reference_channels(G, ref, inter, cap)[:limit]
-        if any(set(c.gpus) != set(sel) for c in seed):   # NCCL split the node (PATH_NET domains)
+        ref_doms = ref.get("domain_rings") or []
+        split_seed = len(ref_doms) > 1
+        if split_seed and domains is None:
+            # NCCL splits where our rule does not: its rings still count, over its domains
+            lab = by_label_of(G)
+            found = [[lab.get(x) for x in d[0]["gpus"]] for d in ref_doms if d]
+            if len(found) == len(ref_doms) and not any(None in d for d in found):
+                domains = [sorted(d, key=lambda g: G.nodes[g]["index"]) for d in found]
+            else:
+                split_seed = False
+        seed_cap = split_cap if split_seed else cap
+        seed = _reference_channels(G, ref, inter, seed_cap)[:limit] if (split_seed or not ref_doms) else []
+        if any(set(c.gpus) != set(sel) for c in seed):
             seed = []
         if seed:
             try:
-                alt, alt_exact = pack(seed, cap / QUANTUM_PARTS)
+                alt, alt_exact = pack(seed, seed_cap / QUANTUM_PARTS, True, split_seed)
             except PlanInfeasible:
                 alt = []
             if alt and sum(c.bw for c in alt) > sum(c.bw for c in chans) + 1e-6:
                 try:   # NCCL's bandwidths can exceed what our path graph holds: keep the seed only if it fits
-                    check_plan(RingPlan(G, ps, sel, nodes, alt, cap, "nccl-seeded", alt_exact, ref))
-                    chans, exact, method, used_split, plan_cap = alt, alt_exact, "nccl-seeded", False, cap
+                    check_plan(RingPlan(G, ps, sel, nodes, alt, seed_cap, "nccl-seeded", alt_exact, ref))
+                    chans, exact, method, used_split, plan_cap = alt, alt_exact, "nccl-seeded", split_seed, seed_cap
                 except PlanInfeasible:
                     pass
     if not chans:
@@ -781,12 +792,14 @@ def _consolidate(alloc: dict, cap: float) -> list:
 
 def _reference_channels(G, ref: dict, inter: bool, cap: float) -> list:
     """The NCCL reference's rings as channels of our model (labels -> node ids)."""
-    by_label = {a.get("label"): n for n, a in G.nodes(data=True)}
+    by_label = by_label_of(G)
     by_name = {a.get("name"): n for n, a in G.nodes(data=True) if a.get("type") == "NET"}
     bw = min(ref["bw_intra"], cap)
     out = []
     if ref.get("fallback") or bw <= 0:
         return out
+    if len(ref.get("domain_rings") or []) > 1:
+        return _reference_split_channels(by_label, by_name, ref["domain_rings"], inter, bw)
     for r in ref["rings"]:
         order = [by_label.get(x) for x in r["gpus"]]
         if None in order or len(set(order)) != len(order):
@@ -806,6 +819,46 @@ def _reference_channels(G, ref: dict, inter: bool, cap: float) -> list:
         for i in range(k):
             out.append(RingChannel(list(order), bw / k, (ins[i % len(ins)], outs[i % len(outs)])))
     return out
+
+
+def _reference_split_channels(by_label: dict, by_name: dict, domain_rings: list, inter: bool, bw: float) -> list:
+    """NCCL's rings on a node it splits into NIC-joined domains: channel c is every domain's chain c
+    (NET to NET) in domain order, domain k's exit NIC sending to domain k+1's entry NIC (on one node
+    the last domain's back to the first's; across nodes the node enters at the first domain's entry
+    NIC and leaves at the last domain's exit NIC).  Fused NICs are spread over their ports as above."""
+    out = []
+    for c in range(min(len(d) for d in domain_rings)):
+        parts = []
+        for d in domain_rings:
+            ch = d[c]
+            order = [by_label.get(x) for x in ch["gpus"]]
+            if None in order or len(ch["nets"]) != 2:
+                return []
+            ins, outs = (_ports(by_name, x) for x in ch["nets"])
+            if not ins or not outs:
+                return []
+            parts.append((order, ins, outs))
+        k = 1
+        for _o, ins, outs in parts:
+            for m in (len(ins), len(outs)):
+                k = k * m // math.gcd(k, m)
+        for i in range(k):
+            order, breaks = [], []
+            for j, (o, _ins, outs) in enumerate(parts):
+                order.extend(o)
+                if j + 1 < len(parts) or not inter:
+                    nxt_ins = parts[(j + 1) % len(parts)][1]
+                    breaks.append((len(order) - 1, outs[i % len(outs)], nxt_ins[i % len(nxt_ins)]))
+            nets = (parts[0][1][i % len(parts[0][1])], parts[-1][2][i % len(parts[-1][2])]) if inter else (None, None)
+            if len(set(order)) != len(order):
+                return []
+            out.append(RingChannel(order, bw / k, nets, tuple(breaks)))
+    return out
+
+
+def by_label_of(G) -> dict:
+    """GPU/NIC label -> node id."""
+    return {a.get("label"): n for n, a in G.nodes(data=True)}
 
 
 def _ports(by_name: dict, name: str) -> list:

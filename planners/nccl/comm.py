@@ -92,6 +92,7 @@ class CommResult:
     notes: list = field(default_factory=list)
     settings: Optional[NcclSettings] = None
     xml: str = ""
+    domains: list = field(default_factory=list)   # RankState of each NIC-joined domain, in domain order
 
     # ---- views
     def net_name(self, net_id: int) -> str:
@@ -185,11 +186,17 @@ def _graph(id_: int, pattern: int, lo: int, hi: int, coll_net: int = 0) -> TGrap
 _RANK_STATES: dict = {}   # (inputs of a rank's system and searches) -> RankState, oldest dropped first
 
 
-def _rank_init(fused: X.Xml, rank: int, n_ranks: int, cc: int, s: NcclSettings) -> RankState:
-    """initTransportsRank up to ncclTopoPreset for one local rank (a fresh system from the fused XML)."""
-    sys = system_from_xml(fused)
-    topo = Topo(sys, s)
-    topo.compute_paths()
+def _rank_init(fused: X.Xml, rank: int, n_ranks: int, cc: int, s: NcclSettings,
+               fresh: Optional[Topo] = None) -> RankState:
+    """initTransportsRank up to ncclTopoPreset for one local rank (a fresh system from the fused XML;
+    ``fresh``: that system with its first paths already computed, untrimmed, taken over)."""
+    if fresh is not None:
+        topo = fresh
+        sys = topo.sys
+    else:
+        sys = system_from_xml(fused)
+        topo = Topo(sys, s)
+        topo.compute_paths()
     topo.trim(rank, n_ranks)
     topo.compute_paths()
     topo.search_init()
@@ -345,10 +352,10 @@ def run(xml_text: str, gpus: Optional[list], nodes: int, s: NcclSettings, defaul
         t = Topo(probe, s)
         t.compute_paths()
         dom = t.domains()
-        gpus_ = probe.nodes[GPU]
+        ranks_ = [g.rank for g in probe.nodes[GPU]]     # before the system is handed on (and trimmed)
         for l in range(G):
-            mine = next((dom[i] for i, g in enumerate(gpus_) if g.rank == l), 0)
-            key = (tuple(sorted(g.rank for i, g in enumerate(gpus_) if dom[i] == mine)), local[l].sm >= 90)
+            mine = next((dom[i] for i, r in enumerate(ranks_) if r == l), 0)
+            key = (tuple(sorted(r for i, r in enumerate(ranks_) if dom[i] == mine)), local[l].sm >= 90)
             st = states.get(key)
             if st is None or st.topo_ranks is None:
                 # a rank's system depends on the node count only through "are there ranks outside my
@@ -358,7 +365,10 @@ def run(xml_text: str, gpus: Optional[list], nodes: int, s: NcclSettings, defaul
                         s.key())
                 st = _RANK_STATES.get(ckey)
                 if st is None:
-                    st = _rank_init(fused, l, NR, local[l].sm, s)
+                    # the first rank searched takes over the system just built for the domains (the
+                    # same system_from_xml + compute_paths its own initialisation would start with)
+                    st = _rank_init(fused, l, NR, local[l].sm, s, fresh=t)
+                    t = None
                     if len(_RANK_STATES) >= 64:
                         _RANK_STATES.pop(next(iter(_RANK_STATES)))
                     _RANK_STATES[ckey] = st
@@ -368,7 +378,13 @@ def run(xml_text: str, gpus: Optional[list], nodes: int, s: NcclSettings, defaul
                 tr, chans = _preset(st.topo.sys, st.graphs, l, st.n_channels)
                 per_rank.append(RankState(st.topo, st.graphs, st.nvls_support, st.cpu_arch, st.cpu_vendor,
                                           st.local_net_count, st.min_net_bw, st.all_nvlink, st.n_channels, tr, chans))
-        return _merge(per_rank, local, machine, nodes, s, xml_text)
+        res = _merge(per_rank, local, machine, nodes, s, xml_text)
+        seen: set = set()
+        for key, st in sorted(states.items(), key=lambda kv: min(kv[0][0])):
+            if key[0] not in seen:
+                seen.add(key[0])
+                res.domains.append(st)
+        return res
     except X.NcclFailure as e:
         raise NcclFailed(f"NCCL would fail to initialise: {e}") from None
 
@@ -617,15 +633,19 @@ def reference_dict(res: CommResult, tree: bool = True) -> dict:
     r0 = res.rank0
     sys = r0.topo.sys
     ring = r0.graphs["ring"]
-    labels = {g.rank: f"GPU{g.dev}" for g in sys.nodes[GPU]}
 
-    def gd(g: TGraph) -> dict:
-        ng = len(sys.nodes[GPU])
+    def channels(g: TGraph, sys_) -> list:
+        ng = len(sys_.nodes[GPU])
+        lab = {x.rank: f"GPU{x.dev}" for x in sys_.nodes[GPU]}
         chans = []
         for c in range(g.n_channels):
-            order = [labels.get(x, f"rank{x}") for x in g.intra[c * ng:(c + 1) * ng]]
-            nets = [res.net_name(g.inter[c * 2]), res.net_name(g.inter[c * 2 + 1])] if sys.inter else []
+            order = [lab.get(x, f"rank{x}") for x in g.intra[c * ng:(c + 1) * ng]]
+            nets = [res.net_name(g.inter[c * 2]), res.net_name(g.inter[c * 2 + 1])] if sys_.inter else []
             chans.append({"gpus": order, "nets": nets})
+        return chans
+
+    def gd(g: TGraph) -> dict:
+        chans = channels(g, sys)
         return {"pattern": PATTERN_NAMES.get(g.pattern, "?").lower(), "search_channels": g.n_channels,
                 "bw_intra": round(g.bw_intra, 4), "bw_inter": round(g.bw_inter, 4),
                 "type_intra": PATH_NAMES[g.type_intra], "type_inter": PATH_NAMES[g.type_inter] if sys.inter else None,
@@ -649,6 +669,10 @@ def reference_dict(res: CommResult, tree: bool = True) -> dict:
                  if res.nvls_support else None),
         "settings": (res.settings.changed() if res.settings else {}),
     }
+    if len(res.domains) > 1:
+        # a node NCCL splits into NIC-joined domains: every domain's own ring channels (NET to NET),
+        # rank 0's domain first; NCCL's ring joins channel c of each domain in domain order
+        out["domain_rings"] = [channels(st.graphs["ring"], st.topo.sys) for st in res.domains]
     return out
 
 

@@ -1153,7 +1153,9 @@ def nccl_reference(doc: Any, nodes: int = 1, gpus: Optional[Iterable[int]] = Non
          NCCL counts them: a node split into NIC-joined domains counts several), "gpus": [labels],
          "rings": [{"gpus": [...], "nets": [in, out]}], "ring0": the GPU order of ring 0 after setup,
          "tree": {same keys for the tree graph} | None, "nvls": {channels, bw_intra, bw_inter} | None,
-         "fallback": bool, "settings": the NCCL_* values used}
+         "fallback": bool, "settings": the NCCL_* values used,
+         "domain_rings": [[{"gpus", "nets"}] per domain] -- only where NCCL splits the node into
+         NIC-joined domains: each domain's ring channels, NET to NET, in domain order}
     Raises TopologyError (no NICs for nodes > 1), InputError (unknown GPU), PlanInfeasible."""
     from gpucomm.planners.nccl.comm import nccl_comm, reference_dict
     from gpucomm.planners.nccl.settings import NcclSettings

@@ -1,0 +1,105 @@
+"""Our ring search against NCCL itself on every golden case: ``gpucomm``'s rings (planners/collectives/
+rings.py, without the NCCL reference) against the ring bandwidth ncclsim found (NCCL 2.30.7's own search:
+searched channels x bwIntra, ``fixtures/ncclsim/goldens.json``), for the generated corpus, the NCCL XML
+captures and the bundled examples, with each case's GPUs, node count and NCCL_* settings.
+
+    python tools/rings_vs_ncclsim.py [--jobs 2] [--stride N] [--json OUT] [--search-only]
+
+By default the rings are what ``gpucomm rings`` answers (our search, with the NCCL model's rings placed
+in our capacity model as one more candidate); ``--search-only`` leaves that candidate out, to see the
+search itself.  Prints how many cases ours is equal or better on, and every case where NCCL's is wider, with both
+totals.  Cases where NCCL fails to initialise are skipped (counted)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+OUT = REPO / "fixtures" / "ncclsim"
+
+
+def nccl_total(golden: dict) -> float:
+    r = golden["ring"]
+    return float(r["n"]) * float(r["bwIntra"])
+
+
+def _overload(plan) -> str:
+    """Where NCCL's own rings, at NCCL's bandwidth, do not fit our capacity model: the most
+    over-subscribed link (what a loss is made of when our search cannot match NCCL)."""
+    from gpucomm.planners.collectives.rings import _hops, _reference_channels
+    from gpucomm.planners.nccl.search import Capacity
+
+    G = plan.G
+    seed = _reference_channels(G, plan.nccl_reference, plan.nodes > 1, float("inf"))
+    if not seed:
+        return "NCCL's rings are not expressible in our model"
+    cap = Capacity(G, plan.ps, net_ports=False)
+    use: dict = {}
+    for ch in seed:
+        for s, d in _hops(ch.gpus, ch.nets, ch.breaks):
+            for e, f in cap.loads(s, d) or []:
+                use[e] = use.get(e, 0.0) + f * ch.bw
+    worst = max(use, key=lambda e: use[e] / max(float(G.edges[e]["bw"]), 1e-9))
+    c = float(G.edges[worst]["bw"])
+    lab = lambda n: G.nodes[n].get("label", n)  # noqa: E731
+    return (f"NCCL's rings need {use[worst]:g} GB/s on {lab(worst[0])}->{lab(worst[1])} "
+            f"({G.edges[worst].get('type')}, {c:g} GB/s)")
+
+
+def one(case: dict, seeded: bool = True) -> tuple:
+    sys.path.insert(0, str(REPO))
+    from gpucomm.planners.collectives.rings import search_rings
+    from gpucomm.planners.nccl.settings import NcclSettings
+    from gpucomm.probes.errors import GpucommError
+    from gpucomm.probes.load import load_topology
+
+    cid = ":".join([case["xml"], f"n{case['nodes']}"] + (["g" + "-".join(map(str, case["gpus"]))] if case.get("gpus")
+                                                          else []) + [f"{k}={v}" for k, v in sorted((case.get("env") or {}).items())])
+    if "error" in case["golden"]:
+        return cid, None, None, "nccl fails"
+    try:
+        doc = load_topology(str(OUT / case["xml"]))
+        plan = search_rings(doc, gpus=case.get("gpus"), nodes=case["nodes"], reference=seeded,
+                            settings=NcclSettings.from_env(case.get("env") or {}))
+        note = ""
+        if seeded and plan.total_bw < nccl_total(case["golden"]) - 1e-6 and plan.nccl_reference:
+            note = _overload(plan)
+        return cid, round(plan.total_bw, 6), nccl_total(case["golden"]), note
+    except GpucommError as e:
+        note = "one GPU" if "at least 2 GPUs" in str(e) else f"ours refused: {e}"
+        return cid, None, nccl_total(case["golden"]), note
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--stride", type=int, default=1, help="every Nth case")
+    ap.add_argument("--json", dest="json_out")
+    ap.add_argument("--search-only", action="store_true", help="without the NCCL model's rings as a candidate")
+    args = ap.parse_args(argv)
+    cases = json.loads((OUT / "goldens.json").read_text())["cases"][:: max(1, args.stride)]
+    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as ex:
+        rows = list(ex.map(one, cases, [not args.search_only] * len(cases), chunksize=4))
+    compared = [r for r in rows if r[1] is not None]
+    skipped = [r for r in rows if r[1] is None]
+    losses = [r for r in compared if r[1] < r[2] - 1e-6]
+    wins = [r for r in compared if r[1] > r[2] + 1e-6]
+    print(f"{len(rows)} cases: ours >= NCCL on {len(compared) - len(losses)} of {len(compared)} compared "
+          f"({len(wins)} wider, {len(compared) - len(losses) - len(wins)} equal); "
+          f"{len(skipped)} not compared")
+    for cid, ours, nccl, note in skipped:
+        if note not in ("nccl fails", "one GPU"):
+            print(f"  not compared {cid}: {note}")
+    for cid, ours, nccl, note in sorted(losses, key=lambda r: r[1] / r[2]):
+        print(f"  NCCL wider {cid}: ours {ours:g} vs NCCL {nccl:g} ({ours / nccl:.3f}){': ' + note if note else ''}")
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps([{"case": c, "ours": o, "nccl": n, "note": t} for c, o, n, t in rows],
+                                                  indent=1) + "\n")
+    return 1 if losses else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
