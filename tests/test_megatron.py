@@ -215,3 +215,49 @@ def test_torchrun_gloo_device_mesh_and_megatron_groups(tmp_path):
             for key, ranks in res["megatron"].items():
                 grp = next(g for g in plan["groups"][key] if rank in g)
                 assert ranks == grp, (plan["parallelism"], rank, key)
+
+
+def _megatron_groups(world_size, parallel_size, mask):
+    """Megatron-LM's generate_masked_orthogonal_rank_groups as written there (every index decomposed)."""
+    def prefix_product(a, init=1):
+        r = [init]
+        for v in a:
+            init = init * v
+            r.append(init)
+        return r
+
+    def inner_product(a, b):
+        return sum(x * y for x, y in zip(a, b))
+
+    def decompose(index, shape, stride=None):
+        if stride is None:
+            stride = prefix_product(shape)
+        return [(index // d) % s for s, d in zip(shape, stride)]
+
+    masked_shape = [s for s, m in zip(parallel_size, mask) if m]
+    unmasked_shape = [s for s, m in zip(parallel_size, mask) if not m]
+    global_stride = prefix_product(parallel_size)
+    masked_stride = [d for d, m in zip(global_stride, mask) if m]
+    unmasked_stride = [d for d, m in zip(global_stride, mask) if not m]
+    group_size = prefix_product(masked_shape)[-1]
+    num_of_group = world_size // group_size
+    ranks = []
+    for group_index in range(num_of_group):
+        decomposed_group_idx = decompose(group_index, unmasked_shape)
+        rank = []
+        for rank_in_group in range(group_size):
+            decomposed_rank_idx = decompose(rank_in_group, masked_shape)
+            rank.append(inner_product(decomposed_rank_idx, masked_stride)
+                        + inner_product(decomposed_group_idx, unmasked_stride))
+        ranks.append(rank)
+    return ranks
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(1, 5), min_size=1, max_size=5), st.data())
+def test_rank_groups_equal_megatrons_algorithm(shape, data):
+    mask = data.draw(st.lists(st.booleans(), min_size=len(shape), max_size=len(shape)))
+    world = 1
+    for s in shape:
+        world *= s
+    assert pl.generate_masked_orthogonal_rank_groups(world, shape, mask) == _megatron_groups(world, shape, mask)
