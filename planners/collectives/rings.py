@@ -574,10 +574,36 @@ class _Packer:
             bw, hops = self.evaluate(order)
             return (round(bw, 6), True, -hops), (None, None)
         best = None
+        # the chain up to its last GPU is the same for every exit: its loads once, then each exit's
+        # last hop on top (the same sums in the same order as evaluate(order, (net_in, m)))
+        ps, res = self.ps, self.res
+        base: dict = {}
+        hops0 = 0
+        broken = False
+        for s, d in [(net_in, order[0])] + list(zip(order, order[1:])):
+            p = ps.get(s, d)
+            if p is None:
+                broken = True
+                break
+            hops0 += p.hops
+            for e, f in self.loads(s, d):
+                base[e] = base.get(e, 0.0) + f
+        base_bn = min([res[e] / f for e, f in base.items()] or [float("inf")])
         for m in self._exits(net_in):
             if best is not None and min(self.hop_bn(order[-1], m), self.cap) < best[0][0] + (1e-9 if self.rail else -1e-9):
                 continue   # its last hop alone is no wider than the best exit: cannot win
-            bw, hops = self.evaluate(order, (net_in, m))
+            p = None if broken else ps.get(order[-1], m)
+            if p is None:
+                bw, hops = 0.0, 10 ** 9
+            else:
+                last: dict = {}
+                for e, f in self.loads(order[-1], m):
+                    last[e] = last.get(e, base.get(e, 0.0)) + f
+                if any(res[e] < 0 for e in last):   # the shortcut assumes adding load only narrows
+                    bw, hops = self.evaluate(order, (net_in, m))
+                else:
+                    bw = min([base_bn] + [res[e] / v for e, v in last.items()])
+                    bw, hops = min(bw, self.cap), hops0 + p.hops
             key = self._rank(bw, m == net_in, hops)
             if best is None or key > best[0]:
                 best = (key, (net_in, m))
