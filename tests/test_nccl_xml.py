@@ -1138,3 +1138,19 @@ def test_pcie_speed_without_generation_is_pinned_as_read():
     text = pinned_xml(load_topology(str(CAPTURES / "ncclxml" / "azure-ncv4-topo.xml")))
     speeds = re.findall(r'class="0x030200"[^>]*link_speed="([^"]*)"', text)
     assert speeds == ["8.0 GT/s PCIe"] * 4
+
+
+def test_build_graph_flattens_broadcom_switches_on_a_copy():
+    """The path graph sees NCCL's flattened Broadcom tree (a document kept unflattened, as nvidia-smi and
+    sysfs show it); the document it was given stays as it was."""
+    import copy
+
+    from gpucomm.planners.nccl.graph import build_graph
+
+    doc = _doc("oci-H100-topology.xml", flatten=False)
+    before = copy.deepcopy(doc)
+    G = build_graph(doc)
+    assert doc == before
+    flat = _doc("oci-H100-topology.xml")
+    pci = [n for n, a in G.nodes(data=True) if a.get("type") == "PCI"]
+    assert len(pci) == sum(1 for s in flat["switches"] if s["kind"] == "pcie") < 24

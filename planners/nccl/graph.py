@@ -38,7 +38,6 @@ NET ``name, bw, asic, port, gdr, nic``.  Edge attributes: ``type`` (NVL, PCI, SY
 """
 from __future__ import annotations
 
-import copy
 import re
 from typing import Any, Optional, Union
 
@@ -334,12 +333,27 @@ def build_graph(doc: Union[Topology, dict]):
 
     view = topo
     if has_bcm_switch(topo.doc):
-        flat = flatten_bcm(copy.deepcopy(topo.doc))
+        flat = flatten_bcm(_bcm_copy(topo.doc))
         view = topo if flat["switches"] == topo.doc["switches"] else Topology(flat)
     G = _build_tree_graph(view)
     if view is not topo:    # the flattened copy's defaults are the caller's too
         topo.absorb(view)
     return G
+
+
+def _bcm_copy(doc: dict) -> dict:
+    """A copy of ``doc`` that :func:`flatten_bcm` may change without touching ``doc``: the device and
+    switch records it re-parents and marks (and their ``bcm_merged`` lists), the switch, link and
+    warning lists it rewrites; everything else shared (a deepcopy of the whole document cost more
+    than the graph)."""
+    flat = dict(doc)
+    for k in ("gpus", "nics", "pci_devices"):
+        flat[k] = [dict(r) for r in doc.get(k) or []]
+    flat["switches"] = [dict(s, bcm_merged=list(s["bcm_merged"])) if isinstance(s.get("bcm_merged"), list)
+                        else dict(s) for s in doc.get("switches") or []]
+    flat["links"] = list(doc.get("links") or [])
+    flat["warnings"] = list(doc.get("warnings") or [])
+    return flat
 
 
 def _build_tree_graph(topo: Topology):
