@@ -88,11 +88,22 @@ class CommResult:
     cpu_vendor: int
     min_cc: int
     max_cc: int
-    tables: Any                   # tuning.TuneTables
+    tuning: dict                  # the inputs of ncclTopoTuneModel (tuning.CommTuning's fields)
     notes: list = field(default_factory=list)
     settings: Optional[NcclSettings] = None
     xml: str = ""
     domains: list = field(default_factory=list)   # RankState of each NIC-joined domain, in domain order
+    _tables: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def tables(self):
+        """tuning.TuneTables: ncclTopoTuneModel's tables, computed on first use (the ring and tree
+        answers do not need them)."""
+        if self._tables is None:
+            from gpucomm.planners.nccl.tuning import CommTuning, tune_model
+
+            self._tables = tune_model(CommTuning(**self.tuning))
+        return self._tables
 
     # ---- views
     def net_name(self, net_id: int) -> str:
@@ -390,9 +401,8 @@ def run(xml_text: str, gpus: Optional[list], nodes: int, s: NcclSettings, defaul
 
 
 def _merge(per_rank: list, local: list, machine, nodes: int, s: NcclSettings, xml_text: str) -> CommResult:
-    """Rank 0's view after the all-gather (init.cc), ncclNvlsTuning, ncclTopoPostset, the tuning model."""
-    from gpucomm.planners.nccl.tuning import CommTuning, tune_model
-
+    """Rank 0's view after the all-gather (init.cc), ncclNvlsTuning, ncclTopoPostset; the tuning model's
+    inputs (its tables are computed when first asked for: ``CommResult.tables``)."""
     G = len(local)
     NR = G * nodes
     ags = []
@@ -456,15 +466,14 @@ def _merge(per_rank: list, local: list, machine, nodes: int, s: NcclSettings, xm
                                                    min_cc, nvls_channels, s)
     trees = [{"up": channels[c]["up"], "down": list(channels[c]["down"])} for c in range(n_ch)]
     nvs_count = len(r0.topo.sys.nodes[NVS])
-    ct = CommTuning(n_ranks=NR, n_nodes=n_nodes, n_channels=n_ch, nvls_channels=nvls_channels,
-                    nvls_support=nvls_support, graphs=merged, max_tree_pattern=max_tree, cpu_arch=cpu_arch,
-                    cpu_vendor=cpu_vendor, min_cc=min_cc, max_cc=max_cc, nvs_count=nvs_count,
-                    local_ranks=min(local_ranks), max_local_ranks=max(local_ranks), settings=s)
-    tables = tune_model(ct)
+    tuning = dict(n_ranks=NR, n_nodes=n_nodes, n_channels=n_ch, nvls_channels=nvls_channels,
+                  nvls_support=nvls_support, graphs=merged, max_tree_pattern=max_tree, cpu_arch=cpu_arch,
+                  cpu_vendor=cpu_vendor, min_cc=min_cc, max_cc=max_cc, nvs_count=nvs_count,
+                  local_ranks=min(local_ranks), max_local_ranks=max(local_ranks), settings=s)
     return CommResult(nodes=nodes, local=local, machine=machine, rank0=r0, graphs=merged, n_nodes=n_nodes,
                       n_ranks=NR, n_channels=n_ch, coll_channels=coll_ch, nvls_support=nvls_support,
                       nvls_channels=nvls_channels, rings=rings, trees=trees, max_tree_pattern=max_tree,
-                      cpu_arch=cpu_arch, cpu_vendor=cpu_vendor, min_cc=min_cc, max_cc=max_cc, tables=tables,
+                      cpu_arch=cpu_arch, cpu_vendor=cpu_vendor, min_cc=min_cc, max_cc=max_cc, tuning=tuning,
                       settings=s, xml=xml_text)
 
 
