@@ -204,6 +204,7 @@ class _Packer:
         self.rail = rail
         self.capacity = Capacity(G, ps, net_ports=False)
         self.res = self.capacity.res
+        self._hb: dict = {}
         self.exact = True
         # NIC-joined domains (ncclTopoCheckNet): every channel is one chain per domain, NET to NET,
         # the chains joined through the network (and, on several nodes, the node's first and last
@@ -246,15 +247,25 @@ class _Packer:
         return min(bn, self.cap), hops
 
     def take(self, order: list, nets: tuple, bw: float, breaks: tuple = ()) -> None:
+        self._hb.clear()
         for s, d in _hops(order, nets, breaks):
             for e, f in self.loads(s, d):
                 self.res[e] = self.res[e] - f * bw
 
     def hop_bn(self, s: str, d: str) -> float:
+        """The width one hop has left (memoised until the residual changes: ``take``, ``_restore``)."""
+        got = self._hb.get((s, d))
+        if got is not None:
+            return got
         ld = self.capacity.loads(s, d)
-        if ld is None:
-            return -1.0
-        return min([self.res[e] / f for e, f in ld] or [float("inf")])
+        got = -1.0 if ld is None else min([self.res[e] / f for e, f in ld] or [float("inf")])
+        self._hb[(s, d)] = got
+        return got
+
+    def _restore(self, snap: dict) -> None:
+        self._hb.clear()
+        self.res.clear()
+        self.res.update(snap)
 
     def upper_bound(self) -> float:
         """No channel can be wider than any GPU's best single hop out or in (or a NIC port)."""
@@ -304,8 +315,7 @@ class _Packer:
                         chains[k] = got
                         self.take(got[0], got[1], min(got[2], min(alone)))
                 finally:
-                    self.res.clear()
-                    self.res.update(snap)
+                    self._restore(snap)
                 if len(chains) != len(doms):
                     continue
                 order, breaks = [], []
