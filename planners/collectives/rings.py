@@ -807,7 +807,8 @@ def search_rings(doc: Any, gpus: Optional[Iterable[int]] = None, channels: Union
             "NCCL connects GPUs of different domains (" + " | ".join(",".join(map(lab, d)) for d in domains)
             + ") through the network (ncclTopoCheckNet: their NICs are faster than their P2P path; "
             "NCCL_NET_DISABLE_INTRA=1 turns this off): every channel chains through the domains NIC to NIC; "
-            "each domain's chain is searched exactly, their combination one domain after the other")
+            + ("NCCL's own chains, placed in our capacity model and topped up" if method == "nccl-seeded" else
+               "each domain's chain is searched exactly, their combination one domain after the other"))
     check_plan(plan)
     return plan
 
