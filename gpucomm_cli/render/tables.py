@@ -44,7 +44,12 @@ def print_table(console, table, prose: Iterable[str] = (), narrow=None) -> None:
     for col in table.columns:
         if _plain(col.header) not in prose:
             col.no_wrap = True
-    if _min_width(table, prose) <= console.width:
+    natural, text = _natural(table)
+    if natural <= console.width and not console.is_terminal and console.no_color:
+        # a plain console (a pipe, a file) prints the table at its natural width exactly as measured
+        console.file.write(text)
+        return
+    if _min_width(table, prose, natural) <= console.width:
         console.print(table, soft_wrap=False)
         return
     if narrow is not None:
@@ -56,21 +61,23 @@ def print_table(console, table, prose: Iterable[str] = (), narrow=None) -> None:
 PROSE_MIN = 24   # a prose column narrower than this reads as a word per line
 
 
-def _natural_width(table) -> int:
+def _natural(table) -> tuple:
+    """(width, text) of the table printed without a width limit, in plain text."""
     import io
 
     from rich.console import Console
 
     wide = Console(file=io.StringIO(), width=100_000, color_system=None, highlight=False)
     wide.print(table, soft_wrap=False)
-    return max((len(line.rstrip()) for line in wide.file.getvalue().split("\n")), default=0)
+    text = wide.file.getvalue()
+    return max((len(line.rstrip()) for line in text.split("\n")), default=0), text
 
 
-def _min_width(table, prose) -> int:
+def _min_width(table, prose, natural: int) -> int:
     """The width the table needs when only its prose columns wrap (down to PROSE_MIN each)."""
     from rich.cells import cell_len
 
-    need = _natural_width(table)
+    need = natural
     for col in table.columns:
         if _plain(col.header) in prose:
             nat = max([cell_len(line) for c in col._cells for line in _plain(c).split("\n")]
