@@ -70,18 +70,56 @@ def _globals(
     SETTINGS.traceback = traceback
 
 
-def _register() -> None:
-    for mod in COMMAND_MODULES:
+# The module that registers each command: a run imports only the module of the command it runs
+# (every module for --help, no command or a name it does not know).  tests/test_cli_contract.py
+# checks this table against what each module registers.
+COMMAND_OWNERS = {
+    "probe": "gpucomm.commands.probe", "show": "gpucomm.commands.probe", "snapshot": "gpucomm.commands.probe",
+    "examples": "gpucomm.commands.probe", "paths": "gpucomm.commands.paths", "rings": "gpucomm.commands.collective",
+    "trees": "gpucomm.commands.collective", "predict": "gpucomm.commands.predict",
+    "calibrate": "gpucomm.commands.calibrate", "plan": "gpucomm.commands.plan", "select": "gpucomm.commands.plan",
+    "synth": "gpucomm.commands.plan", "doctor": "gpucomm.commands.doctor", "diff": "gpucomm.commands.doctor",
+    "bench": "gpucomm.commands.bench",
+}
+_REGISTERED: dict = {}   # module -> (the commands, the groups) it added to ``app``
+
+
+def register_commands(command: Optional[str] = None) -> None:
+    """Register the module of ``command`` (every module when None or unknown), keeping --help's order
+    (the order of COMMAND_MODULES) whichever was registered first."""
+    owner = COMMAND_OWNERS.get(command) if command else None
+    for mod in [owner] if owner else COMMAND_MODULES:
+        if mod in _REGISTERED:
+            continue
+        n_cmd, n_grp = len(app.registered_commands), len(app.registered_groups)
         try:
             m = importlib.import_module(mod)
         except ModuleNotFoundError as e:
             if e.name == mod:
+                _REGISTERED[mod] = ([], [])
                 continue
             raise
         m.register(app)
+        _REGISTERED[mod] = (app.registered_commands[n_cmd:], app.registered_groups[n_grp:])
+    app.registered_commands = [c for mod in COMMAND_MODULES for c in _REGISTERED.get(mod, ([], []))[0]]
+    app.registered_groups = [g for mod in COMMAND_MODULES for g in _REGISTERED.get(mod, ([], []))[1]]
 
 
-_register()
+def command_name(args: List[str]) -> Optional[str]:
+    """The command a hoisted argv runs: its first word that is not a global option or its value."""
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            return args[i + 1] if i + 1 < len(args) else None
+        if a in _GLOBAL_VALUE:
+            i += 2
+            continue
+        if a.startswith("-"):
+            i += 1
+            continue
+        return a
+    return None
 
 # Global flags may appear anywhere (``gpucomm probe --format json``); they are hoisted in front of
 # the command name before click parses argv.
@@ -156,6 +194,7 @@ def run(argv: Optional[List[str]] = None) -> int:
     reset()
     set_reporter(lambda message: diag(f"gpucomm: warning: {message}"))
     args = hoist_globals(list(sys.argv[1:] if argv is None else argv))
+    register_commands(command_name(args))
     command = typer.main.get_command(app)
     share_global_options(command)
     try:

@@ -131,3 +131,45 @@ def test_utf16_capture_with_bom_reads(cli, tmp_path):
     r = cli("show", p, "--format", "json")
     assert r.code == 0, r.stderr
     assert len(r.json()["gpus"]) == 8
+
+
+def test_command_owners_are_what_each_module_registers():
+    """A run imports only the module of its command (gpucomm.app.COMMAND_OWNERS): the table must say
+    what the modules really register."""
+    import importlib
+
+    import typer
+
+    from gpucomm.app import COMMAND_MODULES, COMMAND_OWNERS
+
+    names = {}
+    for mod in COMMAND_MODULES:
+        t = typer.Typer()
+        importlib.import_module(mod).register(t)
+        for info in list(t.registered_commands) + list(t.registered_groups):
+            names[info.name] = mod
+    assert names == COMMAND_OWNERS
+
+
+def test_help_lists_every_command_in_order_after_a_command_ran():
+    """--help after a run that registered one module lists every command, in the usual order."""
+    import subprocess
+    import sys
+
+    code = """
+import io, contextlib, sys
+from gpucomm.app import run
+if sys.argv[1] == "rings-first":
+    with contextlib.redirect_stdout(io.StringIO()):
+        run(["rings", "example:hgx-h100", "-f", "json"])
+buf = io.StringIO()
+with contextlib.redirect_stdout(buf):
+    run(["--help"])
+print(buf.getvalue())
+"""
+    helps = []
+    for first in ("rings-first", "help-only"):
+        r = subprocess.run([sys.executable, "-c", code, first], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        helps.append(r.stdout)
+    assert helps[0] == helps[1] and helps[0].index("  probe ") < helps[0].index("  rings ") < helps[0].index("  bench ")
