@@ -212,6 +212,17 @@ def connect(node: Node, rem: Node, type_: int, bw: float) -> None:
     links[k] = save
 
 
+def _attached(sys, kind: int, nid: int, peer: Node, type_: int, bw: float) -> Node:
+    """The ``kind`` node ``nid``; created and connected both ways to ``peer`` when it is new (the
+    get-or-create NCCL does for a CPU's <nic> and for a C2C bridge)."""
+    node = sys.get(kind, nid)
+    if node is None:
+        node = sys.create(kind, nid)
+        connect(peer, node, type_, bw)
+        connect(node, peer, type_, bw)
+    return node
+
+
 # --------------------------------------------------------------------------------------------
 # ncclTopoGetSystemFromXml
 _PCI_CLASS = (("0x060400", PCI), ("0x080100", PCI), ("0x068000", NVS), ("0x068001", CPU), ("0x03", GPU), ("0x02", NIC))
@@ -375,12 +386,7 @@ def _add_cpu(sys: System, x: XNode) -> None:
         if s.name == "pci":
             _add_pci(sys, s, cpu, system_id, numa)
         if s.name == "nic":
-            nid = topo_id(system_id, (numa << 56))
-            nic = sys.get(NIC, nid)
-            if nic is None:
-                nic = sys.create(NIC, nid)
-                connect(cpu, nic, LINK_PCI, LOC_BW)
-                connect(nic, cpu, LINK_PCI, LOC_BW)
+            nic = _attached(sys, NIC, topo_id(system_id, (numa << 56)), cpu, LINK_PCI, LOC_BW)
             _add_nic(sys, s, nic, system_id)
 
 
@@ -473,12 +479,7 @@ def _add_c2c_link(sys: System, x: XNode, parent_bus: Optional[str], system_id: i
     if cpu is None:
         return
     if sibs > 1:
-        xid = dn.id & ~3
-        xb = sys.get(CXB, xid)
-        if xb is None:
-            xb = sys.create(CXB, xid)
-            connect(xb, cpu, LINK_C2C, c2c)
-            connect(cpu, xb, LINK_C2C, c2c)
+        xb = _attached(sys, CXB, dn.id & ~3, cpu, LINK_C2C, c2c)
         connect(dn, xb, LINK_C2C, c2c)
         connect(xb, dn, LINK_C2C, c2c)
     else:
