@@ -200,8 +200,11 @@ class _Packer:
     def __init__(self, G, ps: PathSet, gpus: list, inter: bool, cap: float, rail: bool = True,
                  domains: Optional[list] = None):
         self.G, self.ps, self.cap = G, ps, cap
-        # among equally wide channels prefer leaving through the entry NIC (rail) or the shorter route
+        # among equally wide channels prefer leaving through the entry NIC (rail) or the shorter route;
+        # ``tie``: how much wider a candidate must be to be tried (cross-nic: an equally wide one may
+        # still be shorter)
         self.rail = rail
+        self.tie = 1e-9 if rail else -1e-9
         self.capacity = Capacity(G, ps, net_ports=False)
         self.res = self.capacity.res
         self._hb: dict = {}
@@ -376,13 +379,12 @@ class _Packer:
             return (-w[0], self.pos[g]) if self.rail else (-w[0], -w[1], self.pos[g])
 
         lasts = sorted(self.gpus, key=exit_rank)[:4]
-        slack = 1e-9 if self.rail else -1e-9   # cross-nic: an equally wide pair may still be shorter
         best = None
         for f in firsts:
             for last in lasts:
                 if last == f and len(self.gpus) > 1:
                     continue
-                if best is not None and min(self.hop_bn(net_in, f), self.cap) < best[0][0] + slack:
+                if best is not None and min(self.hop_bn(net_in, f), self.cap) < best[0][0] + self.tie:
                     continue
                 mid = [g for g in self.gpus if g not in (f, last)]
                 order = [f] + mid + ([last] if last != f else [])
@@ -600,7 +602,7 @@ class _Packer:
                 base[e] = base.get(e, 0.0) + f
         base_bn = min([res[e] / f for e, f in base.items()] or [float("inf")])
         for m in self._exits(net_in):
-            if best is not None and min(self.hop_bn(order[-1], m), self.cap) < best[0][0] + (1e-9 if self.rail else -1e-9):
+            if best is not None and min(self.hop_bn(order[-1], m), self.cap) < best[0][0] + self.tie:
                 continue   # its last hop alone is no wider than the best exit: cannot win
             p = None if broken else ps.get(order[-1], m)
             if p is None:
@@ -835,34 +837,24 @@ def _reference_channels(G, ref: dict, inter: bool, cap: float) -> list:
     out = []
     if ref.get("fallback") or bw <= 0:
         return out
-    if len(ref.get("domain_rings") or []) > 1:
-        return _reference_split_channels(by_label, by_name, ref["domain_rings"], inter, bw)
+    if len(ref.get("domain_rings") or []) > 1 or inter:
+        return _reference_chains(by_label, by_name, ref.get("domain_rings") or [ref["rings"]], inter, bw)
     for r in ref["rings"]:
         order = [by_label.get(x) for x in r["gpus"]]
         if None in order or len(set(order)) != len(order):
             return []
-        if not inter:
-            out.append(RingChannel(order, bw, (None, None)))
-            continue
-        if len(r["nets"]) != 2:
-            return []
-        ins, outs = (_ports(by_name, x) for x in r["nets"])
-        if not ins or not outs:
-            return []
-        # A fused NIC ("mlx5_0+mlx5_1", NCCL's makeVDevice) spreads the channel's traffic evenly over
-        # its ports (the IB plugin stripes every message over the merged devices' QPs): one channel
-        # of ours per port pairing, each with an equal share, so every port carries bw / ports.
-        k = len(ins) * len(outs) // math.gcd(len(ins), len(outs))
-        for i in range(k):
-            out.append(RingChannel(list(order), bw / k, (ins[i % len(ins)], outs[i % len(outs)])))
+        out.append(RingChannel(order, bw, (None, None)))
     return out
 
 
-def _reference_split_channels(by_label: dict, by_name: dict, domain_rings: list, inter: bool, bw: float) -> list:
-    """NCCL's rings on a node it splits into NIC-joined domains: channel c is every domain's chain c
-    (NET to NET) in domain order, domain k's exit NIC sending to domain k+1's entry NIC (on one node
-    the last domain's back to the first's; across nodes the node enters at the first domain's entry
-    NIC and leaves at the last domain's exit NIC).  Fused NICs are spread over their ports as above."""
+def _reference_chains(by_label: dict, by_name: dict, domain_rings: list, inter: bool, bw: float) -> list:
+    """NCCL's rings through NICs: channel c is every domain's chain c (NET to NET) in domain order --
+    one domain on a node NCCL keeps whole across nodes; on a node it splits into NIC-joined domains,
+    domain k's exit NIC sends to domain k+1's entry NIC (on one node the last domain's back to the
+    first's; across nodes the node enters at the first domain's entry NIC and leaves at the last
+    domain's exit NIC).  A fused NIC ("mlx5_0+mlx5_1", NCCL's makeVDevice) spreads the channel's
+    traffic evenly over its ports (the IB plugin stripes every message over the merged devices' QPs):
+    one channel of ours per port pairing, each with an equal share, so every port carries bw / ports."""
     out = []
     for c in range(min(len(d) for d in domain_rings)):
         parts = []
