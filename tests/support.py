@@ -51,6 +51,30 @@ def run_cli(*args: str) -> Result:
     return Result(code, out.getvalue(), err.getvalue())
 
 
+# Commands whose default output is a table, over the bundled examples and a capture with an NCCL log
+# (test_columns: values kept whole at any width; test_plain_render: the same bytes without rich)
+TABLE_CASES = [
+    ["rings", "example:hgx-h100", "--nodes", "2"],
+    ["rings", "example:dgx-a100"],
+    ["rings", "example:hgx-h100", "--gpus", "0,1"],
+    ["plan", "example:hgx-h100", "--nodes", "2", "--tp", "8", "--pp", "2"],
+    ["plan", "example:dgx-a100", "--tp", "2", "--ep", "4"],
+    ["plan", "example:hgx-h100", "--nodes", "4", "--model", "llama-70b"],
+    ["plan", "example:gb200-tray"],
+    ["select", "example:hgx-h100", "-k", "2"],
+    ["paths", "example:dgx1-v100"],
+    ["show", "example:dgx-a100"],
+    ["show", "example:hgx-h100"],
+    ["doctor", "example:hgx-h100-degraded"],
+    ["trees", "example:dgx-a100", "--nodes", "2"],
+    ["predict", "example:hgx-h100", "--size", "1K:1G:x32"],
+    ["diff", "example:hgx-h100", "example:hgx-h100-degraded"],
+    ["examples"],
+    ["rings", str(CAPTURES / "ncclxml" / "panlichen-rtx3090-8gpu-topo.xml"), "--compare",
+     str(CAPTURES / "nccllogs" / "panlichen-rtx3090-4node-log.log")],
+]
+
+
 # ============================================================================================
 # Topology documents (placement, env, select, cluster tests)
 GPU_BUS = ["18", "2a", "3a", "5d", "9a", "ab", "ba", "db"]

@@ -40,10 +40,12 @@ COMMANDS = {
                                                                              "gpucomm.probes.topology"},
     "show example:hgx-h100": ARCHIVES | NO_GRAPH | {"yaml", "gpucomm.planners"},
     "examples --format json": ARCHIVES | NO_GRAPH | NO_TABLES | {"yaml", "gpucomm.planners"},
-    "rings example:hgx-h100": ARCHIVES | {"yaml", "networkx", "gpucomm.probes.formats.nccllog",
+    # a table to a pipe is plain text written without rich (gpucomm.render.plain)
+    "rings example:hgx-h100": ARCHIVES | NO_TABLES | {"yaml", "networkx", "gpucomm.probes.formats.nccllog",
                                           "gpucomm.planners.collectives.logcompare",   # only with --compare
                                           "gpucomm.planners.nccl.tuning"},             # rings need no tuning
-    "predict example:hgx-h100 --size 8B:8GiB": ARCHIVES | {"yaml", "networkx"},
+    "predict example:hgx-h100 --size 8B:8GiB": ARCHIVES | NO_TABLES | {"yaml", "networkx"},
+    "examples": ARCHIVES | NO_GRAPH | NO_TABLES | {"yaml", "gpucomm.planners"},
     "plan example:hgx-h100 --nodes 2 --tp 8 --pp 2": ARCHIVES | NO_GRAPH | {"yaml"},
     "plan example:hgx-h100 --nodes 2 --tp 8 --pp 2 --format json": ARCHIVES | NO_GRAPH | NO_TABLES | {"yaml"},
     "doctor --from example:hgx-h100-degraded --format json": ARCHIVES | NO_GRAPH | NO_TABLES | {"yaml"},

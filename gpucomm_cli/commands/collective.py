@@ -114,7 +114,7 @@ def _log_diagnostics(sec: dict) -> None:
 def render_rings_log(console, sec: dict, out: dict) -> None:
     """The --compare part of ``gpucomm rings``: NCCL (log) | our model of NCCL | our rings."""
     from gpucomm.render.tables import print_table
-    from rich.table import Table
+    from gpucomm.render.plain import Table
 
     cmp_ = sec["comparison"]
     g = sec.get("graph")
@@ -214,7 +214,7 @@ def rings(
                                                calibration_source=calibration)
 
     def table(console) -> None:
-        from rich.table import Table
+        from gpucomm.render.plain import Table
 
         multi = out["nodes"] > 1
         t = Table(title=f"Rings: {plural(len(out['channels']), 'channel')}, {out['total_bw_GBps']:g} GB/s total "
@@ -295,7 +295,7 @@ def rings(
 def render_trees_log(console, sec: dict, out: dict) -> None:
     """The --compare part of ``gpucomm trees``."""
     from gpucomm.render.tables import print_table
-    from rich.table import Table
+    from gpucomm.render.plain import Table
 
     cmp_ = sec["comparison"]
     g = sec.get("graph")
@@ -359,7 +359,7 @@ def trees(
     out = trees_report(doc, nodes=nodes, gpus_per_node=gpus_per_node, gpus=gpu_list, log=log)
 
     def table(console) -> None:
-        from rich.table import Table
+        from gpucomm.render.plain import Table
 
         gpn = out["gpus_per_node"]
         t = Table(title=f"Trees: {plural(len(out['channels']), 'channel')}, {plural(out['nranks'], 'rank')} "

@@ -68,7 +68,7 @@ def doctor(
 
     def table(console):
         from rich.markup import escape
-        from rich.table import Table
+        from gpucomm.render.plain import Table
 
         c = report["counts"]
         summary = f"{plural(c['error'], 'error')}, {plural(c['warning'], 'warning')}, {c['info']} info"
@@ -105,7 +105,7 @@ def doctor_many(inputs: List[str], only: Optional[list]) -> None:
     report = doctor_sources(zip(short_names(inputs), inputs), only)
 
     def table(console):
-        from rich.table import Table
+        from gpucomm.render.plain import Table
 
         classes = report["classes"]
         bad = report["degraded_nodes"]
@@ -163,7 +163,7 @@ def diff(
     report = diff_sources(zip(short_names(inputs), inputs), fingerprints=fps if all_attrs else None)
 
     def table(console):
-        from rich.table import Table
+        from gpucomm.render.plain import Table
 
         names = [i["name"] for i in report["inputs"]]
         if len(names) > CLASS_VIEW_INPUTS:
@@ -210,7 +210,7 @@ CLASS_COLUMNS = 8
 def draw_diff_classes(report: dict, console, fps: Optional[list] = None) -> None:
     """The diff table of a fleet: identical inputs grouped into classes (largest first), one column
     per class, and the outliers named."""
-    from rich.table import Table
+    from gpucomm.render.plain import Table
 
     from gpucomm.planners.health.diff import format_value
 

@@ -46,7 +46,7 @@ def paths(
     out = build_paths(doc, between=between, rule=rule_l)
 
     def table(console) -> None:
-        from rich.table import Table
+        from gpucomm.render.plain import Table
 
         t = Table(title=f"Paths ({'widest route' if rule_l == 'widest' else 'NCCL route'})", title_justify="left")
         for c, j in (("src", "left"), ("dst", "left"), ("type", "left"), ("hops", "right"),

@@ -34,7 +34,7 @@ def _fmt_s(x: Optional[float]) -> str:
 
 def draw_plan(plan: dict, console) -> None:
     from gpucomm.render.tables import plural, print_table
-    from rich.table import Table
+    from gpucomm.render.plain import Table
 
     p = plan["parallelism"]
     console.print(f"gpucomm plan: {plural(plan['nodes'], 'node')} x {plural(plan['gpus_per_node'], 'GPU')} = "
@@ -252,7 +252,7 @@ def plan(
 # ============================================================================================
 def draw_select(res: dict, console) -> None:
     from gpucomm.render.tables import print_table
-    from rich.table import Table
+    from gpucomm.render.plain import Table
 
     d = res["details"]
     console.print(f"gpucomm select: {res['count']} of free GPUs {res['free']} -> {res['gpus']}  "

@@ -146,7 +146,7 @@ def examples() -> None:
                      "capture": meta.get("capture")})
 
     def table(console):
-        from rich.table import Table
+        from gpucomm.render.plain import Table
 
         t = Table(title="bundled example machines", show_lines=False)
         t.add_column("name", style="bold")

@@ -65,11 +65,24 @@ def make_console(file=None, width: Optional[int] = None):
     target = file if file is not None else sys.stdout
     is_tty = hasattr(target, "isatty") and target.isatty() and not SETTINGS.output
     if width is None and not is_tty:
-        width = int(os.environ.get("COLUMNS", "0") or 0) or 240
+        width = _plain_width()
     return Console(file=target, width=width, force_terminal=is_tty if is_tty else False,
                    no_color=not is_tty or bool(os.environ.get("NO_COLOR")), highlight=False,
                    soft_wrap=True,   # text lines are never broken; tables fit themselves (render/tables.py)
                    emoji=False)      # ":cd:" in a bus id (0000:cd:00.0) is not an emoji
+
+
+def plain_console(file):
+    """The console of :func:`make_console` for a pipe or a file, without importing rich for plain
+    lines and tables (:mod:`gpucomm.render.plain`)."""
+    from gpucomm.render.plain import PlainConsole
+
+    return PlainConsole(file, _plain_width())
+
+
+def _plain_width() -> int:
+    """The width of output that is not a terminal: $COLUMNS, else 240."""
+    return int(os.environ.get("COLUMNS", "0") or 0) or 240
 
 
 def write_text(text: str) -> None:
@@ -103,7 +116,7 @@ def render_rich(draw: Callable) -> None:
     to_file = output_file() is not None
     if to_file or not (hasattr(sys.stdout, "isatty") and sys.stdout.isatty()):
         buf = io.StringIO()
-        draw(make_console(buf))
+        draw(plain_console(buf))
         text = "\n".join(line.rstrip() for line in buf.getvalue().split("\n"))
         if to_file:
             write_text(text)

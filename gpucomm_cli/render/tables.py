@@ -36,11 +36,22 @@ def _plain(cell) -> str:
 def print_table(console, table, prose: Iterable[str] = (), narrow=None) -> None:
     """Print ``table`` whole: its title as a line, then the table if it fits with only the
     ``prose`` columns wrapping, else ``narrow(console)`` or one record per row."""
+    from gpucomm.render.plain import PlainConsole, Table as PlainTable
+
     prose = set(prose)
     title = table.title
     table.title = None
     if title:
         console.print(title if isinstance(title, str) else _plain(title), soft_wrap=True, highlight=False)
+    if isinstance(table, PlainTable):
+        lines = table.lines()
+        if lines is not None and max(map(len, lines)) <= console.width and not console.is_terminal \
+                and console.no_color:
+            console.file.write("\n".join(lines) + "\n")    # what the plain console below would write
+            return
+        table = table.__rich__()
+    if isinstance(console, PlainConsole):
+        console = console.rich()
     for col in table.columns:
         if _plain(col.header) not in prose:
             col.no_wrap = True
