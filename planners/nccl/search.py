@@ -139,6 +139,11 @@ class _Ctx:
         self.gpu_index = {g.rank: i for i, g in enumerate(self.sys.nodes[GPU])}
         self._order: dict = {}
         self.pci_links = [_pci_links(g) for g in self.sys.nodes[GPU]]
+        nets = self.sys.nodes[NET]
+        # the NETs of each NET's port (a NIC's bandwidth is taken from all of them), and the GPUs
+        # ncclTopoGetLocal finds from each NET (path widths and types do not change during a search)
+        self.port_mates = [[o for o in nets if o.asic == n.asic and o.port == n.port] for n in nets]
+        self.net_local_gpus = [get_local(self.sys, NET, i, GPU) for i in range(len(nets))]
 
     def select_nets(self, type_inter: int, gpu: int) -> list:
         """``ncclTopoSelectNets`` (channel-first preferred NICs, then all NICs up to typeInter)."""
@@ -718,15 +723,17 @@ class _Search:
                 continue
             graph.inter[graph.n_channels * 2] = net.id
             graph.latency_inter = net.latency
-            for o in all_nets:
-                if o.asic == net.asic and o.port == net.port:
-                    o.bw = f32(o.bw - bw)
+            mates = ctx.port_mates[n]
+            for o in mates:
+                o.bw = f32(o.bw - bw)
             tracked = self.memo is not None
             if tracked:
                 # the NIC bandwidth taken (every NET of its port), and this channel's NIC in
                 zs = self._z(("s", n))
-                dn = zs + sum(self._z(("L", id(o))) for o in all_nets
-                              if o.asic == net.asic and o.port == net.port) * bw
+                zm = self.zob.get(("m", n))     # the sum over the port's NETs of their link numbers
+                if zm is None:
+                    zm = self.zob[("m", n)] = sum(self._z(("L", id(o))) for o in mates)
+                dn = zs + zm * bw
                 self.h += dn
                 self.cur.append(zs)
             skip_restore = False
@@ -753,7 +760,7 @@ class _Search:
                     local = net.local_gpu
                     if local != -1:
                         self.try_gpu(graph, save, 0, back_net, back_first, 0, NET, n, local)
-                    gpus, ptype = get_local(sys, NET, n, GPU)
+                    gpus, ptype = ctx.net_local_gpus[n]
                     if ptype == PATH_DIS:
                         skip_restore = True     # NCCL's "continue" skips giving the NET bandwidth back
                     else:
@@ -769,9 +776,8 @@ class _Search:
             if tracked:
                 self.cur.pop()
                 self.h -= dn
-            for o in all_nets:
-                if o.asic == net.asic and o.port == net.port:
-                    o.bw = f32(o.bw + bw)
+            for o in mates:
+                o.bw = f32(o.bw + bw)
 
     def rec(self, graph, save) -> None:
         """``ncclTopoSearchRec``."""
