@@ -163,3 +163,34 @@ def test_stored_inputs_are_what_we_pin_now():
     assert stored == set(fresh)
     stale = sorted(x for x in stored if (NCCLSIM / x).read_text() != fresh[x])
     assert not stale, f"regenerate the goldens (python tools/ncclsim_goldens.py): {stale}"
+
+
+def test_our_domain_rule_splits_nodes_as_ncclsim():
+    """Where NCCL splits a node into NIC-joined domains (nNodes per node > 1), our ring search's rule
+    (paths.net_domains, with NIC ports fused into one virtual NIC as NCCL fuses them) finds as many
+    domains, on every golden case: its GPUs, node count and NCCL_* settings."""
+    from gpucomm.planners.nccl.paths import as_graph, compute_path_set, net_domains
+    from gpucomm.planners.nccl.search import restrict_gpus
+    from gpucomm.planners.nccl.settings import NcclSettings
+    from gpucomm.probes.load import load_topology
+
+    docs: dict = {}
+    differ, split = [], 0
+    for c in goldens():
+        if "error" in c["golden"]:
+            continue
+        if c["xml"] not in docs:
+            docs[c["xml"]] = as_graph(load_topology(str(NCCLSIM / c["xml"])))
+        G, sel = restrict_gpus(docs[c["xml"]], c.get("gpus"))
+        H = G.copy()     # GPU -> GPU paths without the NICs, as the ring search has them
+        H.remove_nodes_from([n for n, a in G.nodes(data=True) if a.get("type") in ("NET", "NIC")])
+        H.graph = dict(G.graph)
+        s = NcclSettings.from_env(c.get("env") or {})
+        ours = len(net_domains(G, compute_path_set(H, rule="nccl"), sel, net_disable_intra=s.net_disable_intra,
+                               shm_disable=s.shm_disable, merge_level=s.merge_level, force_merge=s.force_merge))
+        nccl = c["golden"]["comm"]["nNodes"] // c["nodes"]
+        split += nccl > 1
+        if ours != nccl:
+            differ.append((_tool().case_id(c), ours, nccl))
+    assert split >= 20      # the corpus has split nodes to check
+    assert not differ, differ

@@ -665,7 +665,8 @@ def _net_domains(G, ps: PathSet, sel: list, settings: Any = None) -> Optional[li
     if len(sel) < 2 or not net_nodes(G):
         return None
     s = settings if settings is not None else NcclSettings.from_env()
-    doms = net_domains(G, ps, sel, net_disable_intra=s.net_disable_intra, shm_disable=s.shm_disable)
+    doms = net_domains(G, ps, sel, net_disable_intra=s.net_disable_intra, shm_disable=s.shm_disable,
+                       merge_level=s.merge_level, force_merge=s.force_merge)
     return doms if len(doms) > 1 else None
 
 

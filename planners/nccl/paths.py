@@ -483,8 +483,68 @@ def path_table(doc_or_graph: Any, between: Optional[Iterable[str]] = None, rule:
 
 # --------------------------------------------------------------------------------------------
 # ncclTopoCheckNet: GPU pairs NCCL connects through the network inside a node
+NET_MAX_DEVS_PER_NIC = 4    # NCCL_NET_MAX_DEVS_PER_NIC: the most ports one virtual NIC fuses
+_PATH_PORT = RANK["NVL"]    # PATH_PORT (graph.h): two functions of one PCI device
+
+
+def fused_nics(G, nets: list, merge_level: int = _PATH_PORT, force_merge: Optional[str] = None) -> list:
+    """The NET nodes NCCL fuses into one virtual NIC (``ncclTopoMakeVNics``): NCCL_NET_FORCE_MERGE's
+    groups (``"mlx5_0,mlx5_1;..."``), then, in NCCL's device order, each NIC with the following ones at
+    most ``merge_level`` apart (NCCL_NET_MERGE_LEVEL, default PORT: the ports of one card, functions of
+    one PCI device), up to :data:`NET_MAX_DEVS_PER_NIC`.  Returns groups of NET node ids.
+
+    >>> import networkx as nx
+    >>> G = nx.DiGraph()
+    >>> for name, bus in (("mlx5_0", "0000:1c:00.0"), ("mlx5_1", "0000:1c:00.1"), ("mlx5_2", "0000:1d:00.0")):
+    ...     G.add_node("NET:" + name, type="NET", name=name, nic=bus)
+    >>> fused_nics(G, ["NET:mlx5_0", "NET:mlx5_1", "NET:mlx5_2"])
+    [['NET:mlx5_0', 'NET:mlx5_1'], ['NET:mlx5_2']]
+    >>> fused_nics(G, ["NET:mlx5_0", "NET:mlx5_1", "NET:mlx5_2"], merge_level=0)
+    [['NET:mlx5_0'], ['NET:mlx5_1'], ['NET:mlx5_2']]
+    """
+    placed: set = set()
+    groups: list = []
+    names = {G.nodes[n].get("name"): n for n in nets}
+    for group in (force_merge or "").split(";"):
+        members = [names[x.strip()] for x in group.split(",") if x.strip() in names]
+        if len(members) > 1:
+            groups.append(members)
+            placed.update(members)
+
+    def device(n: str) -> Optional[str]:
+        bus = G.nodes[n].get("nic")
+        return bus[:-1] if isinstance(bus, str) and len(bus) > 1 else None
+
+    adj = None
+    for i, n in enumerate(nets):
+        if n in placed:
+            continue
+        members = [n]
+        placed.add(n)
+        for m in nets[i + 1:]:
+            if len(members) == NET_MAX_DEVS_PER_NIC:
+                break
+            if m in placed:
+                continue
+            if device(n) is not None and device(n) == device(m):
+                apart = _PATH_PORT
+            elif merge_level > _PATH_PORT:      # a wider NCCL_NET_MERGE_LEVEL: the PCI path between the NICs
+                if adj is None:
+                    adj = _Adj(G)
+                nic_n, nic_m = G.nodes[n].get("nic"), G.nodes[m].get("nic")
+                p = _nccl_paths_to(adj, nic_n).get(nic_m) if nic_n in G and nic_m in G else None
+                apart = RANK[p.type] if p is not None else RANK["SYS"] + 1
+            else:
+                continue
+            if apart <= merge_level:
+                members.append(m)
+                placed.add(m)
+        groups.append(members)
+    return groups
+
+
 def net_domains(doc_or_graph: Any, ps: PathSet, gpus: Optional[list] = None, *, net_disable_intra: int = 0,
-                shm_disable: int = 0) -> list:
+                shm_disable: int = 0, merge_level: int = _PATH_PORT, force_merge: Optional[str] = None) -> list:
     """The domains NCCL splits a node's GPUs into (paths.cc ``ncclTopoComputePaths`` marking PATH_NET,
     ``ncclTopoTrimSystem`` numbering them), as lists of GPU node ids in ``gpus`` order (default: all
     GPUs by index); one domain when nothing is split.
@@ -493,8 +553,11 @@ def net_domains(doc_or_graph: Any, ps: PathSet, gpus: Optional[list] = None, *, 
     over a path of type <= PXB wider than the p -> g path, unless NCCL_NET_DISABLE_INTRA=1; or P2P is
     not possible and NCCL_SHM_DISABLE=1).  The GPU -> NET paths are the ones NCCL has at that point
     (its BFS, before the P2C/PXN/no-GDR post-processing), the GPU -> GPU paths ``ps``'s (after the
-    P2P reroute through the CPU, as NCCL's).  Domains as NCCL numbers them: GPU g joins the lowest
-    domain of an earlier GPU p whose g -> p path is not PATH_NET (a single pass, as in NCCL)."""
+    P2P reroute through the CPU, as NCCL's).  A NIC is the virtual NIC NCCL fuses from ports
+    (:func:`fused_nics`; ``merge_level``/``force_merge``: NCCL_NET_MERGE_LEVEL/NCCL_NET_FORCE_MERGE): its
+    bandwidth is the sum of its ports', up to the PCI path to the card.  Domains as NCCL numbers them:
+    GPU g joins the lowest domain of an earlier GPU p whose g -> p path is not PATH_NET (a single pass,
+    as in NCCL)."""
     G = as_graph(doc_or_graph)
     order = list(gpus) if gpus is not None else gpu_nodes(G)
     nets = net_nodes(G)
@@ -503,12 +566,21 @@ def net_domains(doc_or_graph: Any, ps: PathSet, gpus: Optional[list] = None, *, 
     best_net: dict = {g: 0.0 for g in order}
     if nets and not net_disable_intra:
         adj = _Adj(G)
-        for n in nets:
-            to_n = _nccl_paths_to(adj, n)
+        for group in fused_nics(G, nets, merge_level, force_merge):
+            to_n = _nccl_paths_to(adj, group[0])
+            if len(group) > 1:      # the card's PCI path, at the ports' summed speed
+                nic = G.nodes[group[0]].get("nic")
+                to_card = _nccl_paths_to(adj, nic) if nic in G else {}
+                speed = sum(float(G.nodes[m].get("bw") or 0.0) for m in group)
             for g in order:
                 p = to_n.get(g)
-                if p is not None and RANK[p.type] <= RANK["PXB"] and p.bw > best_net[g]:
-                    best_net[g] = p.bw
+                if p is None or RANK[p.type] > RANK["PXB"]:
+                    continue
+                bw = p.bw
+                if len(group) > 1 and to_card.get(g) is not None:
+                    bw = min(to_card[g].bw, speed)
+                if bw > best_net[g]:
+                    best_net[g] = bw
 
     def is_net(a: str, b: str) -> bool:
         p = ps.get(a, b)
