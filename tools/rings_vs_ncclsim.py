@@ -61,7 +61,7 @@ def one(case: dict, seeded: bool = True) -> tuple:
     cid = ":".join([case["xml"], f"n{case['nodes']}"] + (["g" + "-".join(map(str, case["gpus"]))] if case.get("gpus")
                                                           else []) + [f"{k}={v}" for k, v in sorted((case.get("env") or {}).items())])
     if "error" in case["golden"]:
-        return cid, None, None, "nccl fails"
+        return cid, None, None, "nccl fails", None
     try:
         doc = load_topology(str(OUT / case["xml"]))
         plan = search_rings(doc, gpus=case.get("gpus"), nodes=case["nodes"], reference=seeded,
