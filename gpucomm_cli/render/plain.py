@@ -111,6 +111,8 @@ class Table:
         cols = self.columns
         if not all(plain_text(c.header) for c in cols) or not all(plain_text(x) for c in cols for x in c._cells):
             return None
+        if any(line != line.strip() for c in cols for x in [c.header, *c._cells] for line in x.split("\n")):
+            return None     # rich trims and re-justifies padded text: it draws those
         widths = [max(len(line) for x in [c.header, *c._cells] for line in x.split("\n")) for c in cols]
 
         def rule(box: str) -> str:
