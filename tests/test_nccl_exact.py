@@ -194,3 +194,22 @@ def test_our_domain_rule_splits_nodes_as_ncclsim():
             differ.append((_tool().case_id(c), ours, nccl))
     assert split >= 20      # the corpus has split nodes to check
     assert not differ, differ
+
+
+def test_widened_passes_end_as_the_rule_says(monkeypatch):
+    """search._Widening gives a pass the outcome of its narrower twin that ran out of time (no time left,
+    nothing kept) without searching it.  Here every such pass of the sample is searched anyway and must
+    end so; on a multi-node H100 node and an NVSwitch domain at least, passes are covered."""
+    from gpucomm.planners.nccl import search
+    from gpucomm.planners.nccl.search import nccl_reference, nvswitch_document
+
+    monkeypatch.setattr(search, "CHECK_WIDENING", True)
+    monkeypatch.setattr(search, "CHECKED_WIDENINGS", [])
+    results, diffs = _run(_sample())
+    assert not diffs, diffs[:3]
+    n_sample = len(search.CHECKED_WIDENINGS)
+    nccl_reference(nvswitch_document(24, 100, 18), nodes=1)
+    assert len(search.CHECKED_WIDENINGS) > n_sample          # ring passes at lower speeds
+    n = len(search.CHECKED_WIDENINGS)
+    nccl_reference(nvswitch_document(8, 90, 18, nics=8), nodes=2, gpus=[0, 2, 4, 6])
+    assert len(search.CHECKED_WIDENINGS) > n

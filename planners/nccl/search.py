@@ -31,7 +31,7 @@ from gpucomm.probes.model import PathType
 from gpucomm.planners.nccl.graph import gpu_nodes, net_nodes
 from gpucomm.planners.nccl.ncclxml import NcclFailure
 from gpucomm.planners.nccl.paths import PathSet, path_loads
-from gpucomm.planners.nccl.system import (CPU, DEV, GPU, LINK_NVL, LINK_PCI, NET, NVS, PATH_DIS, PATH_PIX,
+from gpucomm.planners.nccl.system import (CPU, DEV, GPU, LINK_LOC, LINK_NVL, LINK_PCI, NET, NVS, PATH_DIS, PATH_PIX,
                                           PATH_PXN, PATH_SYS, ARCH_POWER, ARCH_X86, VENDOR_AMD, VENDOR_INTEL, Topo,
                                           f32, get_local)
 
@@ -850,6 +850,118 @@ class _Passes:
         return [base + ("ties", ties)] + ([] if ties else [base + ("ties", True)])
 
 
+# Tests set CHECK_WIDENING to search the passes _Widening covers anyway and fail where one ends otherwise
+# than the rule says; CHECKED_WIDENINGS collects the patterns of those checked.
+CHECK_WIDENING = False
+CHECKED_WIDENINGS: list = []
+
+
+def _fits(cap: float, amount: float) -> int:
+    """At most how many reservations of ``amount`` one link of ``cap`` GB/s can hold (generous by
+    1/1000 both ways: SUB_ROUND rounds each subtraction to the nearest 1/1000)."""
+    if amount <= 0.002:
+        return 1 << 30
+    return int((cap + 1e-3) / (amount - 1e-3))
+
+
+class _Widening:
+    """Passes that ran out of time, and the rule that gives a later pass their outcome without searching.
+
+    Lowering the speed or raising a path-type threshold only widens a pass's search tree: along the same
+    choices every followPath that fits at speed s fits at s' <= s (the bandwidth left is no smaller:
+    SUB_ROUND and the f32 halvings are monotone), ncclTopoSelectNets' list at a higher threshold extends
+    the one at a lower, and the candidates' order may change but not their set.  The tree does not read
+    the best graph, so a pass whose narrower twin (same pattern, sameChannels, crossNic, maxChannels,
+    time budget; speeds >= and thresholds <= its own) ran out of time runs out of time too -- unless it
+    keeps a graph on the way (ncclTopoCompareGraphs), which can end it early at maxChannels.  Where the
+    capacity of the links shows that no graph it can build would be kept, its outcome is known: the best
+    graph unchanged and no time left.  Only while no NET bandwidth has leaked between passes (NCCL's
+    ``continue`` in ncclTopoSearchRecNet; ``memo_ok``), so every pass starts from the same system."""
+
+    def __init__(self, ctx: _Ctx) -> None:
+        sys = ctx.sys
+        self.sys = sys
+        self.ran_out: list = []
+        gpus = sys.nodes[GPU]
+        inside = set(map(id, gpus)) | set(map(id, sys.nodes[NVS]))
+        inside |= {id(l.rem) for g in gpus for l in g.links if l.type == LINK_LOC}     # the GPU's PCI device
+        # the links into the GPUs (their devices, the NVSwitches) from anything else: every channel across
+        # nodes enters a GPU from a NET by a path that crosses one of them, taking at least bwInter on it
+        self.entry = [l for t in range(len(sys.nodes)) for node in sys.nodes[t] if id(node) not in inside
+                      for l in node.links if id(l.rem) in inside]
+        self.ngpus = len(gpus)
+
+    @staticmethod
+    def _params(g: TGraph, budget: int) -> tuple:
+        return (g.pattern, g.same_channels, g.cross_nic, g.max_channels, g.coll_net, budget)
+
+    def record(self, g: TGraph, budget: int, time_left: int) -> None:
+        if time_left == 0:
+            self.ran_out.append((self._params(g, budget), g.bw_intra, g.bw_inter, g.type_intra, g.type_inter))
+
+    def covered(self, g: TGraph, budget: int, ref: TGraph) -> bool:
+        """True when the pass ``g`` would run out of time and keep nothing (see the class)."""
+        if g.pattern in (NVLS, COLLNET_DIRECT) or g.coll_net:
+            return False
+        key = self._params(g, budget)
+        if not any(k == key and bi >= g.bw_intra and be >= g.bw_inter and ti <= g.type_intra and te <= g.type_inter
+                   for k, bi, be, ti, te in self.ran_out):
+            return False
+        return self._nothing_kept(g, ref)
+
+    def _out_links(self, g: TGraph, gi: int) -> list:
+        """The first links of the paths GPU ``gi`` may send on in this pass (GPU->GPU within typeIntra,
+        GPU->NET within typeInter across nodes), with the fewest hops of those paths."""
+        sys = self.sys
+        node = sys.nodes[GPU][gi]
+        links: dict = {}
+        hops = None
+        targets = [(GPU, g.type_intra)] + ([(NET, g.type_inter)] if sys.inter else [])
+        for t2, typ in targets:
+            for j, p in enumerate(node.paths[t2] or []):
+                if (t2 == GPU and j == gi) or p.count == 0 or p.type > typ or p.type >= PATH_DIS:
+                    continue
+                first = next((l for l in p.list if l.type != LINK_LOC), p.list[0])    # past the GPU's device
+                links[id(first)] = first
+                hops = p.count if hops is None else min(hops, p.count)
+        return [list(links.values()), hops or 0]
+
+    def _nothing_kept(self, g: TGraph, ref: TGraph) -> bool:
+        """No graph this pass can complete passes ncclTopoCompareGraphs against ``ref``: it needs
+        min_channels channels, and more bandwidth than ``ref`` (or as much with fewer hops, same pattern
+        and crossNic).  The channel count is bounded by the capacity of the links every channel uses."""
+        sys = self.sys
+        n_max = g.max_channels
+        if sys.inter:
+            n_max = min(n_max, sum(_fits(l.bw, g.bw_inter) for l in self.entry))
+        hop_lb = 0
+        if self.ngpus >= 2:
+            caps, hops = [], []
+            amount = min(g.bw_intra, g.bw_inter) if sys.inter else g.bw_intra
+            for gi in range(self.ngpus):
+                links, h = self._out_links(g, gi)
+                caps.append(sum(_fits(l.bw, amount) for l in links))
+                hops.append(h)
+            if g.pattern == RING:
+                # every GPU sends once per ring channel
+                n_max = min(n_max, min(caps))
+                if not sys.inter:
+                    hop_lb = sum(hops)
+            else:
+                # a chain: every GPU but one sends once per channel
+                n_max = min(n_max, sum(caps) // (self.ngpus - 1))
+        if n_max < max(g.min_channels, 1):
+            return True
+        a, b = f32(n_max * g.bw_intra), f32(ref.n_channels * ref.bw_intra)
+        if a > b:
+            return False
+        if a < b:
+            return True
+        if g.pattern != ref.pattern or g.cross_nic != ref.cross_nic:
+            return True
+        return hop_lb > 0 and g.n_hops + n_max * hop_lb >= ref.n_hops
+
+
 def _grid(x: float) -> bool:
     return _sub_round(x, 0.0) == x
 
@@ -954,6 +1066,7 @@ def compute(topo: Topo, graph: TGraph) -> TGraph:
     search = _Search(ctx)
     search.memo_ok = _on_grid(sys)
     passes = _Passes(sys)
+    widening = _Widening(ctx)
     while True:
         # search:
         time = SEARCH_TIMEOUT_SAMECHANNELS if tmp.same_channels else \
@@ -964,14 +1077,24 @@ def compute(topo: Topo, graph: TGraph) -> TGraph:
         pkeys = passes.keys(tmp, time, search, graph, sys.inter) if search.memo_ok else []
         pkey = pkeys[0] if pkeys else None
         left = next((passes.memo[k] for k in pkeys if k in passes.memo), None)
+        covered = left is None and search.memo_ok and widening.covered(tmp, time, graph)
         if left is not None:
             search.time = left      # the same search again, against the same best graph: the same outcome
+        elif covered and not CHECK_WIDENING:
+            search.time = 0         # a wider twin of a pass that ran out of time, that can keep nothing
         else:
             v0 = search.version
             search.start_pass(tmp)
             search.rec(tmp, graph)
             if pkey is not None and search.version == v0 and search.memo_ok:
                 passes.memo[pkey] = search.time
+            if covered:
+                if search.time != 0 or search.version != v0:
+                    raise AssertionError(f"a widened pass ended otherwise: time {search.time}, "
+                                         f"kept {search.version - v0} graphs")
+                CHECKED_WIDENINGS.append(tmp.pattern)
+        if search.memo_ok:
+            widening.record(tmp, time, search.time)
         time = search.time
         goto_done = time == -1 or f32(graph.n_channels * graph.bw_inter) >= sys.total_bw
         if not goto_done and pass_ == 1:
