@@ -371,3 +371,7 @@ def test_a_nodes_share_of_the_groups_equals_the_filtered_groups(tp, ep, dp, pp, 
     hi = lo + width
     expected = [[m for m in grp if lo <= m < hi] for grp in g.get_ranks(token)]
     assert g.get_local_ranks(token, lo, hi) == [e for e in expected if e]
+    # and the groups as bases plus offsets, the first group alone
+    bases, members = g.group_parts(token)
+    assert [[b + m for m in members] for b in bases] == g.get_ranks(token)
+    assert g.first_group(token) == g.get_ranks(token)[0]

@@ -331,10 +331,27 @@ def follow_path(ctx: _Ctx, graph: TGraph, t1: int, i1: int, t2: int, i2: int, mu
     else:
         bw = f32(bw * mult)
     count = path.count
-    step = _follow(path, node1, count, bw)
-    if step < count:
-        _follow(path, node1, step, -bw)
-        return None
+    fast = path.fast or _steps(path, node1)
+    links = fast[2]
+    if fast[1] and not fast[0] and len(links) == count:
+        # no reverse reservation, no overhead: the links are distinct, so checking them all before
+        # taking any is followPath's take-then-give-back-on-failure
+        if bw > 0:
+            for link in links:
+                if link.bw < bw:
+                    return None
+        d = _SR.get(bw) or _memo(bw)
+        for link in links:
+            lb = link.bw
+            v = d.get(lb)
+            if v is None:
+                v = d[lb] = _sub_round(lb, bw)
+            link.bw = v
+    else:
+        step = _follow(path, node1, count, bw)
+        if step < count:
+            _follow(path, node1, step, -bw)
+            return None
     graph.n_hops = int(graph.n_hops + mult * count)
     return node2
 
@@ -837,14 +854,15 @@ class _Passes:
     def keys(self, g: TGraph, budget: int, search: "_Search", save: TGraph, inter: int) -> list:
         """The keys under which an earlier pass's outcome holds for this one, the pass's own key first.
 
-        Within one node (no ``inter``) crossNic steers nothing but ncclTopoCompareGraphs' tie-break (a
-        graph of equal bandwidth and fewer hops wins only with the same pattern and crossNic as the
-        best one): there it enters the key only as "can a tie win", and a pass that found nothing
-        where a tie could win also covers one where it cannot."""
+        Within one node (no ``inter``), and for the TREE pattern (its NET out is its NET in, so
+        ncclTopoSearchCheckNet's crossNic rules never apply), crossNic steers nothing but
+        ncclTopoCompareGraphs' tie-break (a graph of equal bandwidth and fewer hops wins only with the
+        same pattern and crossNic as the best one): there it enters the key only as "can a tie win", and
+        a pass that found nothing where a tie could win also covers one where it cannot."""
         base = (g.pattern, g.same_channels, g.bw_intra, g.bw_inter, g.min_channels, g.max_channels, g.coll_net,
                 g.n_hops, self._level(self.intra, g.type_intra), self._level(self.inter, g.type_inter), budget,
                 search.version)
-        if inter:
+        if inter and g.pattern != TREE:
             return [base + (g.cross_nic,)]
         ties = g.pattern == save.pattern and g.cross_nic == save.cross_nic
         return [base + ("ties", ties)] + ([] if ties else [base + ("ties", True)])
@@ -893,7 +911,9 @@ class _Widening:
 
     @staticmethod
     def _params(g: TGraph, budget: int) -> tuple:
-        return (g.pattern, g.same_channels, g.cross_nic, g.max_channels, g.coll_net, budget)
+        # TREE: crossNic does not shape the search (see _Passes.keys)
+        return (g.pattern, g.same_channels, -1 if g.pattern == TREE else g.cross_nic, g.max_channels, g.coll_net,
+                budget)
 
     def record(self, g: TGraph, budget: int, time_left: int) -> None:
         if time_left == 0:
@@ -901,13 +921,24 @@ class _Widening:
 
     def covered(self, g: TGraph, budget: int, ref: TGraph) -> bool:
         """True when the pass ``g`` would run out of time and keep nothing (see the class)."""
-        if g.pattern in (NVLS, COLLNET_DIRECT) or g.coll_net:
+        if g.pattern in (NVLS, COLLNET_DIRECT) or g.coll_net or not self._on_grid(g):
             return False
         key = self._params(g, budget)
         if not any(k == key and bi >= g.bw_intra and be >= g.bw_inter and ti <= g.type_intra and te <= g.type_inter
                    for k, bi, be, ti, te in self.ran_out):
             return False
         return self._nothing_kept(g, ref)
+
+    @staticmethod
+    def _on_grid(g: TGraph) -> bool:
+        """Every amount the pass could reserve is on SUB_ROUND's grid, so searching it would have given
+        every link its bandwidth back exactly (off the grid, NCCL's give-backs drift, and a pass not
+        searched would not drift it as NCCL does)."""
+        for a in (g.bw_intra, g.bw_inter, f32(g.bw_inter / 2)):
+            for fw in (a, f32(f32(a * 6.0) / 5.0)):
+                if not all(_grid(x) for x in (fw, _rev_amount(fw, 1), _rev_amount(fw, 2), _rev_amount(fw, 3))):
+                    return False
+        return True
 
     def _out_links(self, g: TGraph, gi: int) -> list:
         """The first links of the paths GPU ``gi`` may send on in this pass (GPU->GPU within typeIntra,

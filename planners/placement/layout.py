@@ -106,6 +106,13 @@ def generate_masked_orthogonal_rank_groups(world_size: int, parallel_size: Seque
     >>> generate_masked_orthogonal_rank_groups(8, [2, 2, 2], [False, True, False])
     [[0, 2], [1, 3], [4, 6], [5, 7]]
     """
+    bases, members = _group_parts(world_size, parallel_size, mask)
+    return [[b + m for m in members] for b in bases]
+
+
+def _group_parts(world_size: int, parallel_size: Sequence[int], mask: Sequence[bool]) -> Tuple[List[int], List[int]]:
+    """(the first rank of each group, the offsets of a group's members): every group is its base plus
+    the same offsets."""
     masked_shape = [s for s, m in zip(parallel_size, mask) if m]
     unmasked_shape = [s for s, m in zip(parallel_size, mask) if not m]
     global_stride = _prefix_product(parallel_size)
@@ -119,7 +126,7 @@ def generate_masked_orthogonal_rank_groups(world_size: int, parallel_size: Seque
     members = _axis_sums(masked_shape, masked_stride)
     bases = _axis_sums(unmasked_shape, unmasked_stride)
     assert len(members) == group_size and len(bases) == num_groups
-    return [[b + m for m in members] for b in bases]
+    return bases, members
 
 
 def _axis_sums(shape: Sequence[int], stride: Sequence[int]) -> List[int]:
@@ -178,6 +185,16 @@ class RankGenerator:
         if self.rank_offset:
             groups = [[r + self.rank_offset for r in g] for g in groups]
         return groups
+
+    def group_parts(self, token: str) -> Tuple[List[int], List[int]]:
+        """``get_ranks(token)`` as (group bases, member offsets): group i is ``bases[i] + offsets``."""
+        bases, members = _group_parts(self.world_size, self.ordered_size, self.get_mask(token))
+        return [b + self.rank_offset for b in bases], members
+
+    def first_group(self, token: str) -> List[int]:
+        """``get_ranks(token)[0]`` without the others."""
+        bases, members = self.group_parts(token)
+        return [bases[0] + m for m in members]
 
     def get_local_ranks(self, token: str, lo: int, hi: int) -> List[List[int]]:
         """``[[m for m in g if lo <= m < hi] for g in get_ranks(token)]`` without the empty lists,
@@ -272,7 +289,7 @@ def megatron_generators(axes: Dict[str, int], order: str = DEFAULT_ORDER) -> Tup
     if not (dense.order.split("-")[-1] == "pp" or pp == 1 or edp == dp):
         raise PlanInfeasible(f"with --order {dense.order} (not ending in pp) and pp={pp}, Megatron needs the "
                              f"expert data-parallel size ({edp}) to equal the data-parallel size ({dp})")
-    if pp > 1 and dense.get_ranks("pp") != expert.get_ranks("pp"):
+    if pp > 1 and dense.group_parts("pp") != expert.group_parts("pp") and dense.get_ranks("pp") != expert.get_ranks("pp"):
         raise PlanInfeasible(f"with --order {dense.order}, the expert layers' pipeline groups differ from the "
                              "dense ones (Megatron asserts they are the same)")
     return dense, expert
@@ -986,7 +1003,7 @@ class Layout:
         if size <= 1:
             return {"size": 1, "gpus": [], "ranks_per_node": 1, "nodes": 1, "intra_GBps": None,
                     "inter_GBps": None, "where": "none"}
-        members = sorted(gen.get_ranks(token)[0])  # every group of an axis is laid out alike
+        members = sorted(gen.first_group(token))  # every group of an axis is laid out alike
         per_node: Dict[int, List[int]] = {}
         for m in members:
             per_node.setdefault(m // self.gpn, []).append(m % self.gpn)
@@ -1046,10 +1063,12 @@ def make_layout(view: NodeView, nodes: int, gpn: int, axes: Dict[str, int], orde
         if g.name_to_size["tp"] > 1:
             # Launchers give each node a contiguous block of ranks; an order that puts other axes before
             # tp strides TP groups across that block, and possibly across nodes.
-            for grp in g.get_ranks(token):
-                if grp[0] // gpn != grp[-1] // gpn:
-                    raise PlanInfeasible(f"with --order {gen.order}, {name} groups span nodes (e.g. ranks {grp[0]} and "
-                                         f"{grp[-1]} with {gpn} GPUs per node): put tp first in the order")
+            bases, members = g.group_parts(token)
+            for b in bases:
+                if (b + members[0]) // gpn != (b + members[-1]) // gpn:
+                    raise PlanInfeasible(f"with --order {gen.order}, {name} groups span nodes (e.g. ranks "
+                                         f"{b + members[0]} and {b + members[-1]} with {gpn} GPUs per node): "
+                                         "put tp first in the order")
     local = choose_local_gpus(view, gen, gpn, weights, 0, gpus, egen=egen)
     # Patterns can differ between nodes when groups straddle node boundaries unevenly; the map of
     # node 0 is reused (rail alignment needs one map), and such layouts are flagged.
