@@ -208,8 +208,10 @@ def _rank_init(fused: X.Xml, rank: int, n_ranks: int, cc: int, s: NcclSettings,
         sys = system_from_xml(fused)
         topo = Topo(sys, s)
         topo.compute_paths()
-    topo.trim(rank, n_ranks)
-    topo.compute_paths()
+    if topo.trim(rank, n_ranks):
+        topo.compute_paths()
+    # else: nothing was trimmed from a system whose paths are computed -- computing them again (as
+    # initTransportsRank does) gives the same paths: they are a function of the nodes, links and settings
     topo.search_init()
     c0 = sys.nodes[CPU][0]
     nvls_support = 0

@@ -136,6 +136,8 @@ class _Ctx:
         self._nets: dict = {}
         self._pref: dict = {}
         self.net_index = {n.id: i for i, n in enumerate(self.sys.nodes[NET])}
+        self.net_ids = [n.id for n in self.sys.nodes[NET]]
+        self._back: dict = {}
         self.gpu_index = {g.rank: i for i, g in enumerate(self.sys.nodes[GPU])}
         self._order: dict = {}
         self.pci_links = [_pci_links(g) for g in self.sys.nodes[GPU]]
@@ -144,6 +146,31 @@ class _Ctx:
         # ncclTopoGetLocal finds from each NET (path widths and types do not change during a search)
         self.port_mates = [[o for o in nets if o.asic == n.asic and o.port == n.port] for n in nets]
         self.net_local_gpus = [get_local(self.sys, NET, i, GPU) for i in range(len(nets))]
+
+    def back_nets(self, graph: TGraph, start: int, gpu: int) -> list:
+        """``ncclTopoSelectNets(typeInter, gpu)`` less the NETs ncclTopoSearchCheckNet refuses whatever
+        the search has done: another plane, another NET than the one in (TREE), another rail (crossNic 0)."""
+        key = (graph.type_inter, gpu, start, graph.pattern, graph.cross_nic)
+        got = self._back.get(key)
+        if got is None:
+            nets = self.sys.nodes[NET]
+            s = nets[start]
+            got = []
+            for n in self.select_nets(graph.type_inter, gpu):
+                net = nets[n]
+                if net.plane != -1 and s.plane != -1 and net.plane != s.plane:
+                    continue
+                if graph.pattern == TREE and net.id != s.id:
+                    continue
+                if not (graph.pattern == RING and graph.cross_nic == 2) and graph.cross_nic == 0:
+                    if net.rail != -1 and s.rail != -1:
+                        if net.rail != s.rail:
+                            continue
+                    elif net.asic != s.asic or net.port != s.port:
+                        continue
+                got.append(n)
+            self._back[key] = got
+        return got
 
     def select_nets(self, type_inter: int, gpu: int) -> list:
         """``ncclTopoSelectNets`` (channel-first preferred NICs, then all NICs up to typeInter)."""
@@ -231,6 +258,18 @@ def _steps(path, start) -> tuple:
     return path.fast
 
 
+_RA: dict = {}      # memo of _rev_amount
+
+
+def _sr(a: float, b: float) -> float:
+    """SUB_ROUND(a, b) through the memo."""
+    d = _SR.get(b) or _memo(b)
+    v = d.get(a)
+    if v is None:
+        v = d[a] = _sub_round(a, b)
+    return v
+
+
 def _memo(fw: float) -> dict:
     d = _SR.get(fw)
     if d is None:
@@ -280,12 +319,16 @@ def _follow(path, start, max_steps: int, bw: float) -> int:
         fw = pci_bw if is_pci else bw
         lb = link.bw
         if kind:
-            rb = _rev_amount(fw, kind)
+            rb = _RA.get((fw, kind))
+            if rb is None:
+                if len(_RA) > 4096:
+                    _RA.clear()
+                rb = _RA[fw, kind] = _rev_amount(fw, kind)
             if lb < fw or (rb and rev.bw < rb):
                 return i
-            link.bw = _sub_round(lb, fw)
+            link.bw = _sr(lb, fw)
             if rb:
-                rev.bw = _sub_round(rev.bw, rb)
+                rev.bw = _sr(rev.bw, rb)
             continue
         if lb < fw:
             return i
@@ -538,26 +581,6 @@ class _Search:
             return False
         return graph.pattern == ref.pattern and graph.cross_nic == ref.cross_nic and graph.n_hops < ref.n_hops
 
-    def check_net(self, graph: TGraph, start, n: int, step: int) -> bool:
-        """``ncclTopoSearchCheckNet``."""
-        net = self.ctx.sys.nodes[NET][n]
-        if net.plane != -1 and start.plane != -1 and net.plane != start.plane:
-            return False
-        if graph.pattern == TREE and net.id != start.id:
-            return False
-        if graph.pattern == RING and graph.cross_nic == 2:
-            if graph.n_channels & 1 and net.id != graph.inter[(graph.n_channels - 1) * 2]:
-                return False
-        elif graph.cross_nic == 0:
-            if net.rail != -1 and start.rail != -1:
-                if net.rail != start.rail:
-                    return False
-            elif net.asic != start.asic or net.port != start.port:
-                return False
-        if graph.pattern == BALANCED_TREE and step != 0 and net.id != graph.inter[graph.n_channels * 2 + 1]:
-            return False
-        return True
-
     def rec_gpu(self, graph, save, gpu, step, back_net, back_first, forced) -> None:
         """``ncclTopoSearchRecGpu``, with an exact memo of the subtrees that leave the best graph alone.
 
@@ -632,16 +655,22 @@ class _Search:
         g = gpu.idx
         if step == back_net:
             if sys.inter:
-                start = sys.nodes[NET][ctx.net_index[graph.inter[graph.n_channels * 2]]]
-                for n in ctx.select_nets(graph.type_inter, g):
-                    if not self.check_net(graph, start, n, step):
+                nch = graph.n_channels
+                si = ctx.net_index[graph.inter[nch * 2]]
+                # ncclTopoSearchCheckNet: its fixed rules applied once per (start NET, GPU, pass), the two
+                # that read this search's NETs here
+                pair = graph.pattern == RING and graph.cross_nic == 2 and nch & 1
+                want = graph.inter[(nch - 1) * 2] if pair else graph.inter[nch * 2 + 1] \
+                    if graph.pattern == BALANCED_TREE and step != 0 else None
+                for n in ctx.back_nets(graph, si, g):
+                    if want is not None and ctx.net_ids[n] != want:
                         continue
                     next_back = -1
                     save_inter = graph.bw_inter
                     if graph.pattern == BALANCED_TREE:
                         if step == 0:
                             next_back = 1
-                        graph.bw_inter = f32(graph.bw_inter / 2)
+                        graph.bw_inter = graph.bw_inter / 2     # halving a C float is exact
                     net = follow_path(ctx, graph, GPU, g, NET, n, 1)
                     d = (self._path_h(GPU, g, NET, n, graph.bw_inter) if self.memo is not None else 0)
                     graph.bw_inter = save_inter
@@ -657,7 +686,7 @@ class _Search:
                         else:
                             self.rec_gpu(graph, save, gpu, step, next_back, back_first, forced)
                         if graph.pattern == BALANCED_TREE:
-                            graph.bw_inter = f32(graph.bw_inter / 2)
+                            graph.bw_inter = graph.bw_inter / 2
                         follow_path(ctx, graph, GPU, g, NET, n, -1)
                         graph.bw_inter = save_inter
         elif graph.pattern == NVLS:
@@ -742,7 +771,9 @@ class _Search:
             graph.latency_inter = net.latency
             mates = ctx.port_mates[n]
             for o in mates:
-                o.bw = f32(o.bw - bw)
+                # a whole number off a C float below 2^23 that stays >= 0 is exact (f32 is then a no-op)
+                v = o.bw - bw
+                o.bw = v if v >= 0 and o.bw < 8388608.0 else f32(v)
             tracked = self.memo is not None
             if tracked:
                 # the NIC bandwidth taken (every NET of its port), and this channel's NIC in
@@ -794,7 +825,7 @@ class _Search:
                 self.cur.pop()
                 self.h -= dn
             for o in mates:
-                o.bw = f32(o.bw + bw)
+                o.bw = o.bw + bw if o.bw >= 0 and o.bw < 8388608.0 else f32(o.bw + bw)
 
     def rec(self, graph, save) -> None:
         """``ncclTopoSearchRec``."""
@@ -908,6 +939,10 @@ class _Widening:
         self.entry = [l for t in range(len(sys.nodes)) for node in sys.nodes[t] if id(node) not in inside
                       for l in node.links if id(l.rem) in inside]
         self.ngpus = len(gpus)
+        self._out: dict = {}
+        # reverse reservations (see _steps): to a device of compute capability < 80, over NVLink to POWER
+        self.kinds = ([1] if any(d.cc < 80 for d in sys.nodes[DEV]) else []) + \
+            ([2, 3] if any(c.arch == ARCH_POWER for c in sys.nodes[CPU]) else [])
 
     @staticmethod
     def _params(g: TGraph, budget: int) -> tuple:
@@ -929,14 +964,14 @@ class _Widening:
             return False
         return self._nothing_kept(g, ref)
 
-    @staticmethod
-    def _on_grid(g: TGraph) -> bool:
+    def _on_grid(self, g: TGraph) -> bool:
         """Every amount the pass could reserve is on SUB_ROUND's grid, so searching it would have given
         every link its bandwidth back exactly (off the grid, NCCL's give-backs drift, and a pass not
-        searched would not drift it as NCCL does)."""
-        for a in (g.bw_intra, g.bw_inter, f32(g.bw_inter / 2)):
+        searched would not drift it as NCCL does): the speeds, half bwInter (BALANCED_TREE), the Intel
+        P2P overhead on each, the reverse amounts where the system has links that take them."""
+        for a in (g.bw_intra, g.bw_inter) + ((g.bw_inter / 2,) if g.pattern == BALANCED_TREE else ()):
             for fw in (a, f32(f32(a * 6.0) / 5.0)):
-                if not all(_grid(x) for x in (fw, _rev_amount(fw, 1), _rev_amount(fw, 2), _rev_amount(fw, 3))):
+                if not all(_grid(x) for x in (fw,) + tuple(_rev_amount(fw, k) for k in self.kinds)):
                     return False
         return True
 
@@ -944,6 +979,10 @@ class _Widening:
         """The first links of the paths GPU ``gi`` may send on in this pass (GPU->GPU within typeIntra,
         GPU->NET within typeInter across nodes), with the fewest hops of those paths."""
         sys = self.sys
+        key = (gi, g.type_intra, g.type_inter if sys.inter else None)
+        got = self._out.get(key)
+        if got is not None:
+            return got
         node = sys.nodes[GPU][gi]
         links: dict = {}
         hops = None
@@ -955,7 +994,8 @@ class _Widening:
                 first = next((l for l in p.list if l.type != LINK_LOC), p.list[0])    # past the GPU's device
                 links[id(first)] = first
                 hops = p.count if hops is None else min(hops, p.count)
-        return [list(links.values()), hops or 0]
+        got = self._out[key] = (list(links.values()), hops or 0)
+        return got
 
     def _nothing_kept(self, g: TGraph, ref: TGraph) -> bool:
         """No graph this pass can complete passes ncclTopoCompareGraphs against ``ref``: it needs

@@ -958,9 +958,10 @@ class Topo:
                     dom[g] = min(dom[g], dom[p])
         return dom
 
-    def trim(self, rank: int, n_ranks: int) -> None:
+    def trim(self, rank: int, n_ranks: int) -> int:
         """``ncclTopoTrimSystem``: keep only the GPUs of ``rank``'s domain (GPUs joined by paths better
-        than PATH_NET); ``inter`` when the communicator has ranks outside it."""
+        than PATH_NET); ``inter`` when the communicator has ranks outside it.  Returns how many GPUs it
+        removed."""
         sys = self.sys
         gpus = sys.nodes[GPU]
         dom = self.domains()
@@ -969,11 +970,14 @@ class Topo:
         for g in range(len(gpus)):
             if gpus[g].rank == rank:
                 mine = dom[g]
+        removed = 0
         for i in range(len(ids)):
             if dom[i] == mine:
                 continue
             sys.remove(GPU, sys.id_to_index(GPU, ids[i]))
+            removed += 1
         sys.inter = 0 if len(sys.nodes[GPU]) == n_ranks else 1
+        return removed
 
     def search_init(self) -> None:
         """``ncclTopoSearchInit``: maxBw (widest DEV->DEV or DEV->NET path) and totalBw."""
