@@ -13,7 +13,7 @@ tests/test_plain_render.py checks both give the same bytes, on generated tables 
 from __future__ import annotations
 
 import re
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 _JUSTIFY = ("left", "right", "center")
 # HEAVY_HEAD, as rich draws it: top, header row, below the header, rows, between rows, bottom
@@ -65,6 +65,7 @@ class Table:
         self.kwargs = kwargs
         self.columns: List[Column] = []
         self.row_count = 0
+        self._row_kwargs: Dict[int, dict] = {}     # rich-only options of rows (such a table is rich's to draw)
         self._rich_only = kwargs.get("show_header", True) is not True or any(
             k not in self._OWN | {"show_header"} for k in kwargs)
         for h in headers:
@@ -81,7 +82,6 @@ class Table:
     def add_row(self, *cells: Any, **kwargs: Any) -> None:
         if kwargs or len(cells) > len(self.columns):
             self._rich_only = True
-            self._row_kwargs = getattr(self, "_row_kwargs", {})
             self._row_kwargs[self.row_count] = kwargs
             while len(self.columns) < len(cells):
                 self.add_column("")
@@ -97,9 +97,8 @@ class Table:
         t = RichTable(**{**self.kwargs, "title": self.title})
         for col in self.columns:
             t.add_column(col.header, **{**col.kwargs, "no_wrap": col.no_wrap})
-        extra = getattr(self, "_row_kwargs", {})
         for r in range(self.row_count):
-            t.add_row(*[col._cells[r] for col in self.columns], **extra.get(r, {}))
+            t.add_row(*[col._cells[r] for col in self.columns], **self._row_kwargs.get(r, {}))
         return t
 
     # -- plain ------------------------------------------------------------------------------------
@@ -145,6 +144,13 @@ class Table:
         lines.append(rule(_BOTTOM))
         return lines
 
+    def text_within(self, width: int) -> Optional[str]:
+        """The plain table as text when :meth:`lines` draws it and it is at most ``width`` wide."""
+        lines = self.lines()
+        if lines is None or max(map(len, lines)) > width:
+            return None
+        return "\n".join(lines) + "\n"
+
 
 class PlainConsole:
     """The console for a pipe or a file: ``print`` of plain lines and :class:`Table` s without rich;
@@ -171,9 +177,9 @@ class PlainConsole:
         if len(objects) == 1 and set(kwargs) <= {"soft_wrap", "highlight", "markup"}:
             obj = objects[0]
             if isinstance(obj, Table):
-                lines = obj.lines()
-                if lines is not None and obj.title is None and max(map(len, lines)) <= self.width:
-                    self.file.write("\n".join(lines) + "\n")
+                text = obj.text_within(self.width) if obj.title is None else None
+                if text is not None:
+                    self.file.write(text)
                     return
             elif kwargs.get("soft_wrap", True) and plain_text(obj, markup=markup) and "\n" not in obj:
                 self.file.write(obj + "\n")

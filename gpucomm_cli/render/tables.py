@@ -44,10 +44,9 @@ def print_table(console, table, prose: Iterable[str] = (), narrow=None) -> None:
     if title:
         console.print(title if isinstance(title, str) else _plain(title), soft_wrap=True, highlight=False)
     if isinstance(table, PlainTable):
-        lines = table.lines()
-        if lines is not None and max(map(len, lines)) <= console.width and not console.is_terminal \
-                and console.no_color:
-            console.file.write("\n".join(lines) + "\n")    # what the plain console below would write
+        text = table.text_within(console.width) if not console.is_terminal and console.no_color else None
+        if text is not None:
+            console.file.write(text)    # what the plain console below would write
             return
         table = table.__rich__()
     if isinstance(console, PlainConsole):
