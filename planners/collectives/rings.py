@@ -208,6 +208,7 @@ class _Packer:
         self.capacity = Capacity(G, ps, net_ports=False)
         self.res = self.capacity.res
         self._hb: dict = {}
+        self._xr: dict = {}     # _symmetric_chain's exit ranks (valid until the residual or the focus changes)
         self.exact = True
         # NIC-joined domains (ncclTopoCheckNet): every channel is one chain per domain, NET to NET,
         # the chains joined through the network (and, on several nodes, the node's first and last
@@ -220,6 +221,7 @@ class _Packer:
         """Search channels over ``gpus`` (a whole cycle, or with ``inter`` a NET-to-NET chain)."""
         G, ps = self.G, self.ps
         self.gpus, self.inter = gpus, inter
+        self._xr = {}
         self.nets = net_nodes(G) if inter else []
         self.pos = {g: i for i, g in enumerate(gpus)}
         nvs = [n for n, a in G.nodes(data=True) if a.get("type") == "NVS"]
@@ -251,6 +253,7 @@ class _Packer:
 
     def take(self, order: list, nets: tuple, bw: float, breaks: tuple = ()) -> None:
         self._hb.clear()
+        self._xr.clear()
         for s, d in _hops(order, nets, breaks):
             for e, f in self.loads(s, d):
                 self.res[e] = self.res[e] - f * bw
@@ -267,6 +270,7 @@ class _Packer:
 
     def _restore(self, snap: dict) -> None:
         self._hb.clear()
+        self._xr.clear()
         self.res.clear()
         self.res.update(snap)
 
@@ -373,10 +377,17 @@ class _Packer:
         entry and exit GPUs with the others in index order."""
         firsts = sorted(self.gpus, key=lambda g: (-min(self.hop_bn(net_in, g), self.cap), self.pos[g]))[:4]
         def exit_rank(g: str) -> tuple:
-            widths = [(round(min(self.hop_bn(g, m), self.cap), 6), -self.ps.get(g, m).hops)
-                      for m in self._exits(net_in) if self.ps.get(g, m) is not None]
-            w = max(widths or [(0.0, 0)])
-            return (-w[0], self.pos[g]) if self.rail else (-w[0], -w[1], self.pos[g])
+            # the exits are every NET whichever NET the chain entered by: the rank depends on g alone
+            got = self._xr.get(g)
+            if got is None:
+                widths = []
+                for m in self._exits(net_in):
+                    p = self.ps.get(g, m)
+                    if p is not None:
+                        widths.append((round(min(self.hop_bn(g, m), self.cap), 6), -p.hops))
+                w = max(widths or [(0.0, 0)])
+                got = self._xr[g] = (-w[0], self.pos[g]) if self.rail else (-w[0], -w[1], self.pos[g])
+            return got
 
         lasts = sorted(self.gpus, key=exit_rank)[:4]
         best = None

@@ -162,7 +162,7 @@ class _Ctx:
                     continue
                 if graph.pattern == TREE and net.id != s.id:
                     continue
-                if not (graph.pattern == RING and graph.cross_nic == 2) and graph.cross_nic == 0:
+                if graph.cross_nic == 0:
                     if net.rail != -1 and s.rail != -1:
                         if net.rail != s.rail:
                             continue
@@ -373,6 +373,15 @@ def follow_path(ctx: _Ctx, graph: TGraph, t1: int, i1: int, t2: int, i2: int, mu
         bw = -bw
     else:
         bw = f32(bw * mult)
+    if not _reserve(path, node1, bw):
+        return None
+    graph.n_hops = int(graph.n_hops + mult * path.count)
+    return node2
+
+
+def _reserve(path, node1, bw: float) -> bool:
+    """followPath's reservation of ``bw`` (< 0 gives it back) on every link of ``path`` from ``node1``:
+    False, with nothing taken, when a link lacks room."""
     count = path.count
     fast = path.fast or _steps(path, node1)
     links = fast[2]
@@ -382,7 +391,7 @@ def follow_path(ctx: _Ctx, graph: TGraph, t1: int, i1: int, t2: int, i2: int, mu
         if bw > 0:
             for link in links:
                 if link.bw < bw:
-                    return None
+                    return False
         d = _SR.get(bw) or _memo(bw)
         for link in links:
             lb = link.bw
@@ -390,13 +399,12 @@ def follow_path(ctx: _Ctx, graph: TGraph, t1: int, i1: int, t2: int, i2: int, mu
             if v is None:
                 v = d[lb] = _sub_round(lb, bw)
             link.bw = v
-    else:
-        step = _follow(path, node1, count, bw)
-        if step < count:
-            _follow(path, node1, step, -bw)
-            return None
-    graph.n_hops = int(graph.n_hops + mult * count)
-    return node2
+        return True
+    step = _follow(path, node1, count, bw)
+    if step < count:
+        _follow(path, node1, step, -bw)
+        return False
+    return True
 
 
 def _pci_links(gpu) -> Optional[tuple]:
@@ -544,24 +552,45 @@ class _Search:
         return g
 
     def try_gpu(self, graph, save, step, back_net, back_first, forced, t1, i1, g) -> None:
+        """``ncclTopoSearchTryGpu``: followPath to GPU ``g`` (inlined: the path is looked up and checked
+        once for the take and the give-back), the recursion, the give-back."""
         flag = 1 << graph.n_channels
-        gpu = follow_path(self.ctx, graph, t1, i1, GPU, g, 1)
-        if gpu is not None:
-            gpu.used ^= flag
-            if self.memo is None:
-                self.rec_gpu(graph, save, gpu, step, back_net, back_first, forced)
+        nodes = self.ctx.sys.nodes
+        gpu = nodes[GPU][g]
+        if t1 == -1:
+            path = node1 = None
+            bw = graph.bw_inter
+        else:
+            node1 = nodes[t1][i1]
+            path = node1.paths[GPU][g]
+            if t1 == GPU or t1 == NVS:
+                bw, typ = graph.bw_intra, graph.type_intra
             else:
-                # the links it took, and GPU g used in this channel
-                both = t1 in (GPU, NVS)
-                zu = self._z(("u", g))
-                d = self._path_h(t1, i1, GPU, g, graph.bw_intra if both else graph.bw_inter) + zu
-                self.h += d
-                self.cur.append(zu)
-                self.rec_gpu(graph, save, gpu, step, back_net, back_first, forced)
-                self.cur.pop()
-                self.h -= d
-            gpu.used ^= flag
-            follow_path(self.ctx, graph, t1, i1, GPU, g, -1)
+                bw, typ = graph.bw_inter, graph.type_inter
+            ptype = path.type
+            if ptype >= PATH_DIS or ptype > typ:
+                return
+            if graph.pattern <= TREE and gpu.paths[t1][i1].type > typ:   # BALANCED_TREE, SPLIT_TREE, TREE
+                return
+            if not _reserve(path, node1, bw):
+                return
+            graph.n_hops = int(graph.n_hops + path.count)
+        gpu.used ^= flag
+        if self.memo is None:
+            self.rec_gpu(graph, save, gpu, step, back_net, back_first, forced)
+        else:
+            # the links it took, and GPU g used in this channel
+            zu = self._z(("u", g))
+            d = self._path_h(t1, i1, GPU, g, bw) + zu
+            self.h += d
+            self.cur.append(zu)
+            self.rec_gpu(graph, save, gpu, step, back_net, back_first, forced)
+            self.cur.pop()
+            self.h -= d
+        gpu.used ^= flag
+        if path is not None:
+            _reserve(path, node1, -bw)
+            graph.n_hops = int(graph.n_hops - path.count)
 
     def compare(self, graph: TGraph, ref: TGraph) -> bool:
         """``ncclTopoCompareGraphs``."""

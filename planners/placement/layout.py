@@ -170,6 +170,7 @@ class RankGenerator:
         self.tokens = tokens
         self.ordered_size = [self.name_to_size[t] for t in tokens]
         self.strides = dict(zip(tokens, _prefix_product(self.ordered_size)))
+        self._parts: Dict[str, Tuple[List[int], List[int]]] = {}
 
     def get_mask(self, token: str) -> List[bool]:
         parts = token.split("-")
@@ -187,9 +188,13 @@ class RankGenerator:
         return groups
 
     def group_parts(self, token: str) -> Tuple[List[int], List[int]]:
-        """``get_ranks(token)`` as (group bases, member offsets): group i is ``bases[i] + offsets``."""
-        bases, members = _group_parts(self.world_size, self.ordered_size, self.get_mask(token))
-        return [b + self.rank_offset for b in bases], members
+        """``get_ranks(token)`` as (group bases, member offsets): group i is ``bases[i] + offsets``
+        (computed once per token: the generator does not change)."""
+        got = self._parts.get(token)
+        if got is None:
+            bases, members = _group_parts(self.world_size, self.ordered_size, self.get_mask(token))
+            got = self._parts[token] = ([b + self.rank_offset for b in bases], members)
+        return got
 
     def first_group(self, token: str) -> List[int]:
         """``get_ranks(token)[0]`` without the others."""
@@ -774,12 +779,21 @@ def local_group_pattern(gen: RankGenerator, gpn: int, node: int = 0,
 
 
 def _perm_cost(view: NodeView, perm: Sequence[int], pattern: Dict[str, List[List[int]]],
-               weights: Dict[str, float]) -> float:
+               weights: Dict[str, float], memo: Optional[dict] = None) -> float:
+    """``memo``: the costs of GPU lists already computed for this view."""
     total = 0.0
     for axis, groups in pattern.items():
         w = weights.get(axis, 1.0)
         for grp in groups:
-            total += w * _set_cost(view, [perm[l] for l in grp])
+            gs = [perm[l] for l in grp]
+            if memo is None:
+                total += w * _set_cost(view, gs)
+                continue
+            key = tuple(gs)
+            c = memo.get(key)
+            if c is None:
+                c = memo[key] = _set_cost(view, gs)
+            total += w * c
     return total
 
 
@@ -811,7 +825,8 @@ def _greedy_perm(view: NodeView, gpn: int, pattern: Dict[str, List[List[int]]],
 
 
 def _hill_climb(view: NodeView, perm: List[int], pattern, weights) -> Tuple[List[int], float]:
-    best = _perm_cost(view, perm, pattern, weights)
+    memo: dict = {}
+    best = _perm_cost(view, perm, pattern, weights, memo)
     improved = True
     n = len(perm)
     while improved:
@@ -819,7 +834,7 @@ def _hill_climb(view: NodeView, perm: List[int], pattern, weights) -> Tuple[List
         for i in range(n):
             for j in range(i + 1, n):
                 perm[i], perm[j] = perm[j], perm[i]
-                c = _perm_cost(view, perm, pattern, weights)
+                c = _perm_cost(view, perm, pattern, weights, memo)
                 if c < best - 1e-12:
                     best = c
                     improved = True
