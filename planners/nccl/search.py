@@ -292,22 +292,7 @@ def _rev_amount(fw: float, kind: int) -> float:
 
 def _follow(path, start, max_steps: int, bw: float) -> int:
     """``followPath``: take ``bw`` on the first ``max_steps`` links; the step that lacked room."""
-    overhead, simple, links, pcis, steps = path.fast or _steps(path, start)
-    if simple and not overhead:
-        d = _SR.get(bw) or _memo(bw)
-        i = 0
-        for link in links:
-            if i == max_steps:
-                break
-            lb = link.bw
-            if lb < bw:
-                return i
-            v = d.get(lb)
-            if v is None:
-                v = d[lb] = _sub_round(lb, bw)
-            link.bw = v
-            i += 1
-        return max_steps
+    overhead, _simple, _links, _pcis, steps = path.fast or _steps(path, start)
     if overhead:
         pci_bw = _I65.get(bw)
         if pci_bw is None:
@@ -985,15 +970,15 @@ class _Widening:
 
     def covered(self, g: TGraph, budget: int, ref: TGraph) -> bool:
         """True when the pass ``g`` would run out of time and keep nothing (see the class)."""
-        if g.pattern in (NVLS, COLLNET_DIRECT) or g.coll_net or not self._on_grid(g):
+        if g.pattern in (NVLS, COLLNET_DIRECT) or g.coll_net:
             return False
         key = self._params(g, budget)
         if not any(k == key and bi >= g.bw_intra and be >= g.bw_inter and ti <= g.type_intra and te <= g.type_inter
                    for k, bi, be, ti, te in self.ran_out):
             return False
-        return self._nothing_kept(g, ref)
+        return self._amounts_on_grid(g) and self._nothing_kept(g, ref)
 
-    def _on_grid(self, g: TGraph) -> bool:
+    def _amounts_on_grid(self, g: TGraph) -> bool:
         """Every amount the pass could reserve is on SUB_ROUND's grid, so searching it would have given
         every link its bandwidth back exactly (off the grid, NCCL's give-backs drift, and a pass not
         searched would not drift it as NCCL does): the speeds, half bwInter (BALANCED_TREE), the Intel
@@ -1004,7 +989,7 @@ class _Widening:
                     return False
         return True
 
-    def _out_links(self, g: TGraph, gi: int) -> list:
+    def _out_links(self, g: TGraph, gi: int) -> tuple:
         """The first links of the paths GPU ``gi`` may send on in this pass (GPU->GPU within typeIntra,
         GPU->NET within typeInter across nodes), with the fewest hops of those paths."""
         sys = self.sys

@@ -182,10 +182,8 @@ class RankGenerator:
         return mask
 
     def get_ranks(self, token: str) -> List[List[int]]:
-        groups = generate_masked_orthogonal_rank_groups(self.world_size, self.ordered_size, self.get_mask(token))
-        if self.rank_offset:
-            groups = [[r + self.rank_offset for r in g] for g in groups]
-        return groups
+        bases, members = self.group_parts(token)
+        return [[b + m for m in members] for b in bases]
 
     def group_parts(self, token: str) -> Tuple[List[int], List[int]]:
         """``get_ranks(token)`` as (group bases, member offsets): group i is ``bases[i] + offsets``
