@@ -196,6 +196,7 @@ def _nccl_paths_to(adj: _Adj, base: str, nvb: bool = True) -> dict:
     nodelist = [base]
     while nodelist:
         nxt: list = []
+        queued: set = set()
         for node in nodelist:
             ptype, pbw, pcount, pnodes = lab[node]
             for rem, bw_link, et, _ in adj.inn[node]:
@@ -214,7 +215,8 @@ def _nccl_paths_to(adj: _Adj, base: str, nvb: bool = True) -> dict:
                     if rem == base:
                         continue
                     lab[rem] = (ty, bw, pcount + 1, (rem,) + pnodes)
-                    if rem not in nxt:
+                    if rem not in queued:
+                        queued.add(rem)
                         nxt.append(rem)
         nodelist = nxt
     out = {}

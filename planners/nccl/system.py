@@ -599,8 +599,24 @@ def _alloc_paths(node: Node, sys: System, t: int) -> list:
     return p
 
 
-def set_paths(base: Node, sys: System, nvb_disable: bool) -> None:
-    """``ncclTopoSetPaths``: BFS from ``base`` storing at every node its path to ``base``."""
+def reverse_links(sys: System) -> dict:
+    """For every node (by ``id``), its first link to each (node ``id``, link type): the reverse link
+    ``ncclTopoSetPaths`` looks for by scanning the remote node's links (the first match, as there)."""
+    out: dict = {}
+    for nodes in sys.nodes:
+        for n in nodes:
+            first: dict = {}
+            for l in n.links:
+                first.setdefault((id(l.rem), l.type), l)
+            out[id(n)] = first
+    return out
+
+
+def set_paths(base: Node, sys: System, nvb_disable: bool, back: Optional[dict] = None) -> None:
+    """``ncclTopoSetPaths``: BFS from ``base`` storing at every node its path to ``base`` (``back``:
+    :func:`reverse_links` of ``sys`` as it is now, to find reverse links without scanning)."""
+    if back is None:
+        back = reverse_links(sys)
     bt, bi = base.type, base.idx
     _alloc_paths(base, sys, bt)
     bp = base.paths[bt][bi]
@@ -613,6 +629,7 @@ def set_paths(base: Node, sys: System, nvb_disable: bool) -> None:
     nodelist = [base]
     while nodelist:
         nxt: list = []
+        queued: set = set()
         for node in nodelist:
             path = node.paths[bt][bi]
             ntype = node.type
@@ -638,11 +655,9 @@ def set_paths(base: Node, sys: System, nvb_disable: bool) -> None:
                     nt = path.type
                 if nt < rp.type or (nt == rp.type and rp.bw < bw) or \
                         (nt == rp.type and rp.bw == bw and rp.count > path.count + 1):
-                    rev = None
-                    for rl in rem.links:
-                        if rl.rem is node and rl.type == lt:
-                            rev = rl
-                            break
+                    first = back.get(id(rem))
+                    rev = first.get((id(node), lt)) if first is not None else \
+                        next((rl for rl in rem.links if rl.rem is node and rl.type == lt), None)
                     if rev is None:
                         if not rp.list:
                             raise NcclFailure("Failed to find reverse path")
@@ -652,7 +667,8 @@ def set_paths(base: Node, sys: System, nvb_disable: bool) -> None:
                     rp.count = path.count + 1
                     rp.bw = bw
                     rp.type = nt
-                    if rem not in nxt:
+                    if id(rem) not in queued:
+                        queued.add(id(rem))
                         nxt.append(rem)
         nodelist = nxt
 
@@ -902,9 +918,10 @@ class Topo:
         for t in range(10):
             for n in sys.nodes[t]:
                 n.paths = [None] * 10
+        back = reverse_links(sys)
         for t in (CPU, DEV, GPU, NET, GIN, RMA, NVS):
             for n in sys.nodes[t]:
-                set_paths(n, sys, s.nvb_disable)
+                set_paths(n, sys, s.nvb_disable, back)
         gpus = sys.nodes[GPU]
         for g in range(len(gpus)):
             for p in range(len(gpus)):
