@@ -30,7 +30,7 @@ def plain_text(s: Any, markup: bool = True) -> bool:
 
     >>> plain_text("GPU0 > GPU1"), plain_text("axes ['pp', 'tp']"), plain_text("[bold]x[/]"), plain_text("µs")
     (True, True, False, False)
-    >>> plain_text("[b]x", markup=False), plain_text("a \\[b"), plain_text("tab\\there")
+    >>> plain_text("[b]x", markup=False), plain_text("a \\\\[b"), plain_text("tab\\there")
     (True, False, False)
     """
     if not isinstance(s, str) or not s.isascii():
