@@ -349,8 +349,9 @@ def run(xml_text: str, gpus: Optional[list], nodes: int, s: NcclSettings, defaul
     cpu_fill = {"affinity": "", "arch": "x86_64"}
     rank_xmls = []
     try:
+        copies = X.RankCopies(xml, machine)
         for l, g in enumerate(local):
-            x = xml.copy()
+            x = copies.copy_for(X.int_to_bus(X.bus_to_int(g.bus)))
             rx = X.RankXml(x, machine, cpu_fill, s.merge_level, s.force_merge)
             rx.fill_gpu(X.int_to_bus(X.bus_to_int(g.bus)), l)
             rx.process_net()

@@ -693,6 +693,98 @@ class RankXml:
         _trim(self.xml.nodes[0])
 
 
+class RankCopies:
+    """The copies of a machine's XML that ncclTopoGetSystem works on, one per local rank, without the
+    subtrees that rank's work never reads and ncclTopoTrimXml drops whole: a PCI subtree of GPUs only
+    (``pci`` nodes ending in a ``gpu``, its ``nvlink``/``c2c``/``pcilink`` entries; no ``keep``) that
+    does not hold the rank's GPU.  Nothing in such a subtree is looked up (bus ids are unique, and none
+    is one NIC fusion could generate: within 100 functions above a NIC's), marked kept, or left by trim,
+    so the trimmed copy -- and the fused XML -- is the one a full copy gives; on 72 GPUs behind one
+    NVSwitch that is a few nodes per rank instead of the whole machine.  Where any of that cannot be
+    shown (a ``keep`` in the input, duplicate bus ids, a node outside the tree first) every copy is whole."""
+
+    _PURE_LEAVES = ("gpu", "nvlink", "c2c", "pcilink")
+
+    def __init__(self, xml: Xml, machine: "Machine") -> None:
+        self.xml = xml
+        self.pure: set = set()
+        nodes = xml.nodes
+        buses = [n.get("busid") for n in nodes if n.name == "pci"]
+        self.ok = bool(nodes) and nodes[0].name == "system" and len(set(buses)) == len(buses) and \
+            all(n.index("keep") == -1 for n in nodes)
+        if not self.ok:
+            return
+        near: list = []
+        for nic in machine.nics:
+            if nic.bus:
+                try:
+                    near.append(bus_to_int(nic.bus))
+                except ValueError:
+                    self.ok = False
+                    return
+        self._near = near
+        self._mark(nodes[0])
+
+    def _mark(self, n: XNode) -> bool:
+        """Whether ``n`` is part of a GPU-only subtree (``pci`` nodes that are: recorded in ``pure``)."""
+        kids = [self._mark(c) for c in n.subs]
+        if n.name != "pci":
+            return n.name in self._PURE_LEAVES and all(kids)
+        if not all(kids) or not any(c.name in ("pci", "gpu") for c in n.subs):
+            return False
+        try:
+            v = bus_to_int(n.get("busid") or "")
+        except ValueError:
+            return False
+        if any(0 < v - b <= 100 for b in self._near):
+            return False
+        self.pure.add(id(n))
+        return True
+
+    def copy_for(self, bus: str) -> Xml:
+        """The copy for the rank whose GPU has PCI bus id ``bus`` (as ncclTopoFillGpu looks it up)."""
+        xml = self.xml
+        if not self.ok:
+            return xml.copy()
+        mine = xml.find_tag_kv("pci", "busid", bus)
+        chain = set()
+        while mine is not None:
+            chain.add(id(mine))
+            mine = mine.parent
+        drop: set = set()
+        stack = [xml.nodes[0]]
+        pure = self.pure
+        while stack:
+            n = stack.pop()
+            for c in n.subs:
+                if id(c) in pure and id(c) not in chain:
+                    _collect(c, drop)
+                else:
+                    stack.append(c)
+        out = Xml()
+        clone = {}
+        for n in xml.nodes:
+            if id(n) in drop:
+                continue
+            c = XNode(n.name, None, n.type)
+            c.attrs = [[k, v] for k, v in n.attrs]
+            clone[id(n)] = c
+            out.nodes.append(c)
+        for n in xml.nodes:
+            c = clone.get(id(n))
+            if c is None:
+                continue
+            c.parent = clone.get(id(n.parent)) if n.parent is not None else None
+            c.subs = [clone[id(s)] for s in n.subs if id(s) not in drop]
+        return out
+
+
+def _collect(n: XNode, into: set) -> None:
+    into.add(id(n))
+    for c in n.subs:
+        _collect(c, into)
+
+
 def _trim(node: XNode) -> int:
     if node.get("keep") == "1":
         node.unset("keep")
