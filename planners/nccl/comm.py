@@ -351,9 +351,10 @@ def run(xml_text: str, gpus: Optional[list], nodes: int, s: NcclSettings, defaul
     try:
         copies = X.RankCopies(xml, machine)
         for l, g in enumerate(local):
-            x = copies.copy_for(X.int_to_bus(X.bus_to_int(g.bus)))
+            bus = X.int_to_bus(X.bus_to_int(g.bus))
+            x = copies.copy_for(bus)
             rx = X.RankXml(x, machine, cpu_fill, s.merge_level, s.force_merge)
-            rx.fill_gpu(X.int_to_bus(X.bus_to_int(g.bus)), l)
+            rx.fill_gpu(bus, l)
             rx.process_net()
             rx.trim()
             rank_xmls.append(x)

@@ -217,19 +217,24 @@ class Xml:
     def top(self) -> Optional[XNode]:
         return self.find_tag("system")
 
-    def copy(self) -> "Xml":
-        """A deep copy keeping the creation order (``memcpy`` of the XML in ncclTopoGetSystem)."""
+    def copy(self, drop: frozenset = frozenset()) -> "Xml":
+        """A deep copy keeping the creation order (``memcpy`` of the XML in ncclTopoGetSystem), without
+        the nodes whose ``id`` is in ``drop`` (whole subtrees: see :class:`RankCopies`)."""
         out = Xml()
         clone = {}
         for n in self.nodes:
+            if id(n) in drop:
+                continue
             c = XNode(n.name, None, n.type)
             c.attrs = [[k, v] for k, v in n.attrs]
             clone[id(n)] = c
             out.nodes.append(c)
         for n in self.nodes:
-            c = clone[id(n)]
+            c = clone.get(id(n))
+            if c is None:
+                continue
             c.parent = clone.get(id(n.parent)) if n.parent is not None else None
-            c.subs = [clone[id(s)] for s in n.subs]
+            c.subs = [clone[id(s)] for s in n.subs if id(s) not in drop]
         return out
 
     def add_tree(self, parent: Optional[XNode], src: XNode) -> XNode:
@@ -714,15 +719,7 @@ class RankCopies:
             all(n.index("keep") == -1 for n in nodes)
         if not self.ok:
             return
-        near: list = []
-        for nic in machine.nics:
-            if nic.bus:
-                try:
-                    near.append(bus_to_int(nic.bus))
-                except ValueError:
-                    self.ok = False
-                    return
-        self._near = near
+        self._near = [bus_to_int(nic.bus) for nic in machine.nics if nic.bus]
         self._mark(nodes[0])
 
     def _mark(self, n: XNode) -> bool:
@@ -732,10 +729,7 @@ class RankCopies:
             return n.name in self._PURE_LEAVES and all(kids)
         if not all(kids) or not any(c.name in ("pci", "gpu") for c in n.subs):
             return False
-        try:
-            v = bus_to_int(n.get("busid") or "")
-        except ValueError:
-            return False
+        v = bus_to_int(n.get("busid") or "")
         if any(0 < v - b <= 100 for b in self._near):
             return False
         self.pure.add(id(n))
@@ -761,22 +755,7 @@ class RankCopies:
                     _collect(c, drop)
                 else:
                     stack.append(c)
-        out = Xml()
-        clone = {}
-        for n in xml.nodes:
-            if id(n) in drop:
-                continue
-            c = XNode(n.name, None, n.type)
-            c.attrs = [[k, v] for k, v in n.attrs]
-            clone[id(n)] = c
-            out.nodes.append(c)
-        for n in xml.nodes:
-            c = clone.get(id(n))
-            if c is None:
-                continue
-            c.parent = clone.get(id(n.parent)) if n.parent is not None else None
-            c.subs = [clone[id(s)] for s in n.subs if id(s) not in drop]
-        return out
+        return xml.copy(frozenset(drop))
 
 
 def _collect(n: XNode, into: set) -> None:
