@@ -198,18 +198,37 @@ def test_our_domain_rule_splits_nodes_as_ncclsim():
 
 def test_widened_passes_end_as_the_rule_says(monkeypatch):
     """search._Widening gives a pass the outcome of its narrower twin that ran out of time (no time left,
-    nothing kept) without searching it.  Here every such pass of the sample is searched anyway and must
-    end so; on a multi-node H100 node and an NVSwitch domain at least, passes are covered."""
+    nothing kept) without searching it; the last pass of the second phase, whose time left nothing reads,
+    is not searched where it can keep nothing; a first-phase pass stops once its best graph reaches the
+    system's bandwidth and nothing later in it can be kept.  Here every such pass of the sample is searched
+    anyway (CHECK_WIDENING) and must end as its rule says; on a multi-node H100 node and an NVSwitch domain
+    at least, passes are covered."""
     from gpucomm.planners.nccl import search
     from gpucomm.planners.nccl.search import nccl_reference, nvswitch_document
 
+    from gpucomm.planners.nccl import comm
+
     monkeypatch.setattr(search, "CHECK_WIDENING", True)
     monkeypatch.setattr(search, "CHECKED_WIDENINGS", [])
+    monkeypatch.setattr(search, "CHECKED_FINALS", [])
+    monkeypatch.setattr(search, "CHECKED_DONE", [])
+    comm._RANK_STATES.clear()           # searched here, not taken from an earlier test's cache
+    comm._run_cached.cache_clear()
     results, diffs = _run(_sample())
     assert not diffs, diffs[:3]
     n_sample = len(search.CHECKED_WIDENINGS)
+    n_finals = len(search.CHECKED_FINALS)
     nccl_reference(nvswitch_document(24, 100, 18), nodes=1)
     assert len(search.CHECKED_WIDENINGS) > n_sample          # ring passes at lower speeds
+    assert len(search.CHECKED_FINALS) > n_finals             # the tree's second phase at a higher speed
     n = len(search.CHECKED_WIDENINGS)
     nccl_reference(nvswitch_document(8, 90, 18, nics=8), nodes=2, gpus=[0, 2, 4, 6])
     assert len(search.CHECKED_WIDENINGS) > n
+    # first-phase passes stopped once their best graph is unbeatable: searched on, nothing more was kept
+    tool = _tool()
+    stops = [c for c in goldens() if tool.case_id(c) in ("corpus/m003-a100x8-nvswitch-bdw1s-bcm-g4-8x200g.xml:n1",
+                                                         "corpus/m012-a100x4-mesh4-icx2s-bcm-g4-1x25g.xml:n1")]
+    assert len(stops) == 2
+    results, diffs = _run(stops)
+    assert not diffs, diffs[:3]
+    assert len(search.CHECKED_DONE) >= 2, "no pass stopped early"

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import random
 import sys as _pysys
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from gpucomm.probes.errors import PlanInfeasible
 from gpucomm.probes.model import PathType
@@ -480,6 +480,11 @@ class _Search:
         self.version = 0
         self.zob: dict = {}
         self.rand = random.Random(0x6e63636c)
+        # set by compute for a pass whose outcome is fixed once the best graph passes this test (the search
+        # then stops; with CHECK_WIDENING it goes on, and done_at is the version at which it would have)
+        self.done_when: Optional[Callable] = None
+        self.done_at: Optional[int] = None
+        self.stopped = False
 
     def start_pass(self, graph: TGraph) -> None:
         """One ncclTopoSearchRec call from ncclTopoCompute: a fresh memo (the pass's parameters are fixed)."""
@@ -651,6 +656,13 @@ class _Search:
                     self.memo = {}      # recorded against the previous best graph
                 if graph.n_channels == graph.max_channels:
                     self.time = -1
+                elif self.done_when is not None and self.done_when(save):
+                    # nothing later in this pass can be kept, and its time left is read by nothing
+                    if CHECK_WIDENING:
+                        self.done_at = self.version if self.done_at is None else self.done_at
+                    else:
+                        self.time = 0
+                        self.stopped = True
             if graph.n_channels < graph.max_channels:
                 if self.memo is not None:
                     # the channel is done: its reservations stay, but which channel made them no longer matters
@@ -917,6 +929,8 @@ class _Passes:
 # than the rule says; CHECKED_WIDENINGS collects the patterns of those checked.
 CHECK_WIDENING = False
 CHECKED_WIDENINGS: list = []
+CHECKED_FINALS: list = []     # the same for the last passes of the second phase that keep nothing
+CHECKED_DONE: list = []       # and for first-phase passes whose best graph became unbeatable
 
 
 def _fits(cap: float, amount: float) -> int:
@@ -976,7 +990,17 @@ class _Widening:
         if not any(k == key and bi >= g.bw_intra and be >= g.bw_inter and ti <= g.type_intra and te <= g.type_inter
                    for k, bi, be, ti, te in self.ran_out):
             return False
-        return self._amounts_on_grid(g) and self._nothing_kept(g, ref)
+        return self.keeps_nothing(g, ref)
+
+    def keeps_nothing(self, g: TGraph, ref: TGraph) -> bool:
+        """True when the pass ``g`` cannot keep a graph against ``ref`` and, searched, would give every
+        link its bandwidth back exactly (so not searching it leaves the system as searching it would)."""
+        return self.searchable(g) and self._nothing_kept(g, ref)
+
+    def searchable(self, g: TGraph) -> bool:
+        """The pass is one the capacity bound applies to (not NVLS/CollNet: other comparison rules) and
+        every amount it reserves is on SUB_ROUND's grid."""
+        return g.pattern not in (NVLS, COLLNET_DIRECT) and not g.coll_net and self._amounts_on_grid(g)
 
     def _amounts_on_grid(self, g: TGraph) -> bool:
         """Every amount the pass could reserve is on SUB_ROUND's grid, so searching it would have given
@@ -1014,7 +1038,13 @@ class _Widening:
     def _nothing_kept(self, g: TGraph, ref: TGraph) -> bool:
         """No graph this pass can complete passes ncclTopoCompareGraphs against ``ref``: it needs
         min_channels channels, and more bandwidth than ``ref`` (or as much with fewer hops, same pattern
-        and crossNic).  The channel count is bounded by the capacity of the links every channel uses."""
+        and crossNic).  The channel count is bounded by the capacity of the links every channel uses
+        (as they are now: call it before the pass reserves anything)."""
+        return self.beats_none(g, self.bound(g), ref)
+
+    def bound(self, g: TGraph) -> tuple:
+        """(most channels, fewest hops per channel or 0) any graph of the pass ``g`` can have, from the
+        links' bandwidth as it is now."""
         sys = self.sys
         n_max = g.max_channels
         if sys.inter:
@@ -1035,6 +1065,13 @@ class _Widening:
             else:
                 # a chain: every GPU but one sends once per channel
                 n_max = min(n_max, sum(caps) // (self.ngpus - 1))
+        return n_max, hop_lb
+
+    @staticmethod
+    def beats_none(g: TGraph, bound: tuple, ref: TGraph) -> bool:
+        """No graph of the pass ``g`` within ``bound`` (:meth:`bound`) passes ncclTopoCompareGraphs
+        against ``ref``."""
+        n_max, hop_lb = bound
         if n_max < max(g.min_channels, 1):
             return True
         a, b = f32(n_max * g.bw_intra), f32(ref.n_channels * ref.bw_intra)
@@ -1159,18 +1196,47 @@ def compute(topo: Topo, graph: TGraph) -> TGraph:
         tmp.n_channels = 0
         global_timeout -= time
         search.time = time
+        search.stopped = False
         pkeys = passes.keys(tmp, time, search, graph, sys.inter) if search.memo_ok else []
         pkey = pkeys[0] if pkeys else None
         left = next((passes.memo[k] for k in pkeys if k in passes.memo), None)
         covered = left is None and search.memo_ok and widening.covered(tmp, time, graph)
+        # the last pass of the second phase: after it the search stops whatever time it leaves (below,
+        # `if pass_ == 2`), so one that can keep nothing changes nothing -- not even the time that follows
+        final = left is None and not covered and search.memo_ok and pass_ == 2 and not (si > 0 and (
+            graph.pattern == RING or
+            (graph.pattern == NVLS and tmp.bw_inter == graph.bw_inter and tmp.bw_inter < tmp.bw_intra * 2) or
+            (tmp.bw_intra == graph.bw_intra and tmp.bw_intra < tmp.bw_inter * 2))) and \
+            widening.keeps_nothing(tmp, graph)
         if left is not None:
             search.time = left      # the same search again, against the same best graph: the same outcome
         elif covered and not CHECK_WIDENING:
             search.time = 0         # a wider twin of a pass that ran out of time, that can keep nothing
+        elif final and not CHECK_WIDENING:
+            search.time = 0         # its time left is read by nothing: the search ends after it
         else:
             v0 = search.version
             search.start_pass(tmp)
+            # The first phase ends at once when the best graph reaches the system's bandwidth (goto_done
+            # below, whatever time is left); once it does and the capacity of the links shows nothing later
+            # in this pass could be kept (the widening rule's bound, from this pass's start), the rest of
+            # the pass changes nothing: every link gets its bandwidth back exactly (on SUB_ROUND's grid).
+            start = tmp.copy() if pass_ == 1 and search.memo_ok and widening.searchable(tmp) else None
+            if start is not None:
+                bound = widening.bound(start)       # before the pass reserves anything
+                search.done_when = lambda best: f32(best.n_channels * best.bw_inter) >= sys.total_bw and \
+                    widening.beats_none(start, bound, best)
+            else:
+                search.done_when = None
+            search.done_at = None
+            search.stopped = False
             search.rec(tmp, graph)
+            search.done_when = None
+            if search.done_at is not None:
+                if search.version != search.done_at:
+                    raise AssertionError(f"a pass kept {search.version - search.done_at} graphs after its best "
+                                         "graph was unbeatable")
+                CHECKED_DONE.append(tmp.pattern)
             if pkey is not None and search.version == v0 and search.memo_ok:
                 passes.memo[pkey] = search.time
             if covered:
@@ -1178,8 +1244,12 @@ def compute(topo: Topo, graph: TGraph) -> TGraph:
                     raise AssertionError(f"a widened pass ended otherwise: time {search.time}, "
                                          f"kept {search.version - v0} graphs")
                 CHECKED_WIDENINGS.append(tmp.pattern)
-        if search.memo_ok:
-            widening.record(tmp, time, search.time)
+            if final:
+                if search.time == -1 or search.version != v0:
+                    raise AssertionError(f"a final pass kept {search.version - v0} graphs (time {search.time})")
+                CHECKED_FINALS.append(tmp.pattern)
+        if search.memo_ok and not final and not search.stopped:
+            widening.record(tmp, time, search.time)     # (a pass stopped early did not run out of time)
         time = search.time
         goto_done = time == -1 or f32(graph.n_channels * graph.bw_inter) >= sys.total_bw
         if not goto_done and pass_ == 1:
