@@ -1118,6 +1118,21 @@ def dup_channels(graph: TGraph, cc_min: int, ngpus: int) -> None:
     graph.n_channels = dup
 
 
+def _second_phase_step(graph: TGraph, tmp: TGraph, si: int) -> Optional[str]:
+    """Where ncclTopoCompute's second phase goes after a pass that left time (``graph`` the best graph,
+    ``tmp`` the pass, ``si`` its speed index): a faster ring ("ring"), NVLS with a faster bwInter ("nvls"),
+    a faster bwIntra ("intra"), or None: the search ends."""
+    if si <= 0:
+        return None
+    if graph.pattern == RING:
+        return "ring"
+    if graph.pattern == NVLS and tmp.bw_inter == graph.bw_inter and tmp.bw_inter < tmp.bw_intra * 2:
+        return "nvls"
+    if tmp.bw_intra == graph.bw_intra and tmp.bw_intra < tmp.bw_inter * 2:
+        return "intra"
+    return None
+
+
 def compute(topo: Topo, graph: TGraph) -> TGraph:
     """``ncclTopoCompute``: search ``graph`` (pattern, min/max channels set by the caller) in place."""
     sys = topo.sys
@@ -1203,11 +1218,8 @@ def compute(topo: Topo, graph: TGraph) -> TGraph:
         covered = left is None and search.memo_ok and widening.covered(tmp, time, graph)
         # the last pass of the second phase: after it the search stops whatever time it leaves (below,
         # `if pass_ == 2`), so one that can keep nothing changes nothing -- not even the time that follows
-        final = left is None and not covered and search.memo_ok and pass_ == 2 and not (si > 0 and (
-            graph.pattern == RING or
-            (graph.pattern == NVLS and tmp.bw_inter == graph.bw_inter and tmp.bw_inter < tmp.bw_intra * 2) or
-            (tmp.bw_intra == graph.bw_intra and tmp.bw_intra < tmp.bw_inter * 2))) and \
-            widening.keeps_nothing(tmp, graph)
+        final = left is None and not covered and search.memo_ok and pass_ == 2 and \
+            _second_phase_step(graph, tmp, si) is None and widening.keeps_nothing(tmp, graph)
         if left is not None:
             search.time = left      # the same search again, against the same best graph: the same outcome
         elif covered and not CHECK_WIDENING:
@@ -1229,7 +1241,6 @@ def compute(topo: Topo, graph: TGraph) -> TGraph:
             else:
                 search.done_when = None
             search.done_at = None
-            search.stopped = False
             search.rec(tmp, graph)
             search.done_when = None
             if search.done_at is not None:
@@ -1303,20 +1314,17 @@ def compute(topo: Topo, graph: TGraph) -> TGraph:
             tmp.min_channels = graph.n_channels
             pass_ = 2
         if pass_ == 2:
-            if time != 0 and si > 0:
-                if graph.pattern == RING:
-                    si -= 1
+            step = _second_phase_step(graph, tmp, si) if time != 0 else None
+            if step is not None:
+                si -= 1
+                if step == "ring":
                     tmp.bw_intra = tmp.bw_inter = f32(speeds[si])
-                    continue
-                if graph.pattern == NVLS and tmp.bw_inter == graph.bw_inter and tmp.bw_inter < tmp.bw_intra * 2:
+                elif step == "nvls":
                     tmp.min_channels = tmp.max_channels = graph.n_channels
-                    si -= 1
                     tmp.bw_inter = f32(speeds[si])
-                    continue
-                if tmp.bw_intra == graph.bw_intra and tmp.bw_intra < tmp.bw_inter * 2:
-                    si -= 1
+                else:
                     tmp.bw_intra = f32(speeds[si])
-                    continue
+                continue
             time = -1
             tmp = graph.copy()
         break
