@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Iterable, Optional
+from typing import AbstractSet, Iterable, Optional
 
 from gpucomm.probes.errors import InputError
 
@@ -217,7 +217,7 @@ class Xml:
     def top(self) -> Optional[XNode]:
         return self.find_tag("system")
 
-    def copy(self, drop: frozenset = frozenset()) -> "Xml":
+    def copy(self, drop: AbstractSet = frozenset()) -> "Xml":
         """A deep copy keeping the creation order (``memcpy`` of the XML in ncclTopoGetSystem), without
         the nodes whose ``id`` is in ``drop`` (whole subtrees: see :class:`RankCopies`)."""
         out = Xml()
@@ -755,7 +755,7 @@ class RankCopies:
                     _collect(c, drop)
                 else:
                     stack.append(c)
-        return xml.copy(frozenset(drop))
+        return xml.copy(drop)
 
 
 def _collect(n: XNode, into: set) -> None:

@@ -612,11 +612,9 @@ def reverse_links(sys: System) -> dict:
     return out
 
 
-def set_paths(base: Node, sys: System, nvb_disable: bool, back: Optional[dict] = None) -> None:
+def set_paths(base: Node, sys: System, nvb_disable: bool, back: dict) -> None:
     """``ncclTopoSetPaths``: BFS from ``base`` storing at every node its path to ``base`` (``back``:
     :func:`reverse_links` of ``sys`` as it is now, to find reverse links without scanning)."""
-    if back is None:
-        back = reverse_links(sys)
     bt, bi = base.type, base.idx
     _alloc_paths(base, sys, bt)
     bp = base.paths[bt][bi]
