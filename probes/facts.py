@@ -350,10 +350,23 @@ def nic_rate_gbps(nic: dict) -> Optional[float]:
     return max(vals) if vals else None
 
 
-def default_nic_gbps(sm: Optional[int]) -> float:
-    """The one default rate of a NIC whose rate is unknown: the rail NIC of the GPU generation
-    (Hopper and later 400 Gb/s NDR, Ampere 200 Gb/s HDR, older or unknown 100 Gb/s EDR).  NCCL's own
-    fallback (10 Gb/s) only applies when a net plugin reports nothing, which a real NIC never does."""
+SOCKET_NIC_GBPS = 10.0
+"""NCCL's socket transport's rate for an interface whose speed it cannot read
+(``/sys/class/net/IF/speed`` absent or <= 0, as on virtio NICs in VMs): net_socket.cc
+ncclNetSocketGetSpeed, "Could not get speed from ... Defaulting to 10 Gbps" (seen on a live H200 VM)."""
+
+
+def default_nic_gbps(sm: Optional[int], rdma: bool = True) -> float:
+    """The one default rate of a NIC whose rate is unknown.  An RDMA NIC (IB/RoCE/EFA, whose rate the
+    verbs port gives NCCL): the rail NIC of the GPU generation (Hopper and later 400 Gb/s NDR, Ampere
+    200 Gb/s HDR, older or unknown 100 Gb/s EDR).  A plain interface (NCCL's socket transport):
+    :data:`SOCKET_NIC_GBPS`, what NCCL itself assumes.
+
+    >>> default_nic_gbps(90), default_nic_gbps(90, rdma=False)
+    (400.0, 10.0)
+    """
+    if not rdma:
+        return SOCKET_NIC_GBPS
     if sm is None:
         return 100.0
     return 400.0 if sm >= 90 else 200.0 if sm >= 80 else 100.0
@@ -424,8 +437,9 @@ def assumption(kind: str, **kw: Any) -> str:
     if kind == "cpu":
         return f"CPU model unknown: inter-socket (SYS) bandwidth assumed {DEFAULT_INTER_CPU_BW:g} GB/s"
     if kind == "nic-rate":
-        return (f"NIC speed unknown ({', '.join(kw['names'])}): assumed {kw['gbps']:g} Gb/s, typical for the "
-                f"GPU generation")
+        why = ("NCCL's socket-transport default" if kw.get("rdma") is False
+               else "typical for the GPU generation")
+        return f"NIC speed unknown ({', '.join(kw['names'])}): assumed {kw['gbps']:g} Gb/s, {why}"
     if kind == "pcie":
         return f"PCIe link bandwidth unknown: assumed Gen{kw['gen']} x16 ({pcie_bw_GBps(kw['gen'], 16):g} GB/s)"
     if kind == "sm":

@@ -706,13 +706,17 @@ class Topology:
         return facts.DEFAULT_INTER_CPU_BW
 
     def nic_gbps(self, nic: NIC) -> float:
-        """A NIC's rate in Gb/s; :func:`facts.default_nic_gbps` of the GPU generation when unknown."""
+        """A NIC's rate in Gb/s; :func:`facts.default_nic_gbps` (of the GPU generation for an RDMA NIC,
+        NCCL's socket default for a plain interface) when unknown."""
         if nic.rate_gbps:
             return nic.rate_gbps
-        guess = facts.default_nic_gbps(self.sm_hint)
-        self._unknown_nics.setdefault(guess, [])
-        if nic.name not in self._unknown_nics[guess]:
-            self._unknown_nics[guess].append(nic.name)
+        # NCCL's socket default only where a probe saw a plain interface (record ``rdma: false``); a NIC
+        # of unknown kind (an NCCL XML's network-class PCI device, a topo -m legend) is the rail NIC
+        rdma = nic.rec.get("rdma") is not False
+        guess = facts.default_nic_gbps(self.sm_hint, rdma=rdma)
+        names = self._unknown_nics.setdefault((guess, rdma), [])
+        if nic.name not in names:
+            names.append(nic.name)
         return guess
 
     def default_pcie_bw(self) -> float:
@@ -738,8 +742,8 @@ class Topology:
         """Every default this view has applied so far, in one wording per fact (``nics=False``: without
         the NIC rates, for answers about one node, where no NIC carries traffic)."""
         out = list(self.assumptions)
-        for guess, names in sorted(self._unknown_nics.items()) if nics else ():
-            text = facts.assumption("nic-rate", names=sorted(names, key=natural_key), gbps=guess)
+        for (guess, rdma), names in sorted(self._unknown_nics.items()) if nics else ():
+            text = facts.assumption("nic-rate", names=sorted(names, key=natural_key), gbps=guess, rdma=rdma)
             if text not in out:
                 out.append(text)
         return out

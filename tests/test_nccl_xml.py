@@ -951,7 +951,7 @@ def test_odd_but_valid_values_become_warnings():
                    "not an integer", "not a compute capability", "appears more than once", "<bogus>",
                    "used twice", "has no dev"):
         assert needle in w, needle
-    assert doc["gpus"][0]["index"] == 0 and doc["gpus"][0]["parent"] == "CPU-1"
+    assert doc["gpus"][0]["index"] == 0 and doc["gpus"][0]["parent"] == "CPU0"   # numaid -1: the CPU0 of every document
     names = [n["name"] for n in doc["nics"]]
     assert names == ["mlx5_0", "mlx5_0@0000:03:00.0"]
     assert [p["port"] for p in doc["nics"][0]["ports"]] == [1, 2] and doc["nics"][0]["ports"][0]["rate_gbps"] is None

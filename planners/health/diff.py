@@ -74,8 +74,10 @@ def fingerprint(doc: dict) -> dict:
         fp[f"host.{k}"] = _scalar(host.get(k))
     gpus = sorted(doc.get("gpus", []), key=lambda g: g["index"])
     fp["gpus.count"] = len(gpus)
-    models = Counter(g.get("name") or "unknown" for g in gpus)
-    fp["gpus.models"] = ", ".join(f"{n}x {m}" for m, n in sorted(models.items())) if gpus else None
+    # a GPU without a name (an NCCL XML names none) makes the summary unknown, not a difference
+    models = Counter(g.get("name") for g in gpus)
+    fp["gpus.models"] = (", ".join(f"{n}x {m}" for m, n in sorted(models.items()))
+                         if gpus and None not in models else None)
     nvl = nvlink_totals(doc)
     for g in gpus:
         k = f"GPU{g['index']}"
@@ -115,8 +117,9 @@ def fingerprint(doc: dict) -> dict:
     names.update({nic_id(n): n["name"] for n in nics})
     for l in doc.get("links", []):
         if l.get("kind") == "pcie" and l.get("a") in names:
+            # both known, or not compared (an NCCL XML's link_width="0": NCCL could not read it)
             fp[f"{names[l['a']]}.uplink"] = (f"Gen{l.get('gen')} x{l.get('width')}"
-                                             if l.get("gen") or l.get("width") else None)
+                                             if l.get("gen") and l.get("width") else None)
     m = doc.get("matrix") or {}
     keys = sorted(m, key=_natural)
     for i, a in enumerate(keys):

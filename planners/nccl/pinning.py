@@ -36,7 +36,7 @@ _GEN_SPEED = {1: "2.5 GT/s PCIe", 2: "5.0 GT/s PCIe", 3: "8.0 GT/s PCIe", 4: "16
               6: "64.0 GT/s PCIe"}
 _KNOWN_SPEEDS = ("2.5 GT/s", "5 GT/s", "8 GT/s", "16 GT/s", "32 GT/s", "5.0 GT/s PCIe", "8.0 GT/s PCIe",
                  "16.0 GT/s PCIe", "32.0 GT/s PCIe", "64.0 GT/s PCIe")
-SOCKET_NIC_MBPS = 10000
+SOCKET_NIC_MBPS = int(facts.SOCKET_NIC_GBPS * 1000)   # NCCL's socket default, one definition
 
 
 def pin(topo: Topology) -> str:

@@ -59,7 +59,7 @@ from gpucomm.probes import facts
 from gpucomm.probes.errors import InputError, TopologyError
 from gpucomm.probes.facts import PCI_GT_TO_GEN, nvlink_bw_per_link, pcie_bw_GBps
 from gpucomm.probes.limits import MAX_GPUS, MAX_NICS
-from gpucomm.probes.model import (cpulist_to_mask, cpumask_to_list, finalize, format_cpulist, gpu_record,
+from gpucomm.probes.model import (cpu_id, cpulist_to_mask, cpumask_to_list, finalize, format_cpulist, gpu_record,
                                   is_sentinel_bus_id, link_record, new_document, nic_record, normalize_bus_id,
                                   parse_cpulist, source_record, switch_record, warn)
 
@@ -508,7 +508,7 @@ def _add_cpu(ctx: _Ctx, el: _Node) -> None:
                 host[field] = v
             elif host[field] != v:
                 warn(doc, f"CPUs disagree on {key}: {host[field]!r} and {v!r}")
-    key = f"CPU{numaid}"
+    key = cpu_id(numaid)   # numaid -1 (no NUMA, as in VMs) is the document's CPU0, as everywhere
     for child in el.children:
         if child.tag == "pci":
             _add_pci(ctx, child, key, cpu)
@@ -855,7 +855,7 @@ def _add_nvlinks_and_c2c(ctx: _Ctx) -> None:
                 side[gid] = side.get(gid, 0) + count
                 remote_type, remote = "gpu", tbus
             elif ttype == "CPU":
-                k2 = (gid, f"CPU{p['cpu']['numaid']}")
+                k2 = (gid, cpu_id(p['cpu']['numaid']))
                 to_cpu[k2] = to_cpu.get(k2, 0) + count
                 remote_type, remote = "cpu", target_raw or None
             else:
@@ -878,7 +878,7 @@ def _add_nvlinks_and_c2c(ctx: _Ctx) -> None:
                 warn(doc, f"GPU{rec['index']}: <c2c> at line {el.line} lacks a positive bw/count; ignored")
                 continue
             rec["c2c"] = {"count": count, "bw_MBps": bw}
-            doc["links"].append(link_record(gid, f"CPU{p['cpu']['numaid']}", "c2c", bw * count / 1000.0, count=count))
+            doc["links"].append(link_record(gid, cpu_id(p['cpu']['numaid']), "c2c", bw * count / 1000.0, count=count))
     sm_of = {p["bus"]: p["sm"] for p in ctx.gpus}
     idx_of = {p["bus"]: p["rec"]["index"] for p in ctx.gpus}
     for (a, b), side in sorted(pairs.items()):
@@ -923,7 +923,7 @@ def _add_smp_links(ctx: _Ctx) -> None:
     for i, a in enumerate(ids):
         for b in ids[i + 1:]:
             if bws[a] is not None and bws[b] is not None:
-                ctx.doc["links"].append(link_record(f"CPU{a}", f"CPU{b}", "smp", min(bws[a], bws[b])))
+                ctx.doc["links"].append(link_record(cpu_id(a), cpu_id(b), "smp", min(bws[a], bws[b])))
 
 
 # --------------------------------------------------------------------------------------------

@@ -64,6 +64,9 @@ _N = r"-?\d{1,9}"
 _F = r"\d{1,12}(?:\.\d*)?"
 # ``host:pid:tid [dev] NCCL LEVEL `` anywhere in a line (debug.cc ncclDebugLog).  A host never holds
 # ``:`` or brackets, so labels glued to it (``[1,0]<stdout>:host``) stay out.
+# NCCL formats each debug message into a 1024-byte buffer (debug.cc ncclDebugLog): a longer line,
+# such as "Trees" over 48+ channels, ends cut at 1023 characters.
+NCCL_LINE_MAX = 1023
 _PREFIX = re.compile(r"(?P<host>[^\s:\[\]]+):(?P<pid>" + _I + r"):(?P<tid>" + _I + r") \[(?P<dev>" + _N +
                      r")\] NCCL (?P<level>INFO|WARN|TRACE|ABORT)\b ?")
 _VERSION = re.compile(r"\bNCCL version (?P<v>" + _I + r"\." + _I + r"\." + _I + r"\S*)")
@@ -193,6 +196,7 @@ class _State:
         self.nccl_warnings: list = []
         self.tests_ranks: dict = {}    # rank -> (host, dev, bus, name) from the nccl-tests header
         self.nccl_lines = 0
+        self.line_cut = False      # the line being read reached NCCL's message limit (NCCL_LINE_MAX)
 
     def warn(self, lineno: Optional[int], msg: str) -> None:
         if len(self.warnings) >= MAX_WARNINGS:
@@ -265,6 +269,7 @@ def parse_nccl_log(text: Any, path: Optional[str] = None) -> dict:
                 st.tests_ranks[int(tm.group("rank"))] = (tm.group("host"), int(tm.group("dev")),
                                                          header_bus_id(tm.group("bus")), tm.group("name") or None)
                 continue
+        st.line_cut = len(raw) >= NCCL_LINE_MAX
         for m, msg in _split_messages(raw):
             if m is None:
                 continue
@@ -441,6 +446,10 @@ def _on_trees(st: _State, key: tuple, dev: int, body: str, head: str, lineno: in
         if to:
             _tree(st, key, dev, lineno, int(it.group("c")), int(to.group("rank")), int(to.group("up")),
                   [int(to.group(x)) for x in ("d0", "d1", "d2")])
+            continue
+        if it is items[-1] and st.line_cut:
+            st.warn(lineno, f"Trees line cut at NCCL's {NCCL_LINE_MAX + 1}-byte message limit: its channels "
+                            f"from {it.group('c')} on are not in that line")
             continue
         st.warn(lineno, f"unreadable tree entry {_short(it.group(0))!r}")
     return True

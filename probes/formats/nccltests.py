@@ -213,7 +213,20 @@ def split_nccltests(text: str, path: str = "<nccl-tests output>", collective: Op
     if not runs:
         raise InputError("no nccl-tests result rows found", path,
                          expected="nccl-tests/rccl-tests output with '#  size  count  type ...' and result rows")
+    bench = _BENCH_HEADER_RE.search(text[:4096])
+    if bench:
+        # gpucomm bench's own table names its ranks and nodes once, for every run it holds
+        for r in runs:
+            if r["n_ranks_source"] != "devices":
+                r["n_ranks"], r["n_ranks_source"] = int(bench.group("ranks")), "gpucomm bench header"
+            if r["nodes"] is None:
+                r["nodes"] = int(bench.group("nodes"))
     return runs
+
+
+# planners/measure/bench.py render_collective_table's first line
+_BENCH_HEADER_RE = re.compile(r"^#\s*gpucomm bench collective: backend \S+, (?P<ranks>\d{1,7}) rank\(s\) on "
+                              r"(?P<nodes>\d{1,7}) node\(s\)", re.M)
 
 
 def parse_nccltests(text: str, path: str = "<nccl-tests output>", collective: Optional[str] = None) -> dict:
