@@ -178,6 +178,9 @@ class _Cleaner:
         for key in ("hostname", "cpu_vendor", "cpu_model", "cpu_arch", "iommu", "provenance"):
             d["host"][key] = _s(host.get(key))
         d["host"]["sockets"] = integer(host.get("sockets"))
+        for key in ("cpu_family", "cpu_model_id"):
+            if key in host:
+                d["host"][key] = integer(host.get(key))
 
         def clean_list(name: str, fn) -> list:
             out = []

@@ -106,3 +106,29 @@ def test_own_bench_table_reads_back_with_its_ranks_and_nodes():
     rows = {r["collective"]: [row["out_of_place"] for row in r["rows"]] for r in runs}
     assert {x["busbw_GBps"] for c in ("all_reduce", "all_gather") for x in rows[c]} == {0.0}
     assert all(x["busbw_GBps"] == x["algbw_GBps"] for x in rows["broadcast"])
+
+
+def test_cpuid_family_and_model_are_recorded_where_the_name_hides_them(tmp_path):
+    """The VM names its CPU 'Intel(R) Xeon(R) Processor'; /proc/cpuinfo still gives CPUID's family 6,
+    model 207 (Emerald Rapids), which NCCL wrote into its dump.  The probe records them, and NCCL's
+    model is given them instead of a generation's guess."""
+    from pathlib import Path
+
+    from gpucomm.planners.nccl.comm import pinned_xml
+    from gpucomm.probes.sources import numa
+    from gpucomm.probes.sources.host import Host
+
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "cpuinfo").write_text((LIVE / "proc-cpuinfo-head.txt").read_text())
+    host = numa.collect(Host(root=Path(tmp_path)))["host"]
+    assert (host["cpu_model"], host["cpu_family"], host["cpu_model_id"]) == ("Intel(R) Xeon(R) Processor", 6, 207)
+    doc = load_topology(str(LIVE / "probe.json"))   # captured before the probe recorded them
+    before = Topology.of(doc)
+    assert 'familyid="6" modelid="143"' in pinned_xml(before)   # the generation's guess
+    assert any("CPU model unknown" in a for a in before.all_assumptions())
+    doc["host"].update(cpu_family=6, cpu_model_id=207)
+    after = Topology.of(doc)
+    xml = pinned_xml(after)
+    theirs = (LIVE / "nccl-topo.xml").read_text()
+    assert 'familyid="6" modelid="207"' in xml and 'familyid="6" modelid="207"' in theirs
+    assert not any("CPU model unknown" in a for a in after.all_assumptions())

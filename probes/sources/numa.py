@@ -178,6 +178,10 @@ def collect(host: Host) -> dict:
     h = doc["host"]
     for k in ("cpu_vendor", "cpu_model", "sockets"):
         h[k] = info[k]
+    # CPUID's family and model, as NCCL reads them (a VM's model name often hides the generation)
+    for k, v in (("cpu_family", info["family"]), ("cpu_model_id", info["model"])):
+        if v is not None and v >= 0:
+            h[k] = v
     if live:
         for k, v in live_facts().items():
             if h.get(k) is None:
