@@ -58,6 +58,7 @@ step paths               60 gpucomm paths "$C/node.json"
 step rings               60 gpucomm rings "$C/node.json"
 step predict             60 gpucomm predict "$C/node.json" --size 8B:8GiB
 step env                 60 gpucomm plan "$C/node.json" --emit env
+step nccl-xml-export     60 gpucomm show "$C/node.json" --format nccl-xml
 
 # 4. NCCL's own view: topology dump + INIT/GRAPH/TUNING log from one rank
 cat >/tmp/gpu-live/nccl_one.py <<'EOF'
