@@ -8,6 +8,9 @@
 #      predict, NCCL's own topology dump and INIT/GRAPH/TUNING log from a one-rank torch job, and an
 #      nccl-tests style sweep from `gpucomm bench collective`.
 # Everything lands in $OUT/gpu-live.tar.gz (plus pytest.log and summary.txt beside it).
+# Prepare .whl/ where pip can reach an index (the device machine has none):
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux2014_x86_64 -d .whl defusedxml==0.7.1 typer==0.28.0
 # Usage (device machine): bash tools/device_check.sh        Bounded: every step has a timeout.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
