@@ -246,20 +246,22 @@ def _preset(sys, graphs: dict, rank: int, n_ch: int) -> tuple:
         channels[c] = {"up": -1, "down": [-1, -1, -1]}
         ri = ring.intra[c * local:(c + 1) * local]
         ti = tree.intra[c * local:(c + 1) * local]
-        for i in range(local):
-            if ri[i] == rank:
-                tr["ringRecv"][c] = ri[0]
-                tr["ringSend"][c] = ri[local - 1]
-                tr["ringPrev"][c] = -1 if i == 0 else ri[i - 1]
-                tr["ringNext"][c] = -1 if i == local - 1 else ri[i + 1]
-            if ti[i] == rank:
-                c0 = 0 if tree.pattern == TREE else 1
-                c1 = 1 if tree.pattern == SPLIT_TREE else 0
-                tr["treeToParent"][c] = ti[0]
-                tr["treeToChild0"][c] = ti[c0]
-                tr["treeToChild1"][c] = ti[c1]
-                channels[c]["up"] = -1 if i == 0 else ti[i - 1]
-                channels[c]["down"][0] = -1 if i == local - 1 else ti[i + 1]
+        # NCCL loops over the channel's positions; a rank holds at most one (the last one found wins)
+        i = _last(ri, rank)
+        if i >= 0:
+            tr["ringRecv"][c] = ri[0]
+            tr["ringSend"][c] = ri[local - 1]
+            tr["ringPrev"][c] = -1 if i == 0 else ri[i - 1]
+            tr["ringNext"][c] = -1 if i == local - 1 else ri[i + 1]
+        i = _last(ti, rank)
+        if i >= 0:
+            c0 = 0 if tree.pattern == TREE else 1
+            c1 = 1 if tree.pattern == SPLIT_TREE else 0
+            tr["treeToParent"][c] = ti[0]
+            tr["treeToChild0"][c] = ti[c0]
+            tr["treeToChild1"][c] = ti[c1]
+            channels[c]["up"] = -1 if i == 0 else ti[i - 1]
+            channels[c]["down"][0] = -1 if i == local - 1 else ti[i + 1]
     for c in range(n_ch):
         channels[n_ch + c] = _copy_ch(channels[c])
     nv = graphs["nvls"]
@@ -268,6 +270,13 @@ def _preset(sys, graphs: dict, rank: int, n_ch: int) -> tuple:
         if h not in tr["nvlsHeads"]:
             tr["nvlsHeads"].append(h)
     return tr, channels
+
+
+def _last(xs: list, x: int) -> int:
+    """The index of the last ``x`` in ``xs``, -1 if none."""
+    if x not in xs:
+        return -1
+    return len(xs) - 1 - xs[::-1].index(x)
 
 
 def _copy_ch(ch: dict) -> dict:

@@ -744,34 +744,51 @@ class _Search:
             self.rec_gpu(graph, save, gpu, ngpus, -1, -1, forced)
 
     def try_nvls(self, graph, save, g: int, ngpus: int) -> None:
-        """``ncclTopoSearchTryNvls``."""
-        ctx = self.ctx
-        count = len(ctx.sys.nodes[GPU])
+        """``ncclTopoSearchTryNvls``: followPath from the NVSwitch to every GPU, then from every GPU to
+        it (twice the bandwidth for the head GPU ``g``, whose path type is not checked), in GPU order,
+        stopping at the first that lacks room; the recursion when all fit; the give-back in reverse."""
+        nodes = self.ctx.sys.nodes
+        gpus = nodes[GPU]
+        nvs = nodes[NVS][0]
+        count = len(gpus)
+        bw, typ = graph.bw_intra, graph.type_intra
+        bw2 = f32(bw * 2.0)
+        down = nvs.paths[GPU]
         d0 = 0
-        while True:
-            gpu = follow_path(ctx, graph, NVS, 0, GPU, d0, 2 if d0 == g else 1)
-            d0 += 1
-            if not (gpu is not None and d0 < count):
+        while d0 < count:
+            path = down[d0]
+            head = d0 == g
+            if path.type >= PATH_DIS or (not head and path.type > typ) or \
+                    not _reserve(path, nvs, bw2 if head else bw):
                 break
-        if gpu is None:
-            d0 -= 1
-        else:
+            graph.n_hops = int(graph.n_hops + (2 if head else 1) * path.count)
+            d0 += 1
+        if d0 == count:
             d1 = 0
-            while True:
-                nvs = follow_path(ctx, graph, GPU, d1, NVS, 0, 2 if d1 == g else 1)
-                d1 += 1
-                if not (nvs is not None and d1 < count):
+            while d1 < count:
+                gpu = gpus[d1]
+                path = gpu.paths[NVS][0]
+                head = d1 == g
+                if path.type >= PATH_DIS or (not head and path.type > typ) or \
+                        not _reserve(path, gpu, bw2 if head else bw):
                     break
-            if nvs is None:
-                d1 -= 1
-            else:
+                graph.n_hops = int(graph.n_hops + (2 if head else 1) * path.count)
+                d1 += 1
+            if d1 == count:
                 self.rec_gpu(graph, save, None, ngpus, -1, -1, 0)
             while d1:
                 d1 -= 1
-                follow_path(ctx, graph, GPU, d1, NVS, 0, -2 if d1 == g else -1)
+                gpu = gpus[d1]
+                path = gpu.paths[NVS][0]
+                head = d1 == g
+                _reserve(path, gpu, -bw2 if head else -bw)
+                graph.n_hops = int(graph.n_hops - (2 if head else 1) * path.count)
         while d0:
             d0 -= 1
-            follow_path(ctx, graph, NVS, 0, GPU, d0, -2 if d0 == g else -1)
+            path = down[d0]
+            head = d0 == g
+            _reserve(path, nvs, -bw2 if head else -bw)
+            graph.n_hops = int(graph.n_hops - (2 if head else 1) * path.count)
 
     def rec_net(self, graph, save, back_net: int, back_first: int) -> None:
         """``ncclTopoSearchRecNet``."""

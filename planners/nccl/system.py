@@ -599,22 +599,43 @@ def _alloc_paths(node: Node, sys: System, t: int) -> list:
     return p
 
 
-def reverse_links(sys: System) -> dict:
-    """For every node (by ``id``), its first link to each (node ``id``, link type): the reverse link
-    ``ncclTopoSetPaths`` looks for by scanning the remote node's links (the first match, as there)."""
+def path_links(sys: System) -> dict:
+    """For every node (by ``id``), its links as ``ncclTopoSetPaths`` reads them, worked out once per path
+    computation: ``(remote node, its type, link bw, link type, hop type, reverse link, DEV rule)``.  The hop
+    type is the path type the link adds before the NVB and "no better than the path so far" rules (PXB
+    between PCI switches, PHB on a PCI link to a CPU, LOC for a NET link); the reverse link is the remote
+    node's first link back of the same type (NCCL scans the remote node's links for it), None if it has
+    none; the DEV rule says when a path may leave a DEV other than the base's: 0 always (to its GPU),
+    1 over NVLink to another DEV only as NVB's one middle hop, 2 never."""
+    first: dict = {}
+    for nodes in sys.nodes:
+        for n in nodes:
+            f: dict = {}
+            for l in n.links:
+                f.setdefault((id(l.rem), l.type), l)
+            first[id(n)] = f
     out: dict = {}
     for nodes in sys.nodes:
         for n in nodes:
-            first: dict = {}
+            nt_ = n.type
+            rows = []
             for l in n.links:
-                first.setdefault((id(l.rem), l.type), l)
-            out[id(n)] = first
+                rem, lt = l.rem, l.type
+                rt = rem.type
+                hop = LINK_LOC if lt == LINK_NET else lt
+                if nt_ == PCI and rt == PCI:
+                    hop = PATH_PXB
+                if lt == LINK_PCI and (nt_ == CPU or rt == CPU):
+                    hop = PATH_PHB
+                rule = 0 if (lt == LINK_LOC and rt == GPU) else 1 if (lt == LINK_NVL and rt == DEV) else 2
+                rows.append((rem, rt, l.bw, lt, hop, first[id(rem)].get((id(n), lt)), rule))
+            out[id(n)] = rows
     return out
 
 
-def set_paths(base: Node, sys: System, nvb_disable: bool, back: dict) -> None:
-    """``ncclTopoSetPaths``: BFS from ``base`` storing at every node its path to ``base`` (``back``:
-    :func:`reverse_links` of ``sys`` as it is now, to find reverse links without scanning)."""
+def set_paths(base: Node, sys: System, nvb_disable: bool, adj: dict) -> None:
+    """``ncclTopoSetPaths``: BFS from ``base`` storing at every node its path to ``base`` (``adj``:
+    :func:`path_links` of ``sys`` as it is now)."""
     bt, bi = base.type, base.idx
     _alloc_paths(base, sys, bt)
     bp = base.paths[bt][bi]
@@ -630,39 +651,33 @@ def set_paths(base: Node, sys: System, nvb_disable: bool, back: dict) -> None:
         queued: set = set()
         for node in nodelist:
             path = node.paths[bt][bi]
-            ntype = node.type
-            for link in node.links:
-                rem = link.rem
+            pbw, ptype, pcount, plist = path.bw, path.type, path.count, path.list
+            is_dev = node.type == DEV
+            # a DEV other than the base's is left only to its GPU, or over NVLink as NVB's middle hop
+            limited = is_dev and node is not base_dev
+            nvb_ok = not nvb_disable and pcount <= max_len
+            nvb_up = is_dev and ptype == PATH_NVL and pcount == max_len
+            count = pcount + 1
+            for rem, rt, lbw, lt, hop, rev, rule in adj[id(node)]:
+                if limited and rule and (rule == 2 or not nvb_ok):
+                    continue
                 rpaths = rem.paths[bt]
                 if rpaths is None:
                     rpaths = _alloc_paths(rem, sys, bt)
                 rp = rpaths[bi]
-                bw = path.bw if path.bw < link.bw else link.bw
-                lt = link.type
-                if node is not base_dev and ntype == DEV and (lt != LINK_LOC or rem.type != GPU) and \
-                        (nvb_disable or lt != LINK_NVL or rem.type != DEV or path.count > max_len):
-                    continue
-                nt = LINK_LOC if lt == LINK_NET else lt
-                if ntype == PCI and rem.type == PCI:
-                    nt = PATH_PXB
-                if lt == LINK_PCI and (ntype == CPU or rem.type == CPU):
-                    nt = PATH_PHB
-                if ntype == DEV and path.type == PATH_NVL and nt == PATH_NVL and path.count == max_len:
-                    nt = PATH_NVB
-                if path.type > nt:
-                    nt = path.type
-                if nt < rp.type or (nt == rp.type and rp.bw < bw) or \
-                        (nt == rp.type and rp.bw == bw and rp.count > path.count + 1):
-                    first = back.get(id(rem))
-                    rev = first.get((id(node), lt)) if first is not None else \
-                        next((rl for rl in rem.links if rl.rem is node and rl.type == lt), None)
+                bw = pbw if pbw < lbw else lbw
+                nt = PATH_NVB if (nvb_up and hop == PATH_NVL) else hop
+                if ptype > nt:
+                    nt = ptype
+                rt_ = rp.type
+                if nt < rt_ or (nt == rt_ and (rp.bw < bw or (rp.bw == bw and rp.count > count))):
                     if rev is None:
                         if not rp.list:
                             raise NcclFailure("Failed to find reverse path")
                         rev = rp.list[0]
-                    rp.list = [rev] + path.list
+                    rp.list = [rev] + plist
                     rp.fast = None
-                    rp.count = path.count + 1
+                    rp.count = count
                     rp.bw = bw
                     rp.type = nt
                     if id(rem) not in queued:
@@ -854,6 +869,11 @@ class Topo:
         g2 = sys.rank_to_index(rank2)
         if g2 < 0:
             return 0, -1
+        return self.check_p2p_index(g1, g2)
+
+    def check_p2p_index(self, g1: int, g2: int) -> tuple:
+        """:meth:`check_p2p` between the GPUs of indices ``g1`` and ``g2``."""
+        sys, s = self.sys, self.s
         gpu1 = sys.nodes[GPU][g1]
         path = gpu1.paths[GPU][g2]
         inter_index, inter_rank = -1, -1
@@ -887,6 +907,11 @@ class Topo:
         g1, g2 = sys.rank_to_index(rank1), sys.rank_to_index(rank2)
         if g1 < 0 or g2 < 0:
             return 0
+        return self.check_net_index(g1, g2)
+
+    def check_net_index(self, g1: int, g2: int) -> int:
+        """:meth:`check_net` between the GPUs of indices ``g1`` and ``g2``."""
+        sys = self.sys
         gpu1, gpu2 = sys.nodes[GPU][g1], sys.nodes[GPU][g2]
         speed = gpu1.paths[GPU][g2].bw
         ns1 = ns2 = 0.0
@@ -916,20 +941,33 @@ class Topo:
         for t in range(10):
             for n in sys.nodes[t]:
                 n.paths = [None] * 10
-        back = reverse_links(sys)
+        adj = path_links(sys)
         for t in (CPU, DEV, GPU, NET, GIN, RMA, NVS):
             for n in sys.nodes[t]:
-                set_paths(n, sys, s.nvb_disable, back)
+                set_paths(n, sys, s.nvb_disable, adj)
         gpus = sys.nodes[GPU]
+        # NCCL passes ranks, which name the GPUs back by index where they are distinct
+        by_index = len({x.rank for x in gpus}) == len(gpus)
         for g in range(len(gpus)):
+            seen = []
             for p in range(len(gpus)):
-                p2p, _ = self.check_p2p(gpus[p].rank, gpus[g].rank)
+                p2p, inter = self.check_p2p_index(p, g) if by_index else self.check_p2p(gpus[p].rank, gpus[g].rank)
+                seen.append((p2p, inter))
                 if p2p == 0:
                     add_inter_step(sys, CPU, local_cpu(sys, g), GPU, p, GPU, g)
             for p in range(len(gpus)):
                 if p == g:
                     continue
-                if self.p2p_can_connect(gpus[p].rank, gpus[g].rank) == 0:
+                # p2pCanConnect asks ncclTopoCheckP2p again: the same answer where the loop above left
+                # the path alone (P2P possible), asked again where it routed the path through the CPU
+                p2p, inter = seen[p]
+                if p2p == 0 or not by_index:
+                    ok = self.p2p_can_connect(gpus[p].rank, gpus[g].rank)
+                elif inter != -1:
+                    ok = p2p
+                else:
+                    ok = 0 if (self.s.net_disable_intra != 1 and self.check_net_index(p, g)) else 1
+                if ok == 0:
                     if self.shm_can_connect(gpus[p].rank, gpus[g].rank) == 0:
                         gpus[p].paths[GPU][g].type = PATH_NET
         for g in range(len(gpus)):
