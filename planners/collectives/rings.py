@@ -227,9 +227,15 @@ class _Packer:
         nvs = [n for n, a in G.nodes(data=True) if a.get("type") == "NVS"]
         self.symmetric = False
         if len(nvs) == 1 and len(gpus) > 1:
-            self.symmetric = all(
-                ps.get(a, b) is not None and ps.get(a, b).nodes == (a, nvs[0], b)
-                for a in gpus for b in gpus if a != b)
+            # the same for every packer on this path set (search_rings builds several)
+            memo = ps.derived
+            key = ("rings.symmetric", tuple(gpus), nvs[0])
+            if key not in memo:
+                table = ps.table
+                memo[key] = all(
+                    (p := table.get((a, b))) is not None and p.nodes == (a, nvs[0], b)
+                    for a in gpus for b in gpus if a != b)
+            self.symmetric = memo[key]
 
     # -- evaluation -----------------------------------------------------------------------------
     def loads(self, s: str, d: str) -> list:

@@ -185,48 +185,71 @@ def _paths_from(adj: _Adj, src: str, nvb: bool = True) -> dict:
     return result
 
 
-def _nccl_paths_to(adj: _Adj, base: str, nvb: bool = True) -> dict:
+_R_LOC, _R_NVL, _R_NVB, _R_C2C, _R_PHB, _R_P2C = (RANK[t] for t in ("LOC", "NVL", "NVB", "C2C", "PHB", "P2C"))
+_NAME = {v: k for k, v in RANK.items()}
+
+
+def _inbound(adj: _Adj) -> dict:
+    """Per node, the links into it as :func:`_nccl_paths_to` reads them: (from, bw, hop type rank,
+    from a GPU, NVLink) -- worked out once per adjacency."""
+    rows = getattr(adj, "_inbound", None)
+    if rows is None:
+        ntype = adj.ntype
+        rows = {v: [(u, bw, RANK[_hop_type(ntype, u, v, et)], ntype[u] == "GPU", et == "NVL")
+                    for u, bw, et, _ in links] for v, links in adj.inn.items()}
+        adj._inbound = rows
+    return rows
+
+
+def _nccl_paths_to(adj: _Adj, base: str, nvb: bool = True, ends: Optional[set] = None) -> dict:
     """NCCL's ``ncclTopoSetPaths`` (paths.cc) for one base node, literally: a BFS outwards from
     the base that stores, at every node, its path *to* the base; a node's path is replaced when
     the new one has a better type, or the same type and more bandwidth, or the same type and
     bandwidth and fewer hops (2.30 rule); a GPU is crossed only as the single middle GPU of an
-    NVLink GPU->GPU->base path.  Returns {node: Path(node -> base)}."""
+    NVLink GPU->GPU->base path.  Returns {node: Path(node -> base)} (only the nodes in ``ends``
+    when given)."""
     ntype = adj.ntype
-    lab = {base: ("LOC", float("inf"), 0, (base,))}
+    inbound = _inbound(adj)
+    lab = {base: (_R_LOC, float("inf"), 0, (base,))}
     nodelist = [base]
     while nodelist:
         nxt: list = []
         queued: set = set()
         for node in nodelist:
             ptype, pbw, pcount, pnodes = lab[node]
-            for rem, bw_link, et, _ in adj.inn[node]:
-                # allow routing through a GPU only as 1 hop (GPU -NVL-> GPU -> base)
-                if node != base and ntype[node] == "GPU" and \
-                        (not nvb or et != "NVL" or ntype[rem] != "GPU" or pcount > 1):
+            is_gpu = ntype[node] == "GPU"
+            # allow routing through a GPU only as 1 hop (GPU -NVL-> GPU -> base)
+            transit = is_gpu and node != base
+            nvb_ok = nvb and pcount <= 1
+            nvb_up = is_gpu and ptype == _R_NVL and pcount + 1 > 1
+            count = pcount + 1
+            for rem, bw_link, hop, rem_gpu, nvl in inbound[node]:
+                if transit and not (nvb_ok and nvl and rem_gpu):
                     continue
-                bw = min(pbw, bw_link)
-                hop = _hop_type(ntype, rem, node, et)
-                if ntype[node] == "GPU" and ptype == "NVL" and hop == "NVL" and pcount + 1 > 1:
-                    hop = "NVB"
-                ty = merge_type(ptype, hop)
+                bw = pbw if pbw < bw_link else bw_link
+                if nvb_up and hop == _R_NVL:
+                    hop = _R_NVB
+                if (ptype == _R_C2C and hop == _R_PHB) or (ptype == _R_PHB and hop == _R_C2C):
+                    ty = _R_P2C
+                else:
+                    ty = ptype if ptype >= hop else hop
                 cur = lab.get(rem)
-                if cur is None or RANK[ty] < RANK[cur[0]] or (ty == cur[0] and cur[1] < bw) or \
-                        (ty == cur[0] and cur[1] == bw and cur[2] > pcount + 1):
+                if cur is None or ty < cur[0] or (ty == cur[0] and (cur[1] < bw or (cur[1] == bw and cur[2] > count))):
                     if rem == base:
                         continue
-                    lab[rem] = (ty, bw, pcount + 1, (rem,) + pnodes)
+                    lab[rem] = (ty, bw, count, (rem,) + pnodes)
                     if rem not in queued:
                         queued.add(rem)
                         nxt.append(rem)
         nodelist = nxt
     out = {}
     for n, (ty, bw, count, nodes) in lab.items():
-        if n == base:
+        if n == base or (ends is not None and n not in ends):
             continue
         via = None
         if len(nodes) == 3 and ntype[nodes[1]] == "GPU" and ntype[nodes[0]] == "GPU":
             via = nodes[1]
-        out[n] = Path(n, base, ty, bw, count, nodes, via=via)
+        out[n] = Path(n, base, _NAME[ty], bw, count, nodes, via=via)
     return out
 
 
@@ -264,6 +287,8 @@ class PathSet:
 
     G: Any
     table: dict = field(default_factory=dict)
+    # what planners derive from the paths once per path set (keyed by the planner)
+    derived: dict = field(default_factory=dict, repr=False, compare=False)
 
     def get(self, src: str, dst: str) -> Optional[Path]:
         return self.table.get((src, dst))
@@ -314,14 +339,14 @@ def compute_path_set(doc_or_graph: Any, *, rule: str = "nccl", p2p_level: Option
                 if d in ends:
                     ps.table[(s, d)] = p
         else:
-            for n, p in _nccl_paths_to(adj, s, nvb=nvb).items():
-                if n in ends:
-                    ps.table[(n, s)] = p
+            for n, p in _nccl_paths_to(adj, s, nvb=nvb, ends=ends).items():
+                ps.table[(n, s)] = p
     gpus = gpu_nodes(G)
     nets = net_nodes(G)
     level = p2p_level or default_p2p_level(G)
     # (a) P2P not possible -> through the destination GPU's local CPU.
     rerouted = {}
+    status = any(G.nodes[g].get("p2p") for g in gpus)     # NVML's P2P status recorded for some GPU
     for g in gpus:
         cpu = ps.local_cpu(g)
         for p in gpus:
@@ -331,11 +356,12 @@ def compute_path_set(doc_or_graph: Any, *, rule: str = "nccl", p2p_level: Option
             if path is None:
                 continue
             ok = RANK[path.type] <= RANK[level]
-            if ok and path.via and adj.ntype.get(path.via) == "GPU":
-                # NVB: NVML is asked about each NVLink hop, not about the end points
-                ok = _p2p_status_ok(G, p, path.via) and _p2p_status_ok(G, path.via, g)
-            elif ok:
-                ok = _p2p_status_ok(G, p, g)
+            if ok and status:
+                if path.via and adj.ntype.get(path.via) == "GPU":
+                    # NVB: NVML is asked about each NVLink hop, not about the end points
+                    ok = _p2p_status_ok(G, p, path.via) and _p2p_status_ok(G, path.via, g)
+                else:
+                    ok = _p2p_status_ok(G, p, g)
             if not ok and cpu is not None and ps.get(p, cpu) and ps.get(cpu, g):
                 rerouted[(p, g)] = _concat(ps.get(p, cpu), ps.get(cpu, g), type_=worse("PHB", worse(
                     ps.get(p, cpu).type, ps.get(cpu, g).type)), via=cpu)
