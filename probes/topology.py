@@ -715,11 +715,15 @@ class Topology:
             return nic.rate_gbps
         # NCCL's socket default only where a probe saw a plain interface (record ``rdma: false``); a NIC
         # of unknown kind (an NCCL XML's network-class PCI device, a topo -m legend) is the rail NIC
-        rdma = nic.rec.get("rdma") is not False
+        return self.unknown_nic_gbps(nic.name, rdma=nic.rec.get("rdma") is not False)
+
+    def unknown_nic_gbps(self, name: str, rdma: bool = True) -> float:
+        """The rate assumed for the NIC ``name`` whose rate nothing gives (:func:`facts.default_nic_gbps`),
+        remembered for :meth:`all_assumptions` (one line per default, naming every NIC it was applied to)."""
         guess = facts.default_nic_gbps(self.sm_hint, rdma=rdma)
         names = self._unknown_nics.setdefault((guess, rdma), [])
-        if nic.name not in names:
-            names.append(nic.name)
+        if name not in names:
+            names.append(name)
         return guess
 
     def default_pcie_bw(self) -> float:

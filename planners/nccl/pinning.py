@@ -216,11 +216,7 @@ class _Pinner:
         topo = self.topo
         nic = self.nic_by_name.get(net.get("name") or "")
         if net.index("speed") == -1 or X.strtol(net.get("speed")) <= 0:
-            if nic is not None:
-                gbps = topo.nic_gbps(nic)
-            else:
-                gbps = facts.default_nic_gbps(topo.sm_hint)
-                topo.assume(facts.assumption("nic-rate", names=[net.get("name") or "?"], gbps=gbps))
+            gbps = topo.nic_gbps(nic) if nic is not None else topo.unknown_nic_gbps(net.get("name") or "?")
             net.set_int("speed", int(round(gbps * 1000)))
         if net.index("port") == -1:
             port = None
