@@ -190,7 +190,7 @@ for i in range(count):
     return sorted(folder.iterdir())
 
 
-def cluster_table(py: Path, runs: int, tmp: Path, big: bool) -> None:
+def cluster_table(py: Path, runs: int, tmp: Path, big: bool, only: "str | None" = None) -> None:
     gpucomm = [str(py.parent / "gpucomm")]
     out = tmp / "out.json"
     rows = [
@@ -213,6 +213,8 @@ def cluster_table(py: Path, runs: int, tmp: Path, big: bool) -> None:
         rows.append((f"rings, {n} GPUs on one NVSwitch domain (sm100), JSON", goal,
                      ["rings", doc, "--format", "json", "-o", out, "--force"]))
     for count, goal in ((1000, 2.0), (10000, 20.0)) if big else ((1000, 2.0),):
+        if only and not any(only in f"{what} over {count} saved node topologies" for what in ("diff", "doctor")):
+            continue
         files = _node_docs(py, tmp, count)
         lst = [str(f) for f in files]
         rows.append((f"diff over {count} saved node topologies, JSON", goal,
@@ -220,6 +222,8 @@ def cluster_table(py: Path, runs: int, tmp: Path, big: bool) -> None:
         rows.append((f"diff over {count} saved node topologies, table", goal, ["diff", *lst]))
         rows.append((f"doctor over {count} saved node topologies, JSON", goal,
                      ["doctor", *lst, "--format", "json", "-o", out, "--force"]))
+    if only:
+        rows = [r for r in rows if only in r[0]]
     print(f"\n## cluster scale, wheel install (median of {runs}; wall s, CPU s, peak RSS)\n")
     print("| what | wall s | CPU s | peak MiB | goal (CPU s) |")
     print("|---|---|---|---|---|")
@@ -247,6 +251,9 @@ def main(argv=None) -> int:
     ap.add_argument("--cluster-runs", type=int, default=None, help="rounds for the cluster-scale rows "
                     "(default: --runs)")
     ap.add_argument("--importtime", action="store_true", help="also print each command's slowest imports")
+    ap.add_argument("--only", metavar="TEXT", help="only the cluster-scale rows whose label contains TEXT "
+                    "(e.g. '72 GPUs'), after the start-up table unless --no-startup")
+    ap.add_argument("--no-startup", action="store_true", help="skip the start-up table")
     a = ap.parse_args(argv)
     tmp_ctx = None
     if a.venv:
@@ -265,11 +272,12 @@ def main(argv=None) -> int:
                              capture_output=True, text=True, env=_env()).stdout.split()
         print(f"# Python {ver[0]}, typer {ver[1]}, {os.cpu_count()} CPUs, load average "
               f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}; gpucomm from the wheel in {work}")
-        startup_table(py, a.runs, work)
+        if not a.no_startup:
+            startup_table(py, a.runs, work)
         if a.importtime:
             importtime(py, work)
         if not a.no_cluster:
-            cluster_table(py, a.cluster_runs or a.runs, work, big=not a.small)
+            cluster_table(py, a.cluster_runs or a.runs, work, big=not a.small, only=a.only)
     finally:
         if tmp_ctx is not None:
             tmp_ctx.cleanup()

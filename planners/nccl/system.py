@@ -862,7 +862,7 @@ class Topo:
     # ---- P2P / SHM / NET between two GPUs (paths.cc, and the transports' canConnect)
     def check_p2p(self, rank1: int, rank2: int) -> tuple:
         """``ncclTopoCheckP2p`` -> (p2p, intermediate rank)."""
-        sys, s = self.sys, self.s
+        sys = self.sys
         g1 = sys.rank_to_index(rank1)
         if g1 < 0:
             raise NcclFailure(f"ncclTopoRankToIndex could not find rank {rank1}")
