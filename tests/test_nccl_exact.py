@@ -232,3 +232,24 @@ def test_widened_passes_end_as_the_rule_says(monkeypatch):
     results, diffs = _run(stops)
     assert not diffs, diffs[:3]
     assert len(search.CHECKED_DONE) >= 2, "no pass stopped early"
+
+
+def test_nvls_passes_taken_from_the_line_end_as_searched(monkeypatch):
+    """One node's NVLS pass tries head GPUs 0, 1, ... while each fits (search.try_nvls); a pass with the same
+    bandwidth and type threshold takes the heads already tried from what they came to (no reservations).
+    Here every such pass of the one-node NVLS goldens reserves anyway (CHECK_NVLS_REPLAY: a head that comes
+    to something else fails), and the answers are NCCL's."""
+    from gpucomm.planners.nccl import comm, search
+
+    monkeypatch.setattr(search, "CHECK_NVLS_REPLAY", True)
+    monkeypatch.setattr(search, "CHECKED_NVLS_REPLAYS", [])
+    comm._RANK_STATES.clear()
+    comm._run_cached.cache_clear()
+    cases = [c for c in goldens() if "error" not in c["golden"] and c["nodes"] == 1
+             and (c["golden"].get("nvls") or {}).get("n")][::4]
+    assert len(cases) >= 10
+    results, diffs = _run(cases)
+    assert not diffs, diffs[:3]
+    assert len(search.CHECKED_NVLS_REPLAYS) >= len(cases) // 2, "too few NVLS passes were taken from the line"
+    comm._RANK_STATES.clear()
+    comm._run_cached.cache_clear()

@@ -479,12 +479,17 @@ class _Search:
         self.cur: list = []    # this channel's reservations (the others' are in ``h`` without their channel)
         self.version = 0
         self.zob: dict = {}
+        self.tz: dict = {}     # (t1, i1, GPU g, bw) -> (what try_gpu adds to h, GPU g's used mark)
         self.rand = random.Random(0x6e63636c)
         # set by compute for a pass whose outcome is fixed once the best graph passes this test (the search
         # then stops; with CHECK_WIDENING it goes on, and done_at is the version at which it would have)
         self.done_when: Optional[Callable] = None
         self.done_at: Optional[int] = None
         self.stopped = False
+        # one node's NVLS passes (see try_nvls): what each head GPU's reservations came to, per
+        # (bwIntra, typeIntra), and whether this pass takes them from there instead of reserving
+        self.nvls_line: Optional[list] = None
+        self.nvls_replay = False
 
     def start_pass(self, graph: TGraph) -> None:
         """One ncclTopoSearchRec call from ncclTopoCompute: a fresh memo (the pass's parameters are fixed)."""
@@ -570,8 +575,11 @@ class _Search:
             self.rec_gpu(graph, save, gpu, step, back_net, back_first, forced)
         else:
             # the links it took, and GPU g used in this channel
-            zu = self._z(("u", g))
-            d = self._path_h(t1, i1, GPU, g, bw) + zu
+            tz = self.tz.get((t1, i1, g, bw))
+            if tz is None:
+                zu = self._z(("u", g))
+                tz = self.tz[t1, i1, g, bw] = (self._path_h(t1, i1, GPU, g, bw) + zu, zu)
+            d, zu = tz
             self.h += d
             self.cur.append(zu)
             self.rec_gpu(graph, save, gpu, step, back_net, back_first, forced)
@@ -747,6 +755,16 @@ class _Search:
         """``ncclTopoSearchTryNvls``: followPath from the NVSwitch to every GPU, then from every GPU to
         it (twice the bandwidth for the head GPU ``g``, whose path type is not checked), in GPU order,
         stopping at the first that lacks room; the recursion when all fit; the give-back in reverse."""
+        line = self.nvls_line
+        if self.nvls_replay:
+            # the same head after the same heads before it, from the same link state: the same outcome
+            fits, hops = line[g]
+            if fits:
+                graph.n_hops = int(graph.n_hops + hops)
+                self.rec_gpu(graph, save, None, ngpus, -1, -1, 0)
+                graph.n_hops = int(graph.n_hops - hops)
+            return
+        hops0 = graph.n_hops
         nodes = self.ctx.sys.nodes
         gpus = nodes[GPU]
         nvs = nodes[NVS][0]
@@ -775,7 +793,11 @@ class _Search:
                 graph.n_hops = int(graph.n_hops + (2 if head else 1) * path.count)
                 d1 += 1
             if d1 == count:
+                if line is not None:
+                    _nvls_record(line, g, True, graph.n_hops - hops0)
                 self.rec_gpu(graph, save, None, ngpus, -1, -1, 0)
+            elif line is not None:
+                _nvls_record(line, g, False, 0)
             while d1:
                 d1 -= 1
                 gpu = gpus[d1]
@@ -783,6 +805,8 @@ class _Search:
                 head = d1 == g
                 _reserve(path, gpu, -bw2 if head else -bw)
                 graph.n_hops = int(graph.n_hops - (2 if head else 1) * path.count)
+        elif line is not None:
+            _nvls_record(line, g, False, 0)
         while d0:
             d0 -= 1
             path = down[d0]
@@ -892,6 +916,36 @@ class _Search:
                 self.try_gpu(graph, save, 0, -1, back_first, 0, -1, -1, g)
 
 
+def _nvls_record(line: list, g: int, fits: bool, hops: int) -> None:
+    """Note what head GPU ``g``'s NVLS reservations came to (heads are tried in order 0, 1, ...: the
+    line grows by one); met again, they must come to the same."""
+    if g == len(line):
+        line.append((fits, hops))
+    elif g > len(line) or line[g] != (fits, hops):
+        raise AssertionError(f"NVLS head {g}: {(fits, hops)} after {line[:g + 1]}")
+
+
+def _nvls_on_grid(speeds: list, kinds) -> bool:
+    """Every amount an NVLS pass at any of ``speeds`` reserves (bwIntra, twice it for the head GPU, the
+    Intel P2P overhead and reverse amounts of each) is on SUB_ROUND's grid."""
+    for s in speeds:
+        for a in (s, f32(s * 2.0)):
+            for fw in (a, f32(f32(a * 6.0) / 5.0)):
+                if not all(_grid(x) for x in (fw,) + tuple(_rev_amount(fw, k) for k in kinds)):
+                    return False
+    return True
+
+
+def _nvls_known(line: list, max_channels: int) -> bool:
+    """Every head a one-node NVLS pass of at most ``max_channels`` channels would try is in ``line``."""
+    for i in range(max_channels):
+        if i >= len(line):
+            return False
+        if not line[i][0]:
+            return True
+    return True
+
+
 class _Passes:
     """Passes of one ncclTopoCompute that must end alike.  A pass reads ``type_intra``/``type_inter``
     only as thresholds on the types of existing paths (followPath, ncclTopoSelectNets), so two
@@ -948,6 +1002,8 @@ CHECK_WIDENING = False
 CHECKED_WIDENINGS: list = []
 CHECKED_FINALS: list = []     # the same for the last passes of the second phase that keep nothing
 CHECKED_DONE: list = []       # and for first-phase passes whose best graph became unbeatable
+CHECK_NVLS_REPLAY = False     # reserve anyway where a one-node NVLS pass would take its heads from the line
+CHECKED_NVLS_REPLAYS: list = []
 
 
 def _fits(cap: float, amount: float) -> int:
@@ -1221,6 +1277,8 @@ def compute(topo: Topo, graph: TGraph) -> TGraph:
     search.memo_ok = _on_grid(sys)
     passes = _Passes(sys)
     widening = _Widening(ctx)
+    nvls_lines = {} if graph.pattern == NVLS and not sys.inter and search.memo_ok and \
+        _nvls_on_grid(speeds, widening.kinds) else None
     while True:
         # search:
         time = SEARCH_TIMEOUT_SAMECHANNELS if tmp.same_channels else \
@@ -1258,7 +1316,19 @@ def compute(topo: Topo, graph: TGraph) -> TGraph:
             else:
                 search.done_when = None
             search.done_at = None
+            if nvls_lines is not None:
+                # one node's NVLS pass is a line (head GPU 0, 1, ... while each fits): a pass with the same
+                # bandwidth and type threshold meets the same heads in the same link state, so the heads
+                # already tried are taken from the line (every pass gives every link its bandwidth back
+                # exactly: all on SUB_ROUND's grid)
+                search.nvls_line = nvls_lines.setdefault((tmp.bw_intra, tmp.type_intra), [])
+                known = _nvls_known(search.nvls_line, tmp.max_channels)
+                search.nvls_replay = known and not CHECK_NVLS_REPLAY
+                if known and CHECK_NVLS_REPLAY:
+                    CHECKED_NVLS_REPLAYS.append(tmp.max_channels)
             search.rec(tmp, graph)
+            search.nvls_line = None
+            search.nvls_replay = False
             search.done_when = None
             if search.done_at is not None:
                 if search.version != search.done_at:
