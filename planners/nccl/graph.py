@@ -210,10 +210,14 @@ class PathGraph:
         """Nodes, edges and attribute dicts copied (one level, as networkx copies); ``graph`` too."""
         H = PathGraph()
         for n, a in self._nodes.items():
-            H.add_node(n, **a)
+            H._nodes[n] = dict(a)
+            H._succ[n] = {}
+            H._pred[n] = {}
+        succ, pred = H._succ, H._pred
         for u, nbrs in self._succ.items():
+            su = succ[u]
             for v, a in nbrs.items():
-                H.add_edge(u, v, **a)
+                su[v] = pred[v][u] = dict(a)
         H.graph = dict(self.graph)
         return H
 

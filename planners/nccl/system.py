@@ -89,7 +89,7 @@ class Node:
     __slots__ = ("type", "id", "idx", "links", "paths", "used",
                  "dev", "rank", "cc", "gdr", "mlo", "parent", "device", "ngpus",
                  "pci_id", "asic", "port", "bw", "latency", "coll", "max_channels", "local_gpu", "rail", "plane",
-                 "name", "arch", "vendor", "model", "bus")
+                 "name", "arch", "vendor", "model", "bus", "set_links", "mark")
 
     def __init__(self, type_: int, id_: int):
         self.type = type_
@@ -107,6 +107,8 @@ class Node:
         self.device = 0
         self.ngpus = 0
         self.pci_id = None
+        self.set_links: list = []    # the links as ncclTopoSetPaths reads them (path_links, per path computation)
+        self.mark = 0                # set_paths' "queued in this round" stamp
         self.asic = 0
         self.port = UNDEF
         self.bw = 0.0
@@ -599,8 +601,8 @@ def _alloc_paths(node: Node, sys: System, t: int) -> list:
     return p
 
 
-def path_links(sys: System) -> dict:
-    """For every node (by ``id``), its links as ``ncclTopoSetPaths`` reads them, worked out once per path
+def path_links(sys: System) -> None:
+    """Every node's links as ``ncclTopoSetPaths`` reads them (``Node.set_links``), worked out once per path
     computation: ``(remote node, its type, link bw, link type, hop type, reverse link, DEV rule)``.  The hop
     type is the path type the link adds before the NVB and "no better than the path so far" rules (PXB
     between PCI switches, PHB on a PCI link to a CPU, LOC for a NET link); the reverse link is the remote
@@ -614,7 +616,6 @@ def path_links(sys: System) -> dict:
             for l in n.links:
                 f.setdefault((id(l.rem), l.type), l)
             first[id(n)] = f
-    out: dict = {}
     for nodes in sys.nodes:
         for n in nodes:
             nt_ = n.type
@@ -629,13 +630,15 @@ def path_links(sys: System) -> dict:
                     hop = PATH_PHB
                 rule = 0 if (lt == LINK_LOC and rt == GPU) else 1 if (lt == LINK_NVL and rt == DEV) else 2
                 rows.append((rem, rt, l.bw, lt, hop, first[id(rem)].get((id(n), lt)), rule))
-            out[id(n)] = rows
-    return out
+            n.set_links = rows
 
 
-def set_paths(base: Node, sys: System, nvb_disable: bool, adj: dict) -> None:
-    """``ncclTopoSetPaths``: BFS from ``base`` storing at every node its path to ``base`` (``adj``:
-    :func:`path_links` of ``sys`` as it is now)."""
+_ROUND = [0]     # set_paths' rounds, for the nodes' "queued in this round" stamps
+
+
+def set_paths(base: Node, sys: System, nvb_disable: bool) -> None:
+    """``ncclTopoSetPaths``: BFS from ``base`` storing at every node its path to ``base`` (the nodes'
+    ``set_links``: :func:`path_links` of ``sys`` as it is now)."""
     bt, bi = base.type, base.idx
     _alloc_paths(base, sys, bt)
     bp = base.paths[bt][bi]
@@ -648,7 +651,8 @@ def set_paths(base: Node, sys: System, nvb_disable: bool, adj: dict) -> None:
     nodelist = [base]
     while nodelist:
         nxt: list = []
-        queued: set = set()
+        _ROUND[0] += 1
+        stamp = _ROUND[0]
         for node in nodelist:
             path = node.paths[bt][bi]
             pbw, ptype, pcount, plist = path.bw, path.type, path.count, path.list
@@ -658,7 +662,7 @@ def set_paths(base: Node, sys: System, nvb_disable: bool, adj: dict) -> None:
             nvb_ok = not nvb_disable and pcount <= max_len
             nvb_up = is_dev and ptype == PATH_NVL and pcount == max_len
             count = pcount + 1
-            for rem, rt, lbw, lt, hop, rev, rule in adj[id(node)]:
+            for rem, rt, lbw, lt, hop, rev, rule in node.set_links:
                 if limited and rule and (rule == 2 or not nvb_ok):
                     continue
                 rpaths = rem.paths[bt]
@@ -680,8 +684,8 @@ def set_paths(base: Node, sys: System, nvb_disable: bool, adj: dict) -> None:
                     rp.count = count
                     rp.bw = bw
                     rp.type = nt
-                    if id(rem) not in queued:
-                        queued.add(id(rem))
+                    if rem.mark != stamp:
+                        rem.mark = stamp
                         nxt.append(rem)
         nodelist = nxt
 
@@ -941,10 +945,10 @@ class Topo:
         for t in range(10):
             for n in sys.nodes[t]:
                 n.paths = [None] * 10
-        adj = path_links(sys)
+        path_links(sys)
         for t in (CPU, DEV, GPU, NET, GIN, RMA, NVS):
             for n in sys.nodes[t]:
-                set_paths(n, sys, s.nvb_disable, adj)
+                set_paths(n, sys, s.nvb_disable)
         gpus = sys.nodes[GPU]
         # NCCL passes ranks, which name the GPUs back by index where they are distinct
         by_index = len({x.rank for x in gpus}) == len(gpus)
@@ -1068,15 +1072,16 @@ class Topo:
         return self._gpu_path_extreme(t, min, PATH_SYS)
 
     def _gpu_path_extreme(self, t: int, pick, start: int) -> int:
+        """``pick`` (min or max) of ``start`` and the types of every GPU's paths to the nodes of type ``t``."""
         m = start
+        n = len(self.sys.nodes[t])
         for i, g in enumerate(self.sys.nodes[GPU]):
             paths = g.paths[t]
             if paths is None:
                 continue
-            for j in range(len(self.sys.nodes[t])):
-                if t == GPU and i == j:
-                    continue
-                m = pick(m, paths[j].type)
+            types = [paths[j].type for j in range(n) if not (t == GPU and i == j)]
+            if types:
+                m = pick(m, pick(types))
         return m
 
     def comp_cap(self) -> tuple:
