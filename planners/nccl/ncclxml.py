@@ -713,6 +713,7 @@ class RankCopies:
     def __init__(self, xml: Xml, machine: "Machine") -> None:
         self.xml = xml
         self.pure: set = set()
+        self._subtrees: dict = {}     # id of a pure node -> ids of its subtree (the same for every rank)
         nodes = xml.nodes
         buses = [n.get("busid") for n in nodes if n.name == "pci"]
         self.ok = bool(nodes) and nodes[0].name == "system" and len(set(buses)) == len(buses) and \
@@ -748,11 +749,17 @@ class RankCopies:
         drop: set = set()
         stack = [xml.nodes[0]]
         pure = self.pure
+        subtrees = self._subtrees
         while stack:
             n = stack.pop()
             for c in n.subs:
                 if id(c) in pure and id(c) not in chain:
-                    _collect(c, drop)
+                    ids = subtrees.get(id(c))
+                    if ids is None:
+                        ids = set()
+                        _collect(c, ids)
+                        ids = subtrees[id(c)] = frozenset(ids)
+                    drop |= ids
                 else:
                     stack.append(c)
         return xml.copy(drop)
