@@ -925,15 +925,20 @@ def _nvls_record(line: list, g: int, fits: bool, hops: int) -> None:
         raise AssertionError(f"NVLS head {g}: {(fits, hops)} after {line[:g + 1]}")
 
 
-def _nvls_on_grid(speeds: list, kinds) -> bool:
-    """Every amount an NVLS pass at any of ``speeds`` reserves (bwIntra, twice it for the head GPU, the
-    Intel P2P overhead and reverse amounts of each) is on SUB_ROUND's grid."""
-    for s in speeds:
-        for a in (s, f32(s * 2.0)):
-            for fw in (a, f32(f32(a * 6.0) / 5.0)):
-                if not all(_grid(x) for x in (fw,) + tuple(_rev_amount(fw, k) for k in kinds)):
-                    return False
+def _reservations_on_grid(amounts: Iterable[float], kinds) -> bool:
+    """Every one of ``amounts`` a pass reserves, with the Intel P2P overhead on each and the reverse amounts
+    of the reservation ``kinds`` the system has, is on SUB_ROUND's grid (so giving it back is exact)."""
+    for a in amounts:
+        for fw in (a, f32(f32(a * 6.0) / 5.0)):
+            if not all(_grid(x) for x in (fw,) + tuple(_rev_amount(fw, k) for k in kinds)):
+                return False
     return True
+
+
+def _nvls_on_grid(speeds: list, kinds) -> bool:
+    """Every amount an NVLS pass at any of ``speeds`` reserves (bwIntra, twice it for the head GPU) is on
+    SUB_ROUND's grid (:func:`_reservations_on_grid`)."""
+    return _reservations_on_grid([a for s in speeds for a in (s, f32(s * 2.0))], kinds)
 
 
 def _nvls_known(line: list, max_channels: int) -> bool:
@@ -1080,11 +1085,8 @@ class _Widening:
         every link its bandwidth back exactly (off the grid, NCCL's give-backs drift, and a pass not
         searched would not drift it as NCCL does): the speeds, half bwInter (BALANCED_TREE), the Intel
         P2P overhead on each, the reverse amounts where the system has links that take them."""
-        for a in (g.bw_intra, g.bw_inter) + ((g.bw_inter / 2,) if g.pattern == BALANCED_TREE else ()):
-            for fw in (a, f32(f32(a * 6.0) / 5.0)):
-                if not all(_grid(x) for x in (fw,) + tuple(_rev_amount(fw, k) for k in self.kinds)):
-                    return False
-        return True
+        half = (g.bw_inter / 2,) if g.pattern == BALANCED_TREE else ()
+        return _reservations_on_grid((g.bw_intra, g.bw_inter) + half, self.kinds)
 
     def _out_links(self, g: TGraph, gi: int) -> tuple:
         """The first links of the paths GPU ``gi`` may send on in this pass (GPU->GPU within typeIntra,
