@@ -110,9 +110,12 @@ class _Adj:
         self.out: dict = {n: [] for n in G.nodes}
         for u, v, a in sorted(G.edges(data=True), key=lambda e: (e[0], e[1])):
             self.out[u].append((v, float(a["bw"]), a["type"], _hop_type(self.ntype, u, v, a["type"])))
+        # the links into each node as NCCL's BFS reads them: (from, bw, hop type rank, from a GPU, NVLink)
         self.inn: dict = {n: [] for n in G.nodes}
         for u, v, a in sorted(G.edges(data=True), key=lambda e: (e[1], e[0])):
-            self.inn[v].append((u, float(a["bw"]), a["type"], None))
+            et = a["type"]
+            self.inn[v].append((u, float(a["bw"]), RANK[_hop_type(self.ntype, u, v, et)],
+                                self.ntype[u] == "GPU", et == "NVL"))
         self.cap = {(u, v): float(a["bw"]) for u, v, a in G.edges(data=True)}
         self.etype = {(u, v): a["type"] for u, v, a in G.edges(data=True)}
 
@@ -189,18 +192,6 @@ _R_LOC, _R_NVL, _R_NVB, _R_C2C, _R_PHB, _R_P2C = (RANK[t] for t in ("LOC", "NVL"
 _NAME = {v: k for k, v in RANK.items()}
 
 
-def _inbound(adj: _Adj) -> dict:
-    """Per node, the links into it as :func:`_nccl_paths_to` reads them: (from, bw, hop type rank,
-    from a GPU, NVLink) -- worked out once per adjacency."""
-    rows = getattr(adj, "_inbound", None)
-    if rows is None:
-        ntype = adj.ntype
-        rows = {v: [(u, bw, RANK[_hop_type(ntype, u, v, et)], ntype[u] == "GPU", et == "NVL")
-                    for u, bw, et, _ in links] for v, links in adj.inn.items()}
-        adj._inbound = rows
-    return rows
-
-
 def _nccl_paths_to(adj: _Adj, base: str, nvb: bool = True, ends: Optional[set] = None) -> dict:
     """NCCL's ``ncclTopoSetPaths`` (paths.cc) for one base node, literally: a BFS outwards from
     the base that stores, at every node, its path *to* the base; a node's path is replaced when
@@ -209,7 +200,7 @@ def _nccl_paths_to(adj: _Adj, base: str, nvb: bool = True, ends: Optional[set] =
     NVLink GPU->GPU->base path.  Returns {node: Path(node -> base)} (only the nodes in ``ends``
     when given)."""
     ntype = adj.ntype
-    inbound = _inbound(adj)
+    inbound = adj.inn
     lab = {base: (_R_LOC, float("inf"), 0, (base,))}
     nodelist = [base]
     while nodelist:
