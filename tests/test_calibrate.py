@@ -173,6 +173,38 @@ def test_terms_are_the_documented_formula():
     assert t.time(timing.DEFAULT) == pytest.approx(100.0)
 
 
+def test_ring_step_floor_is_a_max_not_a_sum():
+    """A multi-node ring step takes at least step_floor_us: flat at floor x steps while the transfer
+    is shorter, the transfer alone beyond (no sum of the two)."""
+    p = timing.Profile(step_floor_us=40.0)
+    short = timing.Terms(lat=10.0, steps_net=14, transfer=300.0, size=1 << 22, steps=14, floor_steps=14)
+    long = timing.Terms(lat=10.0, steps_net=14, transfer=5000.0, size=1 << 26, steps=14, floor_steps=14)
+    assert short.time(p) == pytest.approx(10.0 + 40.0 * 14)
+    assert long.time(p) == pytest.approx(10.0 + 5000.0)
+    assert timing.Terms(lat=10.0, steps_net=14, transfer=300.0, size=1 << 22, steps=14).time(p) == pytest.approx(310.0)
+
+
+def test_floor_applies_to_multi_node_rings_running_simple_only(polaris):
+    g = cost.summarize(polaris, nodes=2)
+    ring = timing.terms(g, "all_reduce", "ring", "Simple", 1 << 24)
+    assert ring.floor_steps == 2 * (g.n_ranks - 1)
+    assert timing.terms(g, "all_reduce", "ring", "LL128", 1 << 24).floor_steps == 0
+    assert timing.terms(g, "all_reduce", "tree", "Simple", 1 << 24).floor_steps == 0
+    one = cost.summarize(polaris, nodes=1)
+    assert timing.terms(one, "all_reduce", "ring", "Simple", 1 << 24).floor_steps == 0
+
+
+def test_fit_recovers_a_ring_step_floor(polaris):
+    """Runs made under a known floor come back with it (the floor is searched, not linear); in the
+    floored sizes the per-step latencies trade against it, hence 15% (56 us for 50 when written)."""
+    true = replace(TRUE, step_floor_us=50.0)
+    doc = calibrate.build_calibration(polaris, _synthetic(polaris, true, colls=("all_reduce", "all_gather")),
+                                      "example:polaris")
+    assert "step_floor_us" in doc["fitted"]
+    assert doc["parameters"]["step_floor_us"] == pytest.approx(50.0, rel=0.15)
+    assert doc["residual"]["median_abs_time_error_pct"] < 5.0
+
+
 # ---------------------------------------------------------------- the commands
 def test_cli_calibrate_writes_a_valid_profile_and_predict_uses_it(tmp_path):
     files = sorted(SCALING.glob("0[0-1]?_polaris_2n_*nccl221_env5.txt"))

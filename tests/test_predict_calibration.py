@@ -137,9 +137,6 @@ KNOWN_MISSES = {
     "069_alps-gh200_32n_all_reduce_cxituned_aws192.txt": "disturbed measurement at 256 MiB-1 GiB",
     # measurement: busbw 7.47 GB/s at 512 MiB, 5.98 at 1 GiB (socket transport at 8 nodes)
     "021_polaris_8n_all_reduce_nccl218_env1.txt": "largest size 20% below the one before",
-    # 8-node all_gather mid sizes from a 2-node fit (socket transport): 256 KiB-4 MiB sit on a ~900 us
-    # plateau on 8 nodes (LL through the network proxy) that 2 nodes do not show
-    "016_polaris_8n_all_gather_nccl218_env1.txt": "mid sizes at 8 nodes (median 27%)",
     # all_to_all loses ~20% more on 8 nodes than on 2 with the OFI plugin: a fit on one node count
     # cannot see it (congestion is fitted only from >= 2 node counts)
     "027_polaris_8n_alltoall_nccl218_env5.txt": "all_to_all congestion unseen by a 2-node fit",

@@ -16,7 +16,10 @@ is fitted only when some run depends on it, the others keep their documented def
   NVLS and point-to-point inside a node relative to NCCL's own figures;
 * ``latency_scale``, ``net_step_latency_us``, ``ramp`` -- NCCL's latency model scaled, a latency per
   network step (per hop across nodes, per remote peer for all_to_all), and the pipeline fill of mid
-  sizes (timing's ``ramp``).
+  sizes (timing's ``ramp``);
+* ``step_floor_us`` -- the least time a step of a multi-node ring (Simple protocol) takes: a floor its
+  transfer hides (timing's ``max(S / B, step_floor_us x steps)``), searched on a grid around the
+  linear stage.
 
 How: NCCL's tuning model (our reproduction of it) decides the algorithm and protocol of every
 measured size -- the fit never changes that choice.  The bandwidth parameters are fitted first, by
@@ -52,8 +55,12 @@ BOUNDS = {
     "intra_p2p_efficiency": (0.05, 2.0),
 }
 LATENCY_PARAMETERS = ("latency_scale", "net_step_latency_us", "step_latency_us", "ramp", "net_ll_efficiency",
-                      "net_ll128_efficiency", "net_fill")
+                      "net_ll128_efficiency", "net_fill", "step_floor_us")
 FILL_WINDOWS = tuple(float(1 << k) for k in range(16, 28, 2))   # 64 KiB .. 64 MiB
+# The ring step floor (timing's ``step_floor_us``) is not linear in the time: it is searched on this
+# grid (0 and 1 .. 256 us, x sqrt 2), then refined between the grid neighbours of the best value.
+FLOOR_GRID = (0.0,) + tuple(2.0 ** (k / 2) for k in range(17))
+FLOOR_REFINE = 8
 # the linear stage fits 1 / efficiency for the protocol parameters (they divide a transfer time)
 _INVERSE = ("net_ll_efficiency", "net_ll128_efficiency")
 ROUNDS = 5            # bandwidth stage then latency stage, this many times
@@ -276,7 +283,10 @@ def _latency_fit(cases: Sequence[_Case], p: timing.Profile, active: Sequence[str
     """Non-negative least squares of the relative time error in the latency parameters and the
     network protocol efficiencies (the time is linear in them -- in 1/efficiency for the latter --
     once the bandwidths are fixed), for each fill window when the fill is fitted (the best one wins);
-    every run weighs the same."""
+    every run weighs the same.  The ring step floor, when fitted, is searched around the linear
+    stage (:data:`FLOOR_GRID`): each value it takes gives the others' least squares."""
+    fit_floor = "step_floor_us" in active
+    active = [k for k in active if k != "step_floor_us"]
     if not active:
         return p
     base = replace(p, net_ll_efficiency=1.0, net_ll128_efficiency=1.0)
@@ -290,14 +300,34 @@ def _latency_fit(cases: Sequence[_Case], p: timing.Profile, active: Sequence[str
     if not samples:
         return p
     windows = FILL_WINDOWS if "net_fill" in active else (p.net_fill_bytes,)
-    best = None
-    for window in windows:
-        got = _nnls_at(samples, active, window, PRIOR_WEIGHT * len(cases))
-        if got is not None and (best is None or got[0] < best[0]):
-            best = got + (window,)
+    prior_w = PRIOR_WEIGHT * len(cases)
+
+    def at(floor: float, wins) -> Optional[tuple]:
+        best = None
+        for window in wins:
+            got = _nnls_at(samples, active, window, prior_w, floor)
+            if got is not None and (best is None or got[0] < best[0]):
+                best = got + (window, floor)
+        return best
+
+    best = at(p.step_floor_us, windows)
     if best is None:
         return p
+    if fit_floor:
+        window = (best[2],)
+        tried = [(f, at(f, window)) for f in FLOOR_GRID]
+        tried = [(f, b) for f, b in tried if b is not None]
+        i = min(range(len(tried)), key=lambda k: tried[k][1][0])
+        if 0 < i < len(tried) - 1 and tried[i][0] > 0:   # refine between the grid neighbours
+            lo, hi = max(tried[i - 1][0], FLOOR_GRID[1] / 2), tried[i + 1][0]
+            f = _golden(lambda v: (at(v, window) or (math.inf,))[0], lo, hi, True, FLOOR_REFINE)
+            cand = at(f, window)
+            if cand is not None and cand[0] < tried[i][1][0]:
+                tried[i] = (f, cand)
+        best = at(tried[i][0], windows) or tried[i][1]
     vals = dict(zip(active, best[1]))
+    if fit_floor:
+        vals["step_floor_us"] = best[3]
     if vals.get("net_fill"):
         vals["net_fill_bytes"] = best[2]
     if "latency_scale" in vals and vals["latency_scale"] <= 0:
@@ -308,8 +338,10 @@ def _latency_fit(cases: Sequence[_Case], p: timing.Profile, active: Sequence[str
     return replace(p, **vals)
 
 
-def _nnls_at(samples: list, active: Sequence[str], window: float, prior_w: float) -> Optional[tuple[float, list]]:
-    """(weighted squared error, coefficients >= 0) of the linear stage for one fill window: the
+def _nnls_at(samples: list, active: Sequence[str], window: float, prior_w: float,
+             floor: float = 0.0) -> Optional[tuple[float, list]]:
+    """(weighted squared error, coefficients >= 0) of the linear stage for one fill window and ring
+    step floor: the
     normal equations are accumulated once, then every subset of free coefficients is solved on
     them (the subset with the smallest error whose solution is non-negative wins: exact NNLS for a
     handful of unknowns)."""
@@ -324,7 +356,7 @@ def _nnls_at(samples: list, active: Sequence[str], window: float, prior_w: float
                  "net_ll128_efficiency": t.transfer if proto == "LL128" else 0.0,
                  "net_fill": t.fill_x(window)}
         x = [feats[k] / t_meas for k in active]
-        fixed = 0.0 if (proto and f"net_{proto.lower()}_efficiency" in active) else t.transfer
+        fixed = 0.0 if (proto and f"net_{proto.lower()}_efficiency" in active) else t.moved(floor)
         y = 1.0 - fixed / t_meas
         _accumulate(ata, aty, x, y, w)
         yy += w * y * y
@@ -404,7 +436,9 @@ def fit(layouts: Layouts, runs: Sequence[Run], start: Optional[timing.Profile] =
     multi_protos = {r.proto for c in cases if c.run.nodes > 1 for r in c.rows}
     lat_active = ["latency_scale", "ramp"] + (["net_step_latency_us", "step_latency_us", "net_fill"]
                                               if any(c.run.nodes > 1 for c in cases) else []) \
-        + [f"net_{x.lower()}_efficiency" for x in ("LL", "LL128") if x in multi_protos]
+        + [f"net_{x.lower()}_efficiency" for x in ("LL", "LL128") if x in multi_protos] \
+        + (["step_floor_us"] if any(c.run.nodes > 1 and r.algo == "ring" and r.proto == "Simple"
+                                    for c in cases for r in c.rows) else [])
     bounds = dict(BOUNDS)
     line = _line_rate_gbps(layouts, cases)
     if line:

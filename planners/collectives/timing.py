@@ -10,7 +10,8 @@ into the achievable bandwidths of a :class:`~gpucomm.planners.nccl.tuning.CommGr
 The time of one operation of ``S`` bytes (nccl-tests' size) is::
 
     t = latency_scale * L_nccl + net_step_latency_us * steps_net + step_latency_us * steps
-        + S / B + ramp * 2 * sqrt(L_nccl * S / B) + net_fill * steps_net * S_w / B
+        + max(S / B, step_floor_us * floor_steps) + ramp * 2 * sqrt(L_nccl * S / B)
+        + net_fill * steps_net * S_w / B
 
 * ``L_nccl``: NCCL's latency for the chosen algorithm/protocol (tuning.cc ``ncclTopoTuneModel``,
   with ``ncclTopoGetAlgoTime``'s ring plateau) -- or, for the point-to-point collectives NCCL does
@@ -18,6 +19,13 @@ The time of one operation of ``S`` bytes (nccl-tests' size) is::
 * ``steps_net``: the network steps of the algorithm (ring all_reduce ``2(N-1)``, tree ``2 log2 N``,
   all_to_all one per remote peer, ...; :func:`net_steps`); ``steps``: every step when the job spans
   nodes (:func:`all_steps`; all_to_all's are in its ``L_nccl``), each of which waits for the network proxy;
+* ``floor_steps``: the steps of a multi-node ring running NCCL's Simple protocol, each of which
+  takes at least ``step_floor_us``: the transfer of a step hides the transport's per-step latency
+  (a rendezvous handshake per message, the proxy's round trip) up to that floor, so a ring sweep is
+  flat at ``step_floor_us x steps`` until its transfer takes longer and bandwidth-bound beyond --
+  what the published Slingshot sweeps show (CSCS Alps all_reduce, ~44 us x 2(n-1) steps from 8 to
+  32 nodes; ALCF Polaris with the aws-ofi-nccl plugin, ~50-70 us); LL and LL128 move small
+  flag-synchronised lines without that handshake;
 * ``S_w = min(S, net_fill_bytes)``: a multi-node pipeline fills over its network steps until its
   chunks reach their full size (``Terms.fill_x``);
 * ``B``: the algorithm bandwidth NCCL's refinements give (protocol factors, per-channel caps, tree
@@ -102,6 +110,7 @@ class Profile:
     ramp: float = 0.0                            # pipeline fill (0: NCCL's model, 1: optimal chunking)
     net_fill: float = 0.0                        # pipeline fill per network step, x the transfer of a window
     net_fill_bytes: float = 4194304.0            # the window (bytes) beyond which the fill stops growing
+    step_floor_us: float = 0.0                   # a multi-node ring step (Simple) takes at least this long
 
     def to_dict(self) -> dict:
         return {f.name: (None if getattr(self, f.name) is None else round(float(getattr(self, f.name)), 6))
@@ -251,6 +260,14 @@ class Terms:
     transfer: float
     size: int = 0
     steps: int = 0
+    floor_steps: int = 0
+
+    def moved(self, floor_us: float) -> float:
+        """The transfer of a ring whose every step takes at least ``floor_us``: max(S / B, floor x
+        steps) (the steps' transfers hide the transport's per-step latency up to the floor)."""
+        if self.floor_steps and floor_us > 0:
+            return max(self.transfer, floor_us * self.floor_steps)
+        return self.transfer
 
     def fill_x(self, window: float) -> float:
         """The network pipeline fill per unit of ``net_fill``: steps x the transfer time of
@@ -260,7 +277,7 @@ class Terms:
         return self.steps_net * self.transfer * min(1.0, window / self.size)
 
     def time(self, p: Profile) -> float:
-        t = p.latency_scale * self.lat + p.net_step_latency_us * self.steps_net + self.transfer \
+        t = p.latency_scale * self.lat + p.net_step_latency_us * self.steps_net + self.moved(p.step_floor_us) \
             + p.step_latency_us * self.steps
         if p.ramp and self.transfer > 0 and self.lat > 0:
             t += p.ramp * 2.0 * math.sqrt(self.lat * self.transfer)
@@ -307,7 +324,9 @@ def terms(g: CommGraph, coll: str, algo: str, proto: Optional[str], size: int, p
         bw *= profile.net_ll_efficiency
     elif g.n_nodes > 1 and proto == "LL128":
         bw *= profile.net_ll128_efficiency
-    return Terms(lat, net_steps(g, coll, algo), size / (1000.0 * bw), size, all_steps(g, coll, algo))
+    steps = all_steps(g, coll, algo)
+    floor_steps = steps if (algo == "ring" and proto == "Simple" and g.n_nodes > 1) else 0
+    return Terms(lat, net_steps(g, coll, algo), size / (1000.0 * bw), size, steps, floor_steps)
 
 
 def time_us(g: CommGraph, coll: str, algo: str, proto: Optional[str], size: int, profile: Profile = DEFAULT,
