@@ -177,8 +177,8 @@ def test_ring_step_floor_is_a_max_not_a_sum():
     """A multi-node ring step takes at least step_floor_us: flat at floor x steps while the transfer
     is shorter, the transfer alone beyond (no sum of the two)."""
     p = timing.Profile(step_floor_us=40.0)
-    short = timing.Terms(lat=10.0, steps_net=14, transfer=300.0, size=1 << 22, steps=14, floor_steps=14)
-    long = timing.Terms(lat=10.0, steps_net=14, transfer=5000.0, size=1 << 26, steps=14, floor_steps=14)
+    short = timing.Terms(lat=10.0, steps_net=14, transfer=300.0, size=1 << 22, steps=14, floored=True)
+    long = timing.Terms(lat=10.0, steps_net=14, transfer=5000.0, size=1 << 26, steps=14, floored=True)
     assert short.time(p) == pytest.approx(10.0 + 40.0 * 14)
     assert long.time(p) == pytest.approx(10.0 + 5000.0)
     assert timing.Terms(lat=10.0, steps_net=14, transfer=300.0, size=1 << 22, steps=14).time(p) == pytest.approx(310.0)
@@ -187,11 +187,11 @@ def test_ring_step_floor_is_a_max_not_a_sum():
 def test_floor_applies_to_multi_node_rings_running_simple_only(polaris):
     g = cost.summarize(polaris, nodes=2)
     ring = timing.terms(g, "all_reduce", "ring", "Simple", 1 << 24)
-    assert ring.floor_steps == 2 * (g.n_ranks - 1)
-    assert timing.terms(g, "all_reduce", "ring", "LL128", 1 << 24).floor_steps == 0
-    assert timing.terms(g, "all_reduce", "tree", "Simple", 1 << 24).floor_steps == 0
+    assert ring.floored and ring.steps == 2 * (g.n_ranks - 1)
+    assert not timing.terms(g, "all_reduce", "ring", "LL128", 1 << 24).floored
+    assert not timing.terms(g, "all_reduce", "tree", "Simple", 1 << 24).floored
     one = cost.summarize(polaris, nodes=1)
-    assert timing.terms(one, "all_reduce", "ring", "Simple", 1 << 24).floor_steps == 0
+    assert not timing.terms(one, "all_reduce", "ring", "Simple", 1 << 24).floored
 
 
 def test_fit_recovers_a_ring_step_floor(polaris):

@@ -341,9 +341,8 @@ def _latency_fit(cases: Sequence[_Case], p: timing.Profile, active: Sequence[str
 def _nnls_at(samples: list, active: Sequence[str], window: float, prior_w: float,
              floor: float = 0.0) -> Optional[tuple[float, list]]:
     """(weighted squared error, coefficients >= 0) of the linear stage for one fill window and ring
-    step floor: the
-    normal equations are accumulated once, then every subset of free coefficients is solved on
-    them (the subset with the smallest error whose solution is non-negative wins: exact NNLS for a
+    step floor: the normal equations are accumulated once, then every subset of free coefficients
+    is solved on them (the subset with the smallest error whose solution is non-negative wins: exact NNLS for a
     handful of unknowns)."""
     n = len(active)
     ata = [[0.0] * n for _ in range(n)]

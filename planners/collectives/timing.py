@@ -10,7 +10,7 @@ into the achievable bandwidths of a :class:`~gpucomm.planners.nccl.tuning.CommGr
 The time of one operation of ``S`` bytes (nccl-tests' size) is::
 
     t = latency_scale * L_nccl + net_step_latency_us * steps_net + step_latency_us * steps
-        + max(S / B, step_floor_us * floor_steps) + ramp * 2 * sqrt(L_nccl * S / B)
+        + max(S / B, step_floor_us * steps if floored) + ramp * 2 * sqrt(L_nccl * S / B)
         + net_fill * steps_net * S_w / B
 
 * ``L_nccl``: NCCL's latency for the chosen algorithm/protocol (tuning.cc ``ncclTopoTuneModel``,
@@ -19,13 +19,14 @@ The time of one operation of ``S`` bytes (nccl-tests' size) is::
 * ``steps_net``: the network steps of the algorithm (ring all_reduce ``2(N-1)``, tree ``2 log2 N``,
   all_to_all one per remote peer, ...; :func:`net_steps`); ``steps``: every step when the job spans
   nodes (:func:`all_steps`; all_to_all's are in its ``L_nccl``), each of which waits for the network proxy;
-* ``floor_steps``: the steps of a multi-node ring running NCCL's Simple protocol, each of which
-  takes at least ``step_floor_us``: the transfer of a step hides the transport's per-step latency
-  (a rendezvous handshake per message, the proxy's round trip) up to that floor, so a ring sweep is
+* ``floored``: a multi-node ring running NCCL's Simple protocol, each of whose ``steps`` takes at
+  least ``step_floor_us``: the transfer of a step hides the transport's per-step latency (a
+  rendezvous handshake per message, the proxy's round trip) up to that floor, so a ring sweep is
   flat at ``step_floor_us x steps`` until its transfer takes longer and bandwidth-bound beyond --
-  what the published Slingshot sweeps show (CSCS Alps all_reduce, ~44 us x 2(n-1) steps from 8 to
-  32 nodes; ALCF Polaris with the aws-ofi-nccl plugin, ~50-70 us); LL and LL128 move small
-  flag-synchronised lines without that handshake;
+  what the published ALCF Polaris sweeps with the aws-ofi-nccl plugin show (all_reduce and
+  all_gather flat at ~1 ms on 2 nodes, ~2-3 ms on 8, from 1 to 16 MiB; fitted 35-45 us a step).
+  LL and LL128 move small flag-synchronised lines without that handshake, and trees pipeline
+  their chunks through the tree: neither is floored;
 * ``S_w = min(S, net_fill_bytes)``: a multi-node pipeline fills over its network steps until its
   chunks reach their full size (``Terms.fill_x``);
 * ``B``: the algorithm bandwidth NCCL's refinements give (protocol factors, per-channel caps, tree
@@ -260,13 +261,13 @@ class Terms:
     transfer: float
     size: int = 0
     steps: int = 0
-    floor_steps: int = 0
+    floored: bool = False
 
     def moved(self, floor_us: float) -> float:
-        """The transfer of a ring whose every step takes at least ``floor_us``: max(S / B, floor x
-        steps) (the steps' transfers hide the transport's per-step latency up to the floor)."""
-        if self.floor_steps and floor_us > 0:
-            return max(self.transfer, floor_us * self.floor_steps)
+        """The transfer when every step takes at least ``floor_us`` (a floored ring): max(S / B,
+        floor x steps), the steps' transfers hiding the transport's per-step latency up to the floor."""
+        if self.floored and floor_us > 0:
+            return max(self.transfer, floor_us * self.steps)
         return self.transfer
 
     def fill_x(self, window: float) -> float:
@@ -324,9 +325,8 @@ def terms(g: CommGraph, coll: str, algo: str, proto: Optional[str], size: int, p
         bw *= profile.net_ll_efficiency
     elif g.n_nodes > 1 and proto == "LL128":
         bw *= profile.net_ll128_efficiency
-    steps = all_steps(g, coll, algo)
-    floor_steps = steps if (algo == "ring" and proto == "Simple" and g.n_nodes > 1) else 0
-    return Terms(lat, net_steps(g, coll, algo), size / (1000.0 * bw), size, steps, floor_steps)
+    return Terms(lat, net_steps(g, coll, algo), size / (1000.0 * bw), size, all_steps(g, coll, algo),
+                 algo == "ring" and proto == "Simple" and g.n_nodes > 1)
 
 
 def time_us(g: CommGraph, coll: str, algo: str, proto: Optional[str], size: int, profile: Profile = DEFAULT,
