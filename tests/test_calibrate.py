@@ -128,6 +128,7 @@ def test_the_published_polaris_runs(polaris):
     ({"schema": calibrate.SCHEMA, "parameters": {"latency_scale": -1}}, "latency_scale"),
     ({"schema": calibrate.SCHEMA, "parameters": {"ramp": float("nan")}}, "ramp"),
     ({"schema": calibrate.SCHEMA, "parameters": {"ramp": None}}, "ramp is null"),
+    ({"schema": calibrate.SCHEMA, "parameters": {"ll128_c2c": 0}}, "ll128_c2c"),
     ([1, 2], "not a calibration profile"),
 ])
 def test_bad_profiles_are_one_line_input_errors(bad, why):
@@ -203,6 +204,64 @@ def test_fit_recovers_a_ring_step_floor(polaris):
     assert "step_floor_us" in doc["fitted"]
     assert doc["parameters"]["step_floor_us"] == pytest.approx(50.0, rel=0.15)
     assert doc["residual"]["median_abs_time_error_pct"] < 5.0
+
+
+@pytest.fixture(scope="module")
+def alps():
+    return load_topology("example:alps-gh200")
+
+
+@pytest.mark.parametrize("truth", [True, False])
+def test_fit_tells_whether_ll128_crosses_c2c(alps, truth):
+    """GH200 GPUs reach their NICs over the CPU's C2C link: NCCL 2.27+ runs LL128 across such nodes,
+    earlier versions did not (NCCL_LL128_C2C=0 reads the same).  Runs made either way come back with
+    it, and the profile hands it to the predictions."""
+    true = replace(TRUE, net_gbps_per_nic=190.0, ll128_c2c=truth)
+    texts = _synthetic(alps, true, nodes_list=(2, 8), colls=("all_reduce",))
+    protos = {r["protocol"] for r in cost.predict(cost.summarize(alps, nodes=8, profile=true), "all_reduce", SIZES,
+                                                  profile=true)}
+    assert ("LL128" in protos) is truth
+    doc = calibrate.build_calibration(alps, texts, "example:alps-gh200")
+    assert "ll128_c2c" in doc["fitted"] and doc["parameters"]["ll128_c2c"] is truth
+    VALIDATOR.validate(doc)
+    back = calibrate.profile_from_document(json.loads(json.dumps(doc)), "p.json")
+    assert back.ll128_c2c is truth
+
+
+@pytest.mark.parametrize("library, truth", [("22304", False), ("22902", True)])
+def test_the_runs_nccl_version_decides_ll128_c2c(alps, library, truth):
+    """Runs that print their NCCL (nccl-tests' nccl-library=) say whether it has the P2C path (2.27+):
+    taken from them, and said in the notes."""
+    true = replace(TRUE, net_gbps_per_nic=190.0, ll128_c2c=truth)
+    texts = [(name, f"# nccl-tests version 2.13.11 nccl-headers={library} nccl-library={library}\n" + text)
+             for name, text in _synthetic(alps, true, nodes_list=(2,), colls=("all_reduce",))]
+    doc = calibrate.build_calibration(alps, texts, "example:alps-gh200")
+    assert doc["parameters"]["ll128_c2c"] is truth and "ll128_c2c" in doc["fitted"]
+    assert any("nccl-library" in n and ("no P2C path" in n) is not truth for n in doc["notes"])
+
+
+def test_ll128_c2c_is_not_fitted_where_no_nic_is_behind_c2c(polaris):
+    doc = calibrate.build_calibration(polaris, _synthetic(polaris, TRUE, nodes_list=(2,), colls=("all_reduce",)),
+                                      "example:polaris")
+    assert "ll128_c2c" in doc["defaults"] and doc["parameters"]["ll128_c2c"] is None
+
+
+def test_environment_ll128_c2c_reaches_the_tuning_model(alps, monkeypatch):
+    """NCCL_LL128_C2C=0 (or a calibration's ll128_c2c false) takes LL128 off the multi-node tables of a
+    C2C machine, as NCCL 2.30.7's tuning.cc does; one node keeps it."""
+    from gpucomm.planners.nccl.tuning import tuning_table
+
+    g, _ = cost.graphs(alps, nodes=2)
+    assert g.type_inter == "P2C" and g.ll128_c2c
+    assert any(p == "LL128" for _, p in tuning_table(g, "all_reduce"))
+    assert not any(p == "LL128" for _, p in tuning_table(replace(g, ll128_c2c=False), "all_reduce"))
+    one, _ = cost.graphs(alps, nodes=1)
+    assert any(p == "LL128" for _, p in tuning_table(replace(one, ll128_c2c=False), "all_reduce"))
+    monkeypatch.setenv("NCCL_LL128_C2C", "0")
+    g0, _ = cost.graphs(alps, nodes=2)
+    assert not g0.ll128_c2c
+    rows = cost.predict(cost.summarize(alps, nodes=2), "all_reduce", SIZES)
+    assert all(r["protocol"] != "LL128" for r in rows)
 
 
 # ---------------------------------------------------------------- the commands

@@ -6,6 +6,8 @@ import dataclasses
 import json
 import math
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -85,6 +87,19 @@ def test_pcie_ring_no_ll128_and_pci_latencies():
     assert ("ring", "LL128") not in t and ("tree", "LL128") not in t
     assert t[("ring", "Simple")].lat == pytest.approx(8.4 + 14 * 5.7)
     assert t[("ring", "LL")].bw == pytest.approx(min(87.7, 10 * 0.5) * 8 / 14)   # Ampere-N1 llMaxBw 87.7
+
+
+@pytest.mark.parametrize("g, expect", [
+    (replace(PCIE, type_intra="NVL"), True),     # sm86 over NVLink: tuning.cc only needs compcap >= 70
+    (replace(PCIE, type_intra="NVL", cc=61), False),
+    (replace(TWO_NODES, type_inter="PXN"), True),
+    (replace(TWO_NODES, type_inter="PXN", ll128_c2c=False), False),   # NCCL_LL128_C2C=0: at most PXB
+    (replace(TWO_NODES, type_inter="P2C"), True),
+    (replace(TWO_NODES, type_inter="PHB"), False),
+])
+def test_ll128_follows_nccls_rule(g, expect):
+    """The cost model's LL128 availability is :func:`ll128_default`, the rule of the exact model."""
+    assert (("ring", "LL128") in tuning_table(g, "all_reduce")) is expect
 
 
 def test_two_nodes_latencies_and_caps():

@@ -102,6 +102,18 @@ node1:123:456 [0] NCCL INFO Launch mode Parallel
     assert r["root"] is None and r["out_of_place"]["wrong"] == 5e-07 and r["in_place"]["time_us"] == 1581.9
 
 
+def test_nccl_version_from_its_info_banner():
+    """Without nccl-tests' version line, NCCL's own INFO banner (init.cc) gives the library version,
+    as nccl-library= would (NCCL_VERSION_CODE)."""
+    text = ("node1:123:123 [0] NCCL INFO NCCL version 2.23.4+cuda12.6\n"
+            "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
+            "   1073741824     268435456     float     sum      -1    12000   89.48  156.59      0    12000   89.48  156.59      0\n")
+    p = parse_nccltests(text)
+    assert p["nccl_library"] == "22304" and p["ignored"]["nccl_log_lines"] == 1
+    assert parse_nccltests(text.replace("2.23.4", "2.8.4"))["nccl_library"] == "2804"
+    assert parse_nccltests(text.replace("NCCL version 2.23.4+cuda12.6", "Bootstrap"))["nccl_library"] is None
+
+
 def test_collective_inference_and_override():
     rows = "\n".join([
         "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong",

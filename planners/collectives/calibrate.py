@@ -154,10 +154,10 @@ class Layouts:
         return self._cache[key]
 
 
-def _case(layouts: Layouts, run: Run, algo: str = "auto") -> Optional[_Case]:
+def _case(layouts: Layouts, run: Run, algo: str = "auto", ll128_c2c: Optional[bool] = None) -> Optional[_Case]:
     coll = run.collective
     g, hw = layouts.get(run.nodes, run.gpus_per_node)
-    g0 = timing.apply(g, hw, timing.DEFAULT)
+    g0 = timing.apply(g, hw, replace(timing.DEFAULT, ll128_c2c=ll128_c2c))
     meas = [m for m in measured_series(run.run) if m["size_bytes"] > 0 and m["time_us"] and m["time_us"] > 0]
     if not meas:
         return None
@@ -422,11 +422,74 @@ def _line_rate_gbps(layouts: Layouts, cases: Sequence[_Case]) -> Optional[float]
 
 def fit(layouts: Layouts, runs: Sequence[Run], start: Optional[timing.Profile] = None,
         algo: str = "auto") -> tuple[timing.Profile, list[str], list[_Case]]:
-    """(fitted profile, names of the fitted parameters, the cases) for ``runs`` on ``layouts``' topology."""
-    cases = [c for c in (_case(layouts, r, algo) for r in runs) if c is not None]
+    """(fitted profile, names of the fitted parameters, the cases) for ``runs`` on ``layouts``' topology.
+
+    Where some multi-node run's GPUs reach their NICs over the CPU's C2C link (:func:`_c2c_graphs`),
+    NCCL versions differ in whether LL128 runs across the nodes (:func:`tuning.ll128_default`): the
+    runs' NCCL version decides where they print it (nccl-tests' ``nccl-library=``, NCCL's INFO
+    banner); otherwise the fit is made both ways and the one whose runs it describes better (median of
+    the runs' median |time error|) is kept, as the profile's ``ll128_c2c``.  NCCL_LL128_C2C=0 in the
+    environment is taken as given."""
+    start = start or timing.DEFAULT
+    open_graphs = [] if start.ll128_c2c is not None else _c2c_graphs(layouts, runs)
+    if not open_graphs:
+        return _fit(layouts, runs, start, algo)
+    if not all(g.ll128_c2c for g in open_graphs):    # NCCL_LL128_C2C=0 in the environment: given, not fitted
+        return _fit(layouts, runs, replace(start, ll128_c2c=False), algo)
+    codes = {_library_code(r) for r in runs}
+    if None not in codes and len({c >= P2C_SINCE for c in codes}) == 1:   # the runs say which NCCL ran
+        given = min(codes) >= P2C_SINCE
+        runs[0].notes.append(f"{runs[0].label}: NCCL {_version_text(min(codes))} (nccl-library) "
+                             + ("runs LL128 across the C2C-attached NICs (P2C)" if given else
+                                "has no P2C path (before 2.27): no LL128 across the C2C-attached NICs")
+                             + f"; ll128_c2c {str(given).lower()}")
+        p, fitted, cases = _fit(layouts, runs, replace(start, ll128_c2c=given), algo)
+        return p, fitted + ["ll128_c2c"], cases
+    best = None
+    for choice in (True, False):
+        got = _fit(layouts, runs, replace(start, ll128_c2c=choice), algo)
+        score = statistics.median(_run_summary(c, got[0])["median_abs_time_error_pct"] for c in got[2])
+        if best is None or score < best[0] - LL128_C2C_MARGIN_PCT:
+            best = (score, got)
+    p, fitted, cases = best[1]
+    return p, fitted + ["ll128_c2c"], cases
+
+
+P2C_SINCE = 22700
+"""NCCL_VERSION_CODE of NCCL 2.27.0, the first with the P2C path type (and LL128 over it)."""
+
+
+def _library_code(run: Run) -> Optional[int]:
+    v = str(run.run.get("nccl_library") or "")
+    return int(v) if v.isdigit() and 20000 <= int(v) < 100000 else None
+
+
+def _version_text(code: int) -> str:
+    return f"{code // 10000}.{code // 100 % 100}.{code % 100}"
+
+
+LL128_C2C_MARGIN_PCT = 1.0
+"""NCCL 2.30.7's default (LL128 over C2C) stays unless the other reading fits the runs' median |time
+error| better by more than this many points."""
+
+
+def _c2c_graphs(layouts: Layouts, runs: Sequence[Run]) -> list:
+    """The graphs of ``runs``' multi-node layouts where NCCL_LL128_C2C changes NCCL's choices: sm>=90
+    GPUs that reach their NICs through a C2C link (inter-node path P2C)."""
+    out = []
+    for key in sorted({(r.nodes, r.gpus_per_node) for r in runs if r.nodes > 1}):
+        g, _ = layouts.get(*key)
+        if g.cc >= 90 and (g.type_inter or "").upper() == "P2C":
+            out.append(g)
+    return out
+
+
+def _fit(layouts: Layouts, runs: Sequence[Run], start: timing.Profile,
+         algo: str = "auto") -> tuple[timing.Profile, list[str], list[_Case]]:
+    cases = [c for c in (_case(layouts, r, algo, start.ll128_c2c) for r in runs) if c is not None]
     if not cases:
         raise NothingToDo("no measured sizes to fit (every run is empty or zero-sized)")
-    p = start or timing.DEFAULT
+    p = start
     active = _active(cases)
     if "net_gbps_per_nic" in active and p.net_gbps_per_nic is None:
         multi = next(c for c in cases if c.run.nodes > 1)
@@ -601,6 +664,12 @@ def profile_from_document(doc, source: str = "<calibration>") -> timing.Profile:
         if k not in timing.PARAMETERS:
             raise InputError(f"calibration profile: unknown parameter {k!r}", source,
                              expected=", ".join(timing.PARAMETERS))
+        if k == "ll128_c2c":
+            if v is not None and not isinstance(v, bool):
+                raise InputError(f"calibration profile: parameter ll128_c2c = {v!r}", source,
+                                 expected="true, false or null")
+            vals[k] = v
+            continue
         if v is None:
             if k != "net_gbps_per_nic":
                 raise InputError(f"calibration profile: parameter {k} is null", source, expected="a number")

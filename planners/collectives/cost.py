@@ -266,9 +266,12 @@ def graphs(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[i
     # ---- NCCL's graphs
     from gpucomm.planners.nccl.search import nccl_reference
 
+    from gpucomm.planners.nccl.settings import NcclSettings
+
+    settings = NcclSettings.from_env()
     idx = [x.index for x in f.gpus]
     multi_ref = nodes > 1 and bool(f.nics)
-    ref = nccl_reference(ref_topo, gpus=idx, nodes=nodes if multi_ref else 1)
+    ref = nccl_reference(ref_topo, gpus=idx, nodes=nodes if multi_ref else 1, settings=settings)
     if ref.get("fallback"):
         notes.append("NCCL's search finds no ring here and falls back to 1 channel at 0.1 GB/s")
     used = {n for r in ref.get("rings") or [] if isinstance(r, dict) for n in r.get("nets") or []}
@@ -299,7 +302,7 @@ def graphs(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[i
         intra_raw, intra_pcie = None, False
     elif path_rank(type_intra) <= path_rank("NVB"):
         # NVLink: NCCL's own single-node ring bandwidth (the multi-node graph's speed is NIC-bound)
-        one = ref if nodes == 1 else nccl_reference(ref_topo, gpus=idx, nodes=1)
+        one = ref if nodes == 1 else nccl_reference(ref_topo, gpus=idx, nodes=1, settings=settings)
         intra_raw, intra_pcie = int(one.get("search_channels") or one["channels"]) * float(one.get("bw_intra") or 0.1), False
     else:
         intra_raw, intra_pcie = pcie_min, True
@@ -340,6 +343,7 @@ def graphs(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[i
         tree_bw_inter=float(tree["bw_inter"]) if tree else None,
         tree_pattern=tree_pattern,
         nvls_channels=nvls_ch, nvls_bw_intra=nvls_bw, nvls_bw_inter=nvls_inter,
+        ll128_c2c=bool(settings.ll128_c2c),
         notes=tuple(notes + [a for a in ref_topo.all_assumptions(nics=nodes > 1) if a not in notes]),
     )
     hw = timing.Hardware(nodes=nodes, gpus_per_node=g, intra_bus_bw=intra_raw, intra_is_pcie=intra_pcie,

@@ -54,6 +54,11 @@ Achievable bus bandwidths (:func:`apply`), all in nccl-tests busbw terms:
   ``net_ll128_efficiency`` (flag-based protocols through a network proxy, whose cost depends on
   the transport: the mid-size ramp of a multi-node sweep).
 
+One parameter is NCCL's behaviour, not physics: ``ll128_c2c`` (NCCL_LL128_C2C), whether LL128 runs
+across nodes whose GPUs reach their NICs through the CPU's C2C link (GH200, GB200).  NCCL 2.27+ does by
+default; earlier versions did not (no P2C path: the NIC was PHB to the GPU) -- ``gpucomm calibrate``
+decides it from the runs where it matters, and :func:`apply` hands it to NCCL's tuning model.
+
 Without a profile every parameter has its documented default (:data:`DEFAULT`): NCCL's model plus
 the constants below.  A profile fitted from the user's own runs (``gpucomm calibrate``,
 :mod:`gpucomm.planners.collectives.calibrate`) replaces the ones its runs could determine.
@@ -112,10 +117,16 @@ class Profile:
     net_fill: float = 0.0                        # pipeline fill per network step, x the transfer of a window
     net_fill_bytes: float = 4194304.0            # the window (bytes) beyond which the fill stops growing
     step_floor_us: float = 0.0                   # a multi-node ring step (Simple) takes at least this long
+    ll128_c2c: Optional[bool] = None             # NCCL_LL128_C2C the runs showed (None: the environment's)
 
     def to_dict(self) -> dict:
-        return {f.name: (None if getattr(self, f.name) is None else round(float(getattr(self, f.name)), 6))
-                for f in fields(self)}
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}
+
+
+def _plain(v):
+    if v is None or isinstance(v, bool):
+        return v
+    return round(float(v), 6)
 
 
 DEFAULT = Profile()
@@ -176,6 +187,8 @@ def apply(g: CommGraph, hw: Hardware, profile: Profile = DEFAULT) -> CommGraph:
         tree = min(x for x in (intra, node_net * (2 if nodes <= 2 else 1)) if x is not None)
         nvls = node_net * (2 if nodes <= 2 else 1)
     ie = profile.intra_p2p_efficiency
+    if profile.ll128_c2c is not None:
+        g = replace(g, ll128_c2c=profile.ll128_c2c)
     return replace(g, ring_bus_bw=ring, tree_bus_bw=tree, nvls_bus_bw=nvls,
                    gpu_bw=hw.gpu_bw * ie if hw.gpu_bw else None, p2p_bw=hw.p2p_bw * ie if hw.p2p_bw else None,
                    node_net_bw=node_net, nic_bw=nic)

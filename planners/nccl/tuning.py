@@ -109,7 +109,8 @@ class CommGraph:
     ring_bus_bw/tree_bus_bw/nvls_bus_bw: achievable bus bandwidth (GB/s) used for the time once the
     algorithm is chosen (None -> NCCL's ``nChannels * bw``).  gpu_bw: per-GPU injection bandwidth
     to its node peers (all_to_all); p2p_bw: neighbour bandwidth (send_recv); node_net_bw: network
-    bandwidth per node (GB/s); nic_bw: one NIC (GB/s)."""
+    bandwidth per node (GB/s); nic_bw: one NIC (GB/s).  ll128_c2c: NCCL_LL128_C2C as the graph
+    was built (the environment's) or as a calibration profile found its runs (:func:`ll128_default`)."""
 
     n_ranks: int
     n_nodes: int
@@ -141,6 +142,7 @@ class CommGraph:
     node_net_bw: Optional[float] = None
     nic_bw: Optional[float] = None
     notes: tuple = field(default_factory=tuple)
+    ll128_c2c: bool = True
 
     def __post_init__(self):
         for name in ("n_ranks", "n_nodes", "gpus_per_node", "channels"):
@@ -176,17 +178,31 @@ class Cell:
     lat: float
     bw: float
 
+def ll128_default(type_inter: int, type_intra: int, min_cc: int, max_cc: int, ll128_c2c: bool = True) -> bool:
+    """Whether NCCL 2.30.7 enables LL128 by default on a graph (tuning.cc ncclTopoTuneModel, the
+    ``protoEnable == 2`` branch), path types as :data:`PATH_ORDER` ranks: the inter-node path at most
+    PXN on sm>=90 with NCCL_LL128_C2C (default 1), at most PXB otherwise; the intra-node path at most
+    NVB; compute capabilities equal (or all >= 90) and >= 70.
+
+    NCCL before 2.27 had no P2C path: a GPU that reaches its NIC through the CPU's C2C link (GH200,
+    GB200) was PHB to it, above either limit, so those versions ran no LL128 across such nodes --
+    what ``ll128_c2c=False`` (NCCL_LL128_C2C=0) gives on them.
+
+    >>> ll128_default(PATH_ORDER.index("P2C"), PATH_ORDER.index("NVL"), 90, 90)
+    True
+    >>> ll128_default(PATH_ORDER.index("P2C"), PATH_ORDER.index("NVL"), 90, 90, ll128_c2c=False)
+    False
+    """
+    limit = PATH_ORDER.index("PXN" if ll128_c2c and min_cc >= 90 else "PXB")
+    return (type_inter <= limit and type_intra <= PATH_ORDER.index("NVB")
+            and (min_cc == max_cc or min_cc >= 90) and min_cc >= 70)
+
+
 def _ll128_enabled(g: CommGraph) -> bool:
-    """LL128 default (tuning.cc ncclTopoTuneModel enable loop): typeInter <= PXB (or <= PXN on sm>=90),
-    typeIntra <= NVB, homogeneous cc, and an architecture NCCL validated (sm70/80/90/100)."""
-    if path_rank(g.type_intra) > path_rank("NVB"):
-        return False
-    limit = "PXN" if g.cc >= 90 else "PXB"
-    if g.n_nodes > 1 and path_rank(g.type_inter) > path_rank(limit):
-        return False
-    if g.cc_max is not None and g.cc_max != g.cc and g.cc < 90:
-        return False
-    return g.cc in (70, 80) or g.cc >= 90
+    """:func:`ll128_default` on the ring graph of ``g`` (one node: no inter-node path)."""
+    inter = path_rank(g.type_inter) if g.n_nodes > 1 else 0
+    cc_max = g.cc_max if g.cc_max is not None else g.cc
+    return ll128_default(inter, path_rank(g.type_intra), min(g.cc, cc_max), max(g.cc, cc_max), g.ll128_c2c)
 
 def _hw_intra(type_intra: str) -> int:
     return HW_NVLINK if (type_intra or "").upper() == "NVL" else HW_PCI
@@ -649,14 +665,7 @@ def tune_model(ct: CommTuning) -> TuneTables:
                 for p in range(3):
                     pe = proto_en[c][p]
                     if pe == 2 and p == P_LL128:
-                        pe = 1
-                        if s.ll128_c2c and ct.min_cc >= 90:
-                            pe &= int(g.type_inter <= 7)
-                        else:
-                            pe &= int(g.type_inter <= 5)
-                        pe &= int(g.type_intra <= 2)
-                        pe &= int(ct.min_cc == ct.max_cc or ct.min_cc >= 90)
-                        pe &= int(not ct.min_cc < 70)
+                        pe = int(ll128_default(g.type_inter, g.type_intra, ct.min_cc, ct.max_cc, bool(s.ll128_c2c)))
                     if pe == 0 or algo_en[c][a] == 0:
                         bw[c][a][p] = 0.0
     thr[A_RING][P_LL] *= nr

@@ -87,6 +87,18 @@ _LABEL_RE = re.compile(r"^\s*(?:\d+:\s|\[\d+,\d+\]<std(?:out|err)>:\s?|\[\d+\]\s
 # a result row another thread was printing (the row continues on a later line).
 _NCCL_LOG_RE = re.compile(r"[A-Za-z][\w.-]*:\d+:\d+ \[\d+\] NCCL (?:INFO|WARN|TRACE|ABORT)\b")
 _NUM_RE = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
+# NCCL's banner in its INFO lines (init.cc: "NCCL version 2.23.4+cuda12.6")
+_NCCL_VERSION_RE = re.compile(r"NCCL INFO NCCL version (\d+)\.(\d+)\.(\d+)")
+
+
+def nccl_version_code(major: int, minor: int, patch: int) -> int:
+    """NCCL_VERSION_CODE of a version (nccl.h: X*10000 + Y*100 + Z from 2.9 on, X*1000 + Y*100 + Z
+    before), the number nccl-tests prints as ``nccl-library=``.
+
+    >>> nccl_version_code(2, 23, 4), nccl_version_code(2, 8, 4)
+    (22304, 2804)
+    """
+    return major * 10000 + minor * 100 + patch if (major, minor) >= (2, 9) else major * 1000 + minor * 100 + patch
 
 # Ceiling on what a row may claim before it is called absurd (2**50 B = 1 PiB; 1e6 GB/s).
 _MAX_SIZE = 1 << 50
@@ -292,6 +304,9 @@ def _parse_block(lines: list[tuple[int, str]], path: str, collective: Optional[s
         glued = _NCCL_LOG_RE.search(line)
         if glued:
             b.nccl_log += 1
+            ver = _NCCL_VERSION_RE.search(line, glued.start())
+            if ver and b.library is None:
+                b.library = str(nccl_version_code(*(int(x) for x in ver.groups())))
             head = line[:glued.start()].strip()
             if head and _INT_RE.match(head.split()[0]) and not head.startswith("#"):
                 # a result row another thread's NCCL log line cut: keep its cells for the rest
@@ -371,7 +386,7 @@ def _comment_line(b: _Block, line: str, lineno: int) -> None:
     if m:
         b.version = m.group("v")
         lib = re.search(r"[nr]ccl-library=(\S+)", m.group("rest"))
-        b.library = lib.group(1) if lib else None
+        b.library = lib.group(1) if lib else b.library
         return
     m = _AVG_RE.match(line)
     if m:
