@@ -223,6 +223,7 @@ def test_fit_tells_whether_ll128_crosses_c2c(alps, truth):
     assert ("LL128" in protos) is truth
     doc = calibrate.build_calibration(alps, texts, "example:alps-gh200")
     assert "ll128_c2c" in doc["fitted"] and doc["parameters"]["ll128_c2c"] is truth
+    assert sum(n.startswith(f"ll128_c2c {str(truth).lower()}: ") for n in doc["notes"]) == 1
     VALIDATOR.validate(doc)
     back = calibrate.profile_from_document(json.loads(json.dumps(doc)), "p.json")
     assert back.ll128_c2c is truth
