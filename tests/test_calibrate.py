@@ -241,6 +241,22 @@ def test_the_runs_nccl_version_decides_ll128_c2c(alps, library, truth):
     assert any("nccl-library" in n and ("no P2C path" in n) is not truth for n in doc["notes"])
 
 
+def test_compare_predicts_the_nccl_the_run_says_it_ran(alps):
+    """predict --compare on a GH200 run that prints an NCCL before 2.27: NCCL's choices without LL128
+    across nodes, and a note saying why; the same run without the version line: NCCL 2.30.7's."""
+    from gpucomm.planners.collectives.predict import build_comparison
+
+    path = SCALING / "064_alps-gh200_8n_all_reduce_cxituned_aws1130.txt"
+    text = path.read_text()
+    plain = build_comparison(alps, text, str(path))["comparisons"][0]
+    old = build_comparison(alps, "0: # nccl-tests version 2.13.11 nccl-headers=22304 nccl-library=22304\n" + text,
+                           str(path))["comparisons"][0]
+    assert any(r["protocol"] == "LL128" for r in plain["rows"])
+    assert not any(r["protocol"] == "LL128" for r in old["rows"])
+    assert any("nccl-library=22304" in n and "no P2C path" in n for n in old["notes"])
+    assert not any("P2C" in n for n in plain["notes"])
+
+
 def test_ll128_c2c_is_not_fitted_where_no_nic_is_behind_c2c(polaris):
     doc = calibrate.build_calibration(polaris, _synthetic(polaris, TRUE, nodes_list=(2,), colls=("all_reduce",)),
                                       "example:polaris")

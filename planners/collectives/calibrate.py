@@ -39,10 +39,10 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable, Optional, Sequence, Union
 
 from gpucomm.planners.collectives import compare, cost, timing
-from gpucomm.planners.nccl.tuning import allowed_algos, choose, tuning_table
+from gpucomm.planners.nccl.tuning import allowed_algos, choose, ll128_c2c_by_version, tuning_table
 from gpucomm.probes import units
 from gpucomm.probes.errors import InputError, NothingToDo
-from gpucomm.probes.formats.nccltests import ignored_summary, measured_series
+from gpucomm.probes.formats.nccltests import ignored_summary, library_code, measured_series
 from gpucomm.probes.topology import Topology
 
 SCHEMA = "gpucomm.calibration/v1"
@@ -436,10 +436,11 @@ def fit(layouts: Layouts, runs: Sequence[Run], start: Optional[timing.Profile] =
         return _fit(layouts, runs, start, algo)
     if not all(g.ll128_c2c for g in open_graphs):    # NCCL_LL128_C2C=0 in the environment: given, not fitted
         return _fit(layouts, runs, replace(start, ll128_c2c=False), algo)
-    codes = {_library_code(r) for r in runs}
-    if None not in codes and len({c >= P2C_SINCE for c in codes}) == 1:   # the runs say which NCCL ran
-        given = min(codes) >= P2C_SINCE
-        runs[0].notes.append(f"{runs[0].label}: NCCL {_version_text(min(codes))} (nccl-library) "
+    eras = {ll128_c2c_by_version(library_code(r.run)) for r in runs}
+    if len(eras) == 1 and None not in eras:   # the runs say which NCCL ran
+        given = eras.pop()
+        code = min(library_code(r.run) for r in runs)
+        runs[0].notes.append(f"{runs[0].label}: NCCL {_version_text(code)} (nccl-library) "
                              + ("runs LL128 across the C2C-attached NICs (P2C)" if given else
                                 "has no P2C path (before 2.27): no LL128 across the C2C-attached NICs")
                              + f"; ll128_c2c {str(given).lower()}")
@@ -458,17 +459,9 @@ def fit(layouts: Layouts, runs: Sequence[Run], start: Optional[timing.Profile] =
     return p, fitted + ["ll128_c2c"], cases
 
 
-P2C_SINCE = 22700
-"""NCCL_VERSION_CODE of NCCL 2.27.0, the first with the P2C path type (and LL128 over it)."""
-
-
-def _library_code(run: Run) -> Optional[int]:
-    v = str(run.run.get("nccl_library") or "")
-    return int(v) if v.isdigit() and 20000 <= int(v) < 100000 else None
-
-
 def _version_text(code: int) -> str:
-    return f"{code // 10000}.{code // 100 % 100}.{code % 100}"
+    major, rest = (code // 10000, code % 10000) if code >= 20900 else (code // 1000, code % 1000)
+    return f"{major}.{rest // 100}.{rest % 100}"
 
 
 LL128_C2C_MARGIN_PCT = 1.0

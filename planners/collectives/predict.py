@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Optional, Union
 
 from gpucomm.planners.collectives import calibrate, compare, cost, timing
-from gpucomm.planners.nccl.tuning import USER_ALGOS
+from gpucomm.planners.nccl.tuning import USER_ALGOS, ll128_c2c_by_version
 from gpucomm.probes import units
 from gpucomm.probes.errors import InputError
-from gpucomm.probes.formats.nccltests import TYPE_SIZES, ignored_summary
+from gpucomm.probes.formats.nccltests import TYPE_SIZES, ignored_summary, library_code
 from gpucomm.probes.topology import Topology
 
 PREDICT_SCHEMA = "gpucomm.predict/v1"
@@ -102,8 +102,11 @@ def build_comparison(doc: Union[Topology, dict], text: str, path: str, collectiv
         if key not in graphs:   # one NCCL graph search per layout, shared by the runs of a log
             graphs[key] = cost.summarize(topo, nodes=n, gpus_per_node=gpn, fabric_gbps=fabric_gbps, gpus=gpus,
                                          profile=profile)
+        graph, era_note = _as_run_nccl(graphs[key], run, profile, where)
+        if era_note:
+            notes.append(era_note)
         c = compare.compare_run(topo, run, nodes=n, gpus_per_node=gpn, fabric_gbps=fabric_gbps, algo=algo_l,
-                                gpus=gpus, graph=graphs[key], profile=profile)
+                                gpus=gpus, graph=graph, profile=profile)
         c["graph"] = cost.summary_dict(_with_notes(c["graph"], cal_notes) if cal_notes else c["graph"])
         c["fabric_gbps"] = fabric_gbps
         ignored = ignored_summary(run)
@@ -122,6 +125,22 @@ def build_comparison(doc: Union[Topology, dict], text: str, path: str, collectiv
     if cal_rec is not None:
         rep["calibration"] = cal_rec
     return rep
+
+
+def _as_run_nccl(graph, run: dict, profile: Optional[timing.Profile], where: str):
+    """``graph`` as the NCCL the run says it ran (nccl-tests' ``nccl-library=``, NCCL's INFO banner)
+    decides: an NCCL before 2.27 runs no LL128 across nodes whose GPUs reach their NICs over C2C
+    (:func:`gpucomm.planners.nccl.tuning.ll128_c2c_by_version`).  A calibration profile that says it,
+    or NCCL_LL128_C2C=0, comes first.  Returns (graph, the note saying so or None)."""
+    from dataclasses import replace
+
+    code = library_code(run)
+    era = ll128_c2c_by_version(code)
+    if (era is None or era or not graph.ll128_c2c or graph.n_nodes < 2 or graph.type_inter != "P2C"
+            or (profile is not None and profile.ll128_c2c is not None)):
+        return graph, None
+    return replace(graph, ll128_c2c=False), (f"{where}: NCCL nccl-library={code} (before 2.27: no P2C path) runs no "
+                                             f"LL128 across the C2C-attached NICs; predicted so")
 
 
 def achievable_summary(doc: Union[Topology, dict], nodes: int = 1, gpus: Optional[list] = None,

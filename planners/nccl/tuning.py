@@ -198,6 +198,22 @@ def ll128_default(type_inter: int, type_intra: int, min_cc: int, max_cc: int, ll
             and (min_cc == max_cc or min_cc >= 90) and min_cc >= 70)
 
 
+P2C_SINCE = 22700
+"""NCCL_VERSION_CODE of NCCL 2.27.0, the first with the P2C path type (and LL128 over it)."""
+
+
+def ll128_c2c_by_version(code: Optional[int]) -> Optional[bool]:
+    """What an NCCL of NCCL_VERSION_CODE ``code`` does across nodes whose GPUs reach their NICs over
+    C2C (:func:`ll128_default`'s ``ll128_c2c``): LL128 from 2.27 on, none before; None when unknown.
+
+    >>> ll128_c2c_by_version(22304), ll128_c2c_by_version(22902), ll128_c2c_by_version(None)
+    (False, True, None)
+    """
+    if code is None:
+        return None
+    return code >= P2C_SINCE
+
+
 def _ll128_enabled(g: CommGraph) -> bool:
     """:func:`ll128_default` on the ring graph of ``g`` (one node: no inter-node path)."""
     inter = path_rank(g.type_inter) if g.n_nodes > 1 else 0

@@ -91,6 +91,12 @@ _NUM_RE = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
 _NCCL_VERSION_RE = re.compile(r"NCCL INFO NCCL version (\d+)\.(\d+)\.(\d+)")
 
 
+def library_code(run: dict) -> Optional[int]:
+    """The NCCL_VERSION_CODE a parsed run says it ran with (``nccl_library``), or None."""
+    v = str(run.get("nccl_library") or "")
+    return int(v) if v.isdigit() and 2000 <= int(v) < 100000 else None
+
+
 def nccl_version_code(major: int, minor: int, patch: int) -> int:
     """NCCL_VERSION_CODE of a version (nccl.h: X*10000 + Y*100 + Z from 2.9 on, X*1000 + Y*100 + Z
     before), the number nccl-tests prints as ``nccl-library=``.
