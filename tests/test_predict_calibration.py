@@ -161,6 +161,24 @@ def test_leave_one_node_count_out(crossval, capsys):
     assert misses == sorted(KNOWN_MISSES), misses
 
 
+def test_alps_extrapolates_from_the_smaller_node_counts():
+    """What a user with small runs asks of a large job: each Alps node count (aws-ofi 1.13) predicted
+    from a fit on the smaller ones only -- within the done-when figures from 4 nodes on; the fits that
+    span 4+ nodes read NCCL 2.23's behaviour (no LL128 across the C2C-attached NICs) from the runs."""
+    from gpucomm.planners.collectives import calibrate as cal
+    from gpucomm.probes.load import load_topology
+
+    topo = load_topology("example:alps-gh200")
+    files = sorted((NT / "scaling").glob("0*_alps-gh200_*n_all_reduce_cxituned_aws1130.txt"))
+    runs, _ = cal.runs_from_texts(topo, [(str(f), f.read_text()) for f in files])
+    res = cal.cross_validate(cal.Layouts(topo), runs, extrapolate=True)
+    ext = res["extrapolated"]
+    assert [r["nodes"] for r in ext] == [4, 8, 16, 32]
+    assert all(max(r["fitted_on"]) < r["nodes"] for r in ext)
+    assert all(CV.passes(r) for r in ext), [(r["table"], r["largest_error_pct"], r["median_abs_error_pct_ge_1MiB"]) for r in ext]
+    assert all(p["parameters"]["ll128_c2c"] is False for p in res["profiles"])   # every leave-one-out fit
+
+
 def test_uncalibrated_tables(crossval):
     """Uncalibrated (the topology alone): where the fabric delivers what its NIC rate says (InfiniBand
     with IB verbs, Slingshot on Alps) the largest size is within 15%; the Polaris/Sirius tables are not

@@ -5,6 +5,7 @@ out), next to the uncalibrated prediction (the topology alone) and the fit's own
 
     python tools/crossval.py              # every table, per role
     python tools/crossval.py --markdown   # the README table (predicted tables only) and the totals
+    python tools/crossval.py --extrapolate   # also: each node count from a fit on the smaller ones
 
 The tables are grouped by system and environment from their file names
 (``NNN_<system>_<N>n_<collective>_<environment>.txt``: the same nodes, NCCL version, plugin and
@@ -63,7 +64,7 @@ def groups(folder: Path = SCALING) -> dict:
     return out
 
 
-def run_all(folder: Path = SCALING, systems=None) -> list[dict]:
+def run_all(folder: Path = SCALING, systems=None, extrapolate: bool = False) -> list[dict]:
     """Every group cross-validated: [{system, environment, topology, node_counts, predicted, fitted,
     uncalibrated, profiles, seconds}]."""
     from gpucomm.planners.collectives import calibrate
@@ -78,9 +79,9 @@ def run_all(folder: Path = SCALING, systems=None) -> list[dict]:
         topo = topos.setdefault(topo_src, load_topology(topo_src))
         t0 = time.perf_counter()
         runs, _ = calibrate.runs_from_texts(topo, [(str(f), f.read_text(encoding="utf-8")) for f in files])
-        res = calibrate.cross_validate(calibrate.Layouts(topo), runs)
+        res = calibrate.cross_validate(calibrate.Layouts(topo), runs, extrapolate=extrapolate)
         res.update(system=system, environment=env, topology=topo_src, seconds=round(time.perf_counter() - t0, 2))
-        for role in ("predicted", "fitted", "uncalibrated"):
+        for role in ("predicted", "fitted", "uncalibrated", "extrapolated"):
             for rec in res[role]:
                 rec["table"] = Path(rec["source"]).name
         out.append(res)
@@ -128,11 +129,14 @@ def totals(results: list[dict]) -> str:
     fit = [r for res in results for r in res["fitted"]]
     unc = [r for res in results for r in res["uncalibrated"] if r["table"] not in DEFAULTS_FITTED_ON]
     unc15 = [r for r in unc if r["largest_error_pct"] is not None and abs(r["largest_error_pct"]) <= LARGEST_PCT]
+    ext = [r for res in results for r in res.get("extrapolated") or []]
+    ext_line = (f" Extrapolated (fitted on the smaller node counts only, e.g. 2 -> 8, 1-16 -> 32): "
+                f"{sum(map(passes, ext))} of {len(ext)}." if ext else "")
     return (f"Predicted (leave one node count out): {sum(map(passes, pred))} of {len(pred)} tables within "
             f"{LARGEST_PCT:g}% at the largest size and {MEDIAN_PCT:g}% median |error| >= 1 MiB. "
             f"Uncalibrated (topology only; not counting {', '.join(DEFAULTS_FITTED_ON)}, which NET_EFFICIENCY was "
             f"fitted to): {len(unc15)} of {len(unc)} tables within {LARGEST_PCT:g}% at the largest "
-            f"size. Fitted (the fit's own residual, not accuracy): {sum(map(passes, fit))} of {len(fit)}.")
+            f"size. Fitted (the fit's own residual, not accuracy): {sum(map(passes, fit))} of {len(fit)}." + ext_line)
 
 
 def text(results: list[dict]) -> str:
@@ -140,9 +144,9 @@ def text(results: list[dict]) -> str:
     for res in results:
         lines.append(f"## {res['system']} {res['environment']} on {res['topology']} (node counts "
                      f"{res['node_counts']}, {res['seconds']} s)")
-        for role in ("predicted", "uncalibrated", "fitted"):
-            for r in res[role]:
-                on = f" fitted on {r['fitted_on']}" if role == "predicted" else ""
+        for role in ("predicted", "extrapolated", "uncalibrated", "fitted"):
+            for r in res.get(role) or []:
+                on = f" fitted on {r['fitted_on']}" if role in ("predicted", "extrapolated") else ""
                 if role == "uncalibrated" and r["table"] in DEFAULTS_FITTED_ON:
                     on = f" (fitted: {DEFAULTS_FITTED_ON[r['table']]})"
                 med = r["median_abs_error_pct_ge_1MiB"]
@@ -159,10 +163,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--markdown", action="store_true", help="print the README table")
     ap.add_argument("--system", action="append", help="only these systems (file-name token, e.g. polaris)")
+    ap.add_argument("--extrapolate", action="store_true",
+                    help="also predict every node count from a fit on the smaller ones only")
     args = ap.parse_args(argv)
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    results = run_all(systems=args.system)
+    results = run_all(systems=args.system, extrapolate=args.extrapolate)
     sys.stdout.write(markdown(results) if args.markdown else text(results))
     return 0
 

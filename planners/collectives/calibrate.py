@@ -714,15 +714,18 @@ def check_run(layouts: Layouts, run: Run, profile: Optional[timing.Profile]) -> 
             "algorithm": f"{L.get('algorithm')}/{L.get('protocol')}" if L else None}
 
 
-def cross_validate(layouts: Layouts, runs: Sequence[Run]) -> dict:
+def cross_validate(layouts: Layouts, runs: Sequence[Run], extrapolate: bool = False) -> dict:
     """Leave one node count out over the runs of one machine and environment: for every node count N
     the profile is fitted on the runs at the other node counts and checked on the runs at N
     (``predicted``: no figure there comes from data the fit saw); ``fitted`` is every run checked
     under the profile fitted on all of them (the fit's residual, not a prediction); ``uncalibrated``
-    every run under the documented defaults.  Each record: :func:`check_run` plus ``source`` and,
-    for predictions, ``fitted_on`` (the node counts of the fit)."""
+    every run under the documented defaults.  With ``extrapolate``, ``extrapolated``: every node count
+    predicted from a fit on the smaller ones only (what a user with small runs asks of a large job).
+    Each record: :func:`check_run` plus ``source`` and, for predictions, ``fitted_on`` (the node
+    counts of the fit)."""
     counts = sorted({r.nodes for r in runs})
-    out: dict = {"node_counts": counts, "predicted": [], "fitted": [], "uncalibrated": [], "profiles": []}
+    out: dict = {"node_counts": counts, "predicted": [], "fitted": [], "uncalibrated": [], "profiles": [],
+                 "extrapolated": []}
     for r in runs:
         out["uncalibrated"].append(dict(check_run(layouts, r, None), source=r.source))
     if len(counts) > 1:
@@ -734,6 +737,14 @@ def cross_validate(layouts: Layouts, runs: Sequence[Run]) -> dict:
                 if r.nodes == n:
                     out["predicted"].append(dict(check_run(layouts, r, p), source=r.source,
                                                  fitted_on=sorted({t.nodes for t in train})))
+    if extrapolate:
+        for n in counts:
+            train = [r for r in runs if r.nodes < n]
+            if not any(r.nodes > 1 for r in train):
+                continue    # no multi-node run to fit the network on
+            p, _, _ = fit(layouts, train)
+            out["extrapolated"] += [dict(check_run(layouts, r, p), source=r.source,
+                                         fitted_on=sorted({t.nodes for t in train})) for r in runs if r.nodes == n]
     p, fitted, _ = fit(layouts, runs)
     for r in runs:
         out["fitted"].append(dict(check_run(layouts, r, p), source=r.source))
