@@ -102,6 +102,19 @@ def test_ll128_follows_nccls_rule(g, expect):
     assert (("ring", "LL128") in tuning_table(g, "all_reduce")) is expect
 
 
+def test_nics_that_are_not_rdma_devices_are_named_with_their_transports():
+    """Across nodes, NICs that are not RDMA devices (Polaris' Slingshot Cassini) take NCCL's traffic
+    through a net plugin or its socket transport, not IB verbs: the prediction says which it assumed."""
+    from gpucomm.probes.load import load_topology
+
+    pol, _ = cost.graphs(load_topology("example:polaris"), nodes=2)
+    assert any(n.startswith("hsn0, hsn1: not RDMA devices") and "--fabric-gbps" in n for n in pol.notes)
+    h100, _ = cost.graphs(load_topology("example:hgx-h100"), nodes=2)
+    assert not any("not RDMA" in n for n in h100.notes)
+    one, _ = cost.graphs(load_topology("example:polaris"), nodes=1)
+    assert not any("not RDMA" in n for n in one.notes)
+
+
 def test_two_nodes_latencies_and_caps():
     # Ring Simple: intraLat max(3.4, Intel 1.0*3); 28 intra steps + 2 inter steps of 14
     c = cell(TWO_NODES, "all_reduce", "ring", "Simple")

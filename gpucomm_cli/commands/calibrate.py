@@ -90,8 +90,9 @@ def calibrate(
 ) -> None:
     """Fit a calibration profile (gpucomm.calibration/v1) from measured runs: the per-NIC rate, the all_to_all
     and point-to-point efficiencies, fabric congestion over node counts, intra-node efficiencies, NCCL's latency
-    scaled, a latency per network step, the LL/LL128 efficiencies and the pipeline ramp of mid sizes.
-    NCCL's tuning model still picks every algorithm; the profile says how long it takes.
+    scaled, a latency per network step and per ring step, the LL/LL128 efficiencies and the pipeline ramp of
+    mid sizes. NCCL's tuning model still picks every algorithm; the profile says how long it takes (and, on
+    GH200/GB200, whether the NCCL that ran uses LL128 across nodes: NCCL before 2.27 does not).
 
     Formats: table (summary; default on a terminal), json (the profile; default with -o FILE), yaml.
     Use the profile with predict/plan/rings --calibration PROFILE.json (docs/CALIBRATION.md)."""

@@ -278,6 +278,16 @@ def graphs(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[i
     if multi_ref and used and fabric_gbps is None:
         n_nics = len(used)   # the NICs NCCL's rings leave and enter the node through
         nic_bw = min(r for name, r, _ in f.nics if name in used) if any(nm in used for nm, _, _ in f.nics) else nic_bw
+    if nodes > 1 and fabric_gbps is None and f.nics:
+        top = max(r for _, r, _ in f.nics)
+        carrying = used or {name for name, r, _ in f.nics if r >= top / 2}   # the NICs the job's traffic takes
+        plain = sorted(n.name for n in topo.nics if n.name in carrying and not n.rdma)
+        if plain and len(plain) == len(carrying):
+            notes.append(f"{', '.join(plain)}: not RDMA devices, as far as the topology says: NCCL reaches "
+                         f"them through a net plugin (e.g. aws-ofi-nccl; assumed here: the line rate x "
+                         f"NET_EFFICIENCY) or, without one, its TCP socket transport (far slower: "
+                         f"~{SOCKET_TRANSPORT_GBPS:g} Gb/s per 200 Gb/s NIC on Polaris, --fabric-gbps); "
+                         f"gpucomm calibrate fits what yours delivers")
     nch = max(1, int(ref.get("search_channels") or ref["channels"]))
     bw_intra = float(ref.get("bw_intra") or 0.1)
     bw_inter = float(ref.get("bw_inter") or bw_intra)
