@@ -429,7 +429,6 @@ _TREE_CORR24 = (
 PCI_BW = 12.0
 WARP = 32
 SIMPLE_MAX_NTHREADS, LL_MAX_NTHREADS, LL128_MAX_NTHREADS, MAX_NTHREADS = 512, 512, 640, 640
-_PATH_ORDER = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS", "NET", "DIS")
 
 import struct as _struct  # noqa: E402
 
