@@ -114,6 +114,52 @@ def test_compare_notices_a_difference():
     assert not any(err_case.values())
 
 
+def _predicted_choices_differ(cases: list, monkeypatch) -> tuple[int, list]:
+    """(choices compared, the differing ones) of ``gpucomm predict``'s algorithm/protocol -- the cost
+    model on the topology loaded from the case's XML, as a user's command builds it -- against NCCL's
+    own (the golden's) for every size of all_reduce, all_gather and reduce_scatter."""
+    from gpucomm.planners.collectives import cost
+    from gpucomm.probes.errors import GpucommError
+    from gpucomm.probes.load import load_topology
+
+    total, bad = 0, []
+    for c in cases:
+        if "error" in c["golden"]:
+            continue
+        for k in [k for k in __import__("os").environ if k.startswith("NCCL_")]:
+            monkeypatch.delenv(k)
+        for k, v in (c.get("env") or {}).items():
+            monkeypatch.setenv(k, v)
+        try:
+            g = cost.summarize(load_topology(str(NCCLSIM / c["xml"])), nodes=c["nodes"], gpus=c.get("gpus"))
+        except GpucommError:
+            continue
+        for coll in ("all_reduce", "all_gather", "reduce_scatter"):
+            rows = c["golden"].get(coll) or []
+            if not rows or g.n_ranks < 2:
+                continue
+            for r, p in zip(rows, cost.predict(g, coll, [r[0] for r in rows])):
+                total += 1
+                nccl = (r[1].lower().replace("nvlstree", "nvls_tree"), r[2])
+                if nccl != (p["algorithm"], p["protocol"]):
+                    bad.append((c["xml"], c["nodes"], coll, r[0], nccl, (p["algorithm"], p["protocol"])))
+    return total, bad
+
+
+def test_predict_chooses_as_ncclsim_on_a_sample(monkeypatch):
+    """``gpucomm predict`` picks NCCL's algorithm and protocol -- the exact tuning model on the
+    communicator its graphs came from -- for every size of a sample of golden cases."""
+    total, bad = _predicted_choices_differ(goldens()[::29], monkeypatch)
+    assert total > 1000 and not bad, bad[:5]
+
+
+@pytest.mark.slow
+def test_predict_chooses_as_ncclsim_on_every_case(monkeypatch):
+    total, bad = _predicted_choices_differ(goldens(), monkeypatch)
+    print(f"predict vs ncclsim: {total - len(bad)} of {total} choices agree")
+    assert total > 50000 and not bad, bad[:5]
+
+
 @pytest.mark.slow
 def test_model_equals_ncclsim_on_every_case():
     """Every golden case (corpus, fixtures, examples): the issue's bars -- ring total bandwidth and

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable, Optional, Sequence, Union
 
 from gpucomm.planners.collectives import compare, cost, timing
-from gpucomm.planners.nccl.tuning import allowed_algos, choose, ll128_c2c_by_version, tuning_table
+from gpucomm.planners.nccl.tuning import allowed_algos, choose, ll128_c2c_by_version, nccl_choice, tuning_table
 from gpucomm.probes import units
 from gpucomm.probes.errors import InputError, NothingToDo
 from gpucomm.probes.formats.nccltests import ignored_summary, library_code, measured_series
@@ -168,7 +168,9 @@ def _case(layouts: Layouts, run: Run, algo: str = "auto", ll128_c2c: Optional[bo
         nccl = tuning_table(g0, coll, achievable=False)
         allowed = allowed_algos(g0, coll, algo)
         for m in meas:
-            best = choose(g0, coll, m["size_bytes"], nccl, allowed)
+            best = nccl_choice(g0, coll, m["size_bytes"], allowed)
+            if best is not None and (best[1], best[2]) not in nccl:
+                best = choose(g0, coll, m["size_bytes"], nccl, allowed)   # NCCL's pick has no cell here
             if best is None:
                 return None
             rows.append(_Row(m["size_bytes"], float(m["time_us"]), best[1], best[2]))

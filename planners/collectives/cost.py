@@ -35,7 +35,7 @@ from gpucomm.probes.topology import Topology
 from gpucomm.probes.units import busbw_factor, normalize_collective
 from gpucomm.planners.collectives import timing
 from gpucomm.planners.nccl.tuning import (ALGOS, SPEEDS_INTER, SPEEDS_INTRA, CommGraph, _ladder, allowed_algos,
-                                           choose, path_rank, tuning_table)
+                                           choose, nccl_choice, path_rank, tuning_table)
 
 # The calibrated constants live with the achievable layer (re-exported here).
 PCIE_RING_EFFICIENCY = timing.PCIE_RING_EFFICIENCY
@@ -74,7 +74,9 @@ def predict(g: CommGraph, collective: str, sizes: Iterable[int], algo: str = "au
     n = g.n_ranks
     rows = []
     for s in sizes:
-        best = choose(g, coll, s, nccl, allowed)
+        best = nccl_choice(g, coll, s, allowed)
+        if best is None or ((best[1], best[2]) not in ach and (best[1], best[2]) not in nccl):
+            best = choose(g, coll, s, nccl, allowed)   # NCCL's pick has no cell here: the summary's own
         assert best is not None  # guarded above
         t_nccl, a, p = best
         t = timing.time_us(g, coll, a, p, s, prof, ach if (a, p) in ach else nccl)
@@ -264,6 +266,7 @@ def graphs(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[i
         nic_bw = per_nic
 
     # ---- NCCL's graphs
+    from gpucomm.planners.nccl.comm import nccl_comm
     from gpucomm.planners.nccl.search import nccl_reference
 
     from gpucomm.planners.nccl.settings import NcclSettings
@@ -335,19 +338,28 @@ def graphs(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[i
             hop.append(nv if nv > 0 else PCIE_RING_EFFICIENCY * pcie_min)
         p2p_bw = min(hop)
 
-    nvls_ch, nvls_bw = _nvls_graph(f)
-    if nodes == 1:
-        # Pass 2 raises the NVLS graph's bwInter ("NVLS: raise bwInter", search.cc ncclTopoCompute pass 2); on one
-        # node no NET limits it, so it reaches the top of the ladder and the NVLS bus bandwidth is the
-        # intra term 2*eff*bwIntra*(nCh-1)/nCh per channel.  This is what capture 09 (HGX H100,
-        # 482 GB/s measured vs 476 modelled) supports; with bwInter left at bwIntra it would be 320.
-        nvls_inter = float(_ladder(SPEEDS_INTRA, f.cc)[0]) if nvls_ch else 0.0
+    if nodes == 1 or multi_ref:
+        # NCCL's own NVLS graph (search.cc ncclTopoCompute: one channel per head GPU; pass 2 raises bwInter,
+        # to the top of the ladder on one node where no NET limits it -- what capture 09, HGX H100, 482 GB/s
+        # measured vs 476 modelled, supports), the one ncclTopoTuneModel reads
+        nv = ref.get("nvls") if isinstance(ref.get("nvls"), dict) else None
+        nvls_ch = int(nv["search_channels"]) if nv else 0
+        nvls_bw = float(nv["bw_intra"]) if nv else 0.0
+        nvls_inter = float(nv["bw_inter"]) if nv else 0.0
     else:
+        # no NIC in the topology (--fabric-gbps): NCCL's search never ran across nodes; the single-node
+        # NVLS graph with bwInter at the NIC's ladder speed
+        nvls_ch, nvls_bw = _nvls_graph(f)
         nvls_inter = (_ladder_pick(min(nic_bw, pcie_min), _ladder(SPEEDS_INTER, f.cc)) or 0.0) if nvls_ch else 0.0
+    # NCCL's node count: a node it splits into NIC-joined domains (ncclTopoCheckNet) counts as several
+    tune_nodes = int(ref.get("nccl_nodes") or 1) * (1 if (nodes == 1 or multi_ref) else nodes)
     graph = CommGraph(
         n_ranks=nodes * g, n_nodes=nodes, gpus_per_node=g, channels=nch, bw_intra=bw_intra,
-        bw_inter=bw_inter, type_intra=type_intra, type_inter=type_inter if nodes > 1 else "PIX",
+        bw_inter=bw_inter, type_intra=type_intra, type_inter=type_inter if tune_nodes > 1 else "PIX",
+        nccl_nodes=tune_nodes if tune_nodes != nodes else None,
+        nccl_tuning=nccl_comm(ref_topo, nodes=nodes, gpus=idx, settings=settings).tuning if (nodes == 1 or multi_ref) else None,
         cc=f.cc, cc_max=f.cc_max, nvls=bool(nvls_ch), cpu_vendor=f.cpu_vendor, cpu_arch=f.cpu_arch,
+        same_channels=bool(ref.get("same_channels", True)),
         tree_channels=int(tree["search_channels"]) if tree else None,
         tree_bw_intra=float(tree["bw_intra"]) if tree else None,
         tree_bw_inter=float(tree["bw_inter"]) if tree else None,
@@ -388,6 +400,8 @@ def summary_dict(g: CommGraph) -> dict:
     """JSON-friendly view of a CommGraph (for ``predict --format json``)."""
     out = {}
     for k, v in g.__dict__.items():
+        if k == "nccl_tuning":   # NCCL's communicator, not a figure of the summary
+            continue
         if isinstance(v, float):
             v = round(v, 4)
         if isinstance(v, tuple):

@@ -329,7 +329,7 @@ def terms(g: CommGraph, coll: str, algo: str, proto: Optional[str], size: int, p
     log_size = _log2i(size >> 6) if size >= 64 else -1
     if algo == "tree" and coll == "all_reduce" and 0 <= log_size < len(TREE_CORRECTION[pi]):
         bw *= TREE_CORRECTION[pi][log_size]
-    if (algo == "ring" and proto == "Simple" and coll == "all_reduce" and g.n_nodes > 1
+    if (algo == "ring" and proto == "Simple" and coll == "all_reduce" and g.tune_nodes > 1
             and size / (g.channels * g.n_ranks) >= 64):
         lat *= RING_PLATEAU[0] if g.cc < 80 else RING_PLATEAU[1]
     if algo == "nvls" and g.n_nodes == 1:

@@ -685,6 +685,9 @@ def reference_dict(res: CommResult, tree: bool = True) -> dict:
         "max_bw": round(sys.max_bw, 4), "sys_total_bw": round(sys.total_bw, 4), "cc_min": res.min_cc,
         "nodes": res.nodes, "nccl_nodes": res.n_nodes, "gpus": [f"GPU{g.dev}" for g in res.local],
         "rings": rd["channels"], "ring0": ring0, "fallback": rd["fallback"],
+        # sameChannels of the ring graph ncclTopoTuneModel reads (merged over the ranks): a ring
+        # broadcast/reduce pays one step of latency with it, one per rank without
+        "same_channels": bool(res.graphs["ring"].same_channels),
         "tree": gd(r0.graphs["tree"]) if tree else None,
         "nvls": ({"channels": res.nvls_channels, "search_channels": r0.graphs["nvls"].n_channels,
                   "bw_intra": round(r0.graphs["nvls"].bw_intra, 4), "bw_inter": round(r0.graphs["nvls"].bw_inter, 4)}

@@ -109,8 +109,12 @@ class CommGraph:
     ring_bus_bw/tree_bus_bw/nvls_bus_bw: achievable bus bandwidth (GB/s) used for the time once the
     algorithm is chosen (None -> NCCL's ``nChannels * bw``).  gpu_bw: per-GPU injection bandwidth
     to its node peers (all_to_all); p2p_bw: neighbour bandwidth (send_recv); node_net_bw: network
-    bandwidth per node (GB/s); nic_bw: one NIC (GB/s).  ll128_c2c: NCCL_LL128_C2C as the graph
-    was built (the environment's) or as a calibration profile found its runs (:func:`ll128_default`)."""
+    bandwidth per node (GB/s); nic_bw: one NIC (GB/s).  nccl_nodes: the nodes NCCL's tuning model
+    counts where it splits a node into NIC-joined domains (ncclTopoCheckNet; None: ``n_nodes``).
+    ll128_c2c: NCCL_LL128_C2C as the graph was built (the environment's) or as a calibration profile
+    found its runs (:func:`ll128_default`).  nccl_tuning: what NCCL's ncclTopoTuneModel reads on this
+    communicator (:class:`CommTuning`'s fields, from :func:`gpucomm.planners.nccl.comm.nccl_comm`), so
+    that :func:`nccl_choice` is NCCL's own decision; None for a summary built by hand."""
 
     n_ranks: int
     n_nodes: int
@@ -143,6 +147,8 @@ class CommGraph:
     nic_bw: Optional[float] = None
     notes: tuple = field(default_factory=tuple)
     ll128_c2c: bool = True
+    nccl_nodes: Optional[int] = None
+    nccl_tuning: Optional[dict] = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
         for name in ("n_ranks", "n_nodes", "gpus_per_node", "channels"):
@@ -159,8 +165,13 @@ class CommGraph:
 
     # ---- derived views
     @property
+    def tune_nodes(self) -> int:
+        """The node count ncclTopoTuneModel reads (NIC-joined domains count as nodes)."""
+        return self.nccl_nodes or self.n_nodes
+
+    @property
     def ppn(self) -> float:
-        return self.n_ranks / self.n_nodes
+        return self.n_ranks / self.tune_nodes
 
     def graph(self, algo: str) -> tuple[int, float, float]:
         """(nChannels, bwIntra, bwInter) of the graph NCCL uses for ``algo``."""
@@ -216,7 +227,7 @@ def ll128_c2c_by_version(code: Optional[int]) -> Optional[bool]:
 
 def _ll128_enabled(g: CommGraph) -> bool:
     """:func:`ll128_default` on the ring graph of ``g`` (one node: no inter-node path)."""
-    inter = path_rank(g.type_inter) if g.n_nodes > 1 else 0
+    inter = path_rank(g.type_inter) if g.tune_nodes > 1 else 0
     cc_max = g.cc_max if g.cc_max is not None else g.cc
     return ll128_default(inter, path_rank(g.type_intra), min(g.cc, cc_max), max(g.cc, cc_max), g.ll128_c2c)
 
@@ -233,7 +244,7 @@ def tuning_table(g: CommGraph, collective: str, achievable: bool = False) -> dic
     if coll not in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"):
         raise InputError(f"{coll} is not tuned by NCCL's model", expected="all_reduce, all_gather, "
                          "reduce_scatter, broadcast, reduce")
-    n, nn = g.n_ranks, g.n_nodes
+    n, nn = g.n_ranks, g.tune_nodes
     ci = compcap_index(g.cc)
     index2 = nn - 1 if nn <= 2 else 2
     index1 = ci if nn == 1 else (1 if (g.cpu_vendor or "").lower() == "amd" else 0)
@@ -275,7 +286,7 @@ def tuning_table(g: CommGraph, collective: str, achievable: bool = False) -> dic
 
 def _bus_bw(g, coll, a, pi, nch, bw_intra, bw_inter, achievable, ll_max, per_tree, per_ring_ll128,
             per_tree_ll128, per_nvls_tree, ppn, ci) -> float:
-    nn = g.n_nodes
+    nn = g.tune_nodes
     if a in ("nvls", "nvls_tree"):
         if not g.nvls or g.cc < 90 or nch < 2:
             return 0.0
@@ -293,7 +304,7 @@ def _bus_bw(g, coll, a, pi, nch, bw_intra, bw_inter, achievable, ll_max, per_tre
         return bus
     if a == "pat":
         # PAT: one rank per node only (ncclPatEnable), Simple; busBw = min(bwInter, bwIntra)*nCh*0.75.
-        if g.gpus_per_node != 1 or nn < 2:
+        if g.ppn != 1 or nn < 2:
             return 0.0
         bus = min(bw_inter, bw_intra) * nch
         if achievable and g.tree_bus_bw is not None:
@@ -326,7 +337,7 @@ def _bus_bw(g, coll, a, pi, nch, bw_intra, bw_inter, achievable, ll_max, per_tre
     return bus
 
 def _latency(g: CommGraph, coll: str, a: str, pi: int, nsteps: int) -> float:
-    nn, n = g.n_nodes, g.n_ranks
+    nn, n = g.tune_nodes, g.n_ranks
     base = BASE_LAT[a][pi]
     intra_hw = _hw_intra(g.type_intra)
     hw_lat = dict(HW_LAT[HW_PCI])
@@ -378,7 +389,7 @@ def algo_time(g: CommGraph, collective: str, a: str, p: str, cell: Cell, nbytes:
     pi = PROTOS.index(p)
     if a == "tree" and collective == "all_reduce" and 0 <= log_size < len(TREE_CORRECTION[pi]):
         bw *= TREE_CORRECTION[pi][log_size]
-    if (a == "ring" and p == "Simple" and collective == "all_reduce" and g.n_nodes > 1
+    if (a == "ring" and p == "Simple" and collective == "all_reduce" and g.tune_nodes > 1
             and nbytes / (g.channels * g.n_ranks) >= 64):
         lat *= RING_PLATEAU[0] if g.cc < 80 else RING_PLATEAU[1]
     return lat + nbytes / (1000.0 * bw)
@@ -403,6 +414,54 @@ def allowed_algos(g: CommGraph, coll: str, algo: str) -> tuple:
     if algo == "nvls":
         return ("nvls", "nvls_tree")
     return (algo,)
+
+
+def nccl_choice(g: CommGraph, coll: str, nbytes: int, allowed: Sequence[str] = ALGOS) -> Optional[tuple]:
+    """NCCL's (time us, algorithm, protocol) for ``nbytes`` of ``coll`` among ``allowed``: its own
+    tuning model run exactly (:func:`tune_model`, :func:`algo_time_exact`, ``ncclGetAlgoInfo``'s
+    order and per-rank sizing) on the communicator ``g`` was built from, with ``g.ll128_c2c``;
+    :func:`choose` on :func:`tuning_table` for a summary without one."""
+    if g.nccl_tuning is None or coll not in _FUNC:
+        return choose(g, coll, nbytes, tuning_table(g, coll), allowed)
+    t = _exact_tables(g)
+    ct = t.ct
+    f = _FUNC[coll]
+    if coll in ("all_gather", "reduce_scatter") and ct.n_ranks > 0:
+        nbytes = (int(nbytes) // (4 * ct.n_ranks)) * 4 * ct.n_ranks
+    names = {A_TREE: "tree", A_RING: "ring", A_NVLS: "nvls", A_NVLS_TREE: "nvls_tree", A_PAT: "pat"}
+    best = None
+    for a in range(7):
+        name = names.get(a)
+        if name is None or name not in allowed:
+            continue
+        if a in (A_NVLS, A_NVLS_TREE) and (not ct.nvls_support or (f != 4 and ct.local_ranks > 32)):
+            continue
+        if a == A_NVLS and ct.n_nodes > 1:
+            continue
+        for p in range(3):
+            v = algo_time_exact(t, f, a, p, nbytes)
+            if v >= 0.0 and (best is None or v < best[0]):
+                best = (v, name, PROTOS[p])
+    return best
+
+
+_EXACT: dict = {}
+
+
+def _exact_tables(g: CommGraph) -> "TuneTables":
+    from gpucomm.planners.nccl.settings import NcclSettings
+
+    tun = g.nccl_tuning
+    s = tun.get("settings") or NcclSettings()
+    if bool(s.ll128_c2c) != g.ll128_c2c:
+        s = s.replace(ll128_c2c=int(g.ll128_c2c))
+    key = (id(tun), s.key())
+    hit = _EXACT.get(key)
+    if hit is None or hit[0] is not tun:
+        if len(_EXACT) > 256:
+            _EXACT.clear()
+        hit = _EXACT[key] = (tun, tune_model(CommTuning(**dict(tun, settings=s))))
+    return hit[1]
 
 
 # --------------------------------------------------------------------------------------------
