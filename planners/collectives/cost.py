@@ -5,7 +5,8 @@ hardware actually delivers -- the calibrated "achievable" layer -- in nccl-tests
 
 * :func:`summarize` -- topology -> :class:`~gpucomm.planners.nccl.tuning.CommGraph`: NCCL's graphs
   plus the achievable bus bandwidths (NVLink: NCCL's own figure; PCIe rings, networks: calibrated).
-* :func:`predict` -- per size, the algorithm/protocol NCCL would pick (minimum of *its own* model:
+* :func:`predict` -- per size, the algorithm/protocol NCCL picks (its own tuning model run exactly on
+  the communicator the graphs came from, :func:`gpucomm.planners.nccl.tuning.nccl_choice`:
   ``time = lat + bytes / (1000 * algbw)``, ``ncclTopoGetAlgoTime``), and the time it takes with
   the *achievable* bus bandwidth.  Rows carry time, algbw = S/t and busbw = algbw * nccl-tests factor.
 
