@@ -39,10 +39,10 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable, Optional, Sequence, Union
 
 from gpucomm.planners.collectives import compare, cost, timing
-from gpucomm.planners.nccl.tuning import allowed_algos, choose, ll128_c2c_by_version, nccl_choice, tuning_table
+from gpucomm.planners.nccl.tuning import allowed_algos, ll128_c2c_by_version, nccl_choice, tuning_table
 from gpucomm.probes import units
 from gpucomm.probes.errors import InputError, NothingToDo
-from gpucomm.probes.formats.nccltests import ignored_summary, library_code, measured_series
+from gpucomm.probes.formats.nccltests import ignored_summary, library_code, measured_series, version_text
 from gpucomm.probes.topology import Topology
 
 SCHEMA = "gpucomm.calibration/v1"
@@ -168,9 +168,7 @@ def _case(layouts: Layouts, run: Run, algo: str = "auto", ll128_c2c: Optional[bo
         nccl = tuning_table(g0, coll, achievable=False)
         allowed = allowed_algos(g0, coll, algo)
         for m in meas:
-            best = nccl_choice(g0, coll, m["size_bytes"], allowed)
-            if best is not None and (best[1], best[2]) not in nccl:
-                best = choose(g0, coll, m["size_bytes"], nccl, allowed)   # NCCL's pick has no cell here
+            best = nccl_choice(g0, coll, m["size_bytes"], allowed, cells=nccl)
             if best is None:
                 return None
             rows.append(_Row(m["size_bytes"], float(m["time_us"]), best[1], best[2]))
@@ -442,10 +440,9 @@ def fit(layouts: Layouts, runs: Sequence[Run], start: Optional[timing.Profile] =
     if len(eras) == 1 and None not in eras:   # the runs say which NCCL ran
         given = eras.pop()
         code = min(library_code(r.run) for r in runs)
-        runs[0].notes.append(f"{runs[0].label}: NCCL {_version_text(code)} (nccl-library) "
-                             + ("runs LL128 across the C2C-attached NICs (P2C)" if given else
-                                "has no P2C path (before 2.27): no LL128 across the C2C-attached NICs")
-                             + f"; ll128_c2c {str(given).lower()}")
+        _say(runs, f"ll128_c2c {str(given).lower()}: the runs print NCCL {version_text(code)} (nccl-library), which "
+             + ("runs LL128 across the C2C-attached NICs (P2C)" if given else
+                "has no P2C path (before 2.27): no LL128 across the C2C-attached NICs"))
         p, fitted, cases = _fit(layouts, runs, replace(start, ll128_c2c=given), algo)
         return p, fitted + ["ll128_c2c"], cases
     tried = []
@@ -454,16 +451,14 @@ def fit(layouts: Layouts, runs: Sequence[Run], start: Optional[timing.Profile] =
         tried.append((statistics.median(_run_summary(c, got[0])["median_abs_time_error_pct"] for c in got[2]), got))
     (with_, fit_with), (without, fit_without) = tried
     p, fitted, cases = fit_without if without < with_ - LL128_C2C_MARGIN_PCT else fit_with
-    runs[0].notes[:] = [n for n in runs[0].notes if not n.startswith("ll128_c2c ")]   # a refit says it again
-    runs[0].notes.append(
-        f"ll128_c2c {str(p.ll128_c2c).lower()}: the runs' median |time error| is {with_:.1f}% with LL128 across the "
-        f"C2C-attached NICs (NCCL 2.27+) and {without:.1f}% without (NCCL before 2.27, or NCCL_LL128_C2C=0)")
+    _say(runs, f"ll128_c2c {str(p.ll128_c2c).lower()}: the runs' median |time error| is {with_:.1f}% with LL128 "
+         f"across the C2C-attached NICs (NCCL 2.27+) and {without:.1f}% without (NCCL before 2.27, or NCCL_LL128_C2C=0)")
     return p, fitted + ["ll128_c2c"], cases
 
 
-def _version_text(code: int) -> str:
-    major, rest = (code // 10000, code % 10000) if code >= 20900 else (code // 1000, code % 1000)
-    return f"{major}.{rest // 100}.{rest % 100}"
+def _say(runs: Sequence[Run], note: str) -> None:
+    """The fit's one note on ll128_c2c, on the first run (a refit, as in cross-validation, replaces it)."""
+    runs[0].notes[:] = [n for n in runs[0].notes if not n.startswith("ll128_c2c ")] + [note]
 
 
 LL128_C2C_MARGIN_PCT = 1.0

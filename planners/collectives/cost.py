@@ -36,7 +36,7 @@ from gpucomm.probes.topology import Topology
 from gpucomm.probes.units import busbw_factor, normalize_collective
 from gpucomm.planners.collectives import timing
 from gpucomm.planners.nccl.tuning import (ALGOS, SPEEDS_INTER, SPEEDS_INTRA, CommGraph, _ladder, allowed_algos,
-                                           choose, nccl_choice, path_rank, tuning_table)
+                                           nccl_choice, path_rank, tuning_table)
 
 # The calibrated constants live with the achievable layer (re-exported here).
 PCIE_RING_EFFICIENCY = timing.PCIE_RING_EFFICIENCY
@@ -75,9 +75,7 @@ def predict(g: CommGraph, collective: str, sizes: Iterable[int], algo: str = "au
     n = g.n_ranks
     rows = []
     for s in sizes:
-        best = nccl_choice(g, coll, s, allowed)
-        if best is None or ((best[1], best[2]) not in ach and (best[1], best[2]) not in nccl):
-            best = choose(g, coll, s, nccl, allowed)   # NCCL's pick has no cell here: the summary's own
+        best = nccl_choice(g, coll, s, allowed, cells=nccl)
         assert best is not None  # guarded above
         t_nccl, a, p = best
         t = timing.time_us(g, coll, a, p, s, prof, ach if (a, p) in ach else nccl)
@@ -267,15 +265,15 @@ def graphs(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[i
         nic_bw = per_nic
 
     # ---- NCCL's graphs
-    from gpucomm.planners.nccl.comm import nccl_comm
+    from gpucomm.planners.nccl.comm import nccl_comm, reference_dict
     from gpucomm.planners.nccl.search import nccl_reference
-
     from gpucomm.planners.nccl.settings import NcclSettings
 
     settings = NcclSettings.from_env()
     idx = [x.index for x in f.gpus]
     multi_ref = nodes > 1 and bool(f.nics)
-    ref = nccl_reference(ref_topo, gpus=idx, nodes=nodes if multi_ref else 1, settings=settings)
+    comm = nccl_comm(ref_topo, nodes=nodes if multi_ref else 1, gpus=idx, settings=settings)
+    ref = reference_dict(comm)
     if ref.get("fallback"):
         notes.append("NCCL's search finds no ring here and falls back to 1 channel at 0.1 GB/s")
     used = {n for r in ref.get("rings") or [] if isinstance(r, dict) for n in r.get("nets") or []}
@@ -358,7 +356,7 @@ def graphs(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[i
         n_ranks=nodes * g, n_nodes=nodes, gpus_per_node=g, channels=nch, bw_intra=bw_intra,
         bw_inter=bw_inter, type_intra=type_intra, type_inter=type_inter if tune_nodes > 1 else "PIX",
         nccl_nodes=tune_nodes if tune_nodes != nodes else None,
-        nccl_tuning=nccl_comm(ref_topo, nodes=nodes, gpus=idx, settings=settings).tuning if (nodes == 1 or multi_ref) else None,
+        nccl_tuning=comm.tuning if (nodes == 1 or multi_ref) else None,
         cc=f.cc, cc_max=f.cc_max, nvls=bool(nvls_ch), cpu_vendor=f.cpu_vendor, cpu_arch=f.cpu_arch,
         same_channels=bool(ref.get("same_channels", True)),
         tree_channels=int(tree["search_channels"]) if tree else None,

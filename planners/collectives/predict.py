@@ -10,7 +10,7 @@ from gpucomm.planners.collectives import calibrate, compare, cost, timing
 from gpucomm.planners.nccl.tuning import USER_ALGOS, ll128_c2c_by_version
 from gpucomm.probes import units
 from gpucomm.probes.errors import InputError
-from gpucomm.probes.formats.nccltests import TYPE_SIZES, ignored_summary, library_code
+from gpucomm.probes.formats.nccltests import TYPE_SIZES, ignored_summary, library_code, version_text
 from gpucomm.probes.topology import Topology
 
 PREDICT_SCHEMA = "gpucomm.predict/v1"
@@ -139,8 +139,9 @@ def _as_run_nccl(graph, run: dict, profile: Optional[timing.Profile], where: str
     if (era is None or era or not graph.ll128_c2c or graph.n_nodes < 2 or graph.type_inter != "P2C"
             or (profile is not None and profile.ll128_c2c is not None)):
         return graph, None
-    return replace(graph, ll128_c2c=False), (f"{where}: NCCL nccl-library={code} (before 2.27: no P2C path) runs no "
-                                             f"LL128 across the C2C-attached NICs; predicted so")
+    return replace(graph, ll128_c2c=False), (f"{where}: the run prints NCCL {version_text(code)} (nccl-library), "
+                                             f"which has no P2C path (before 2.27): no LL128 across the "
+                                             f"C2C-attached NICs; predicted so")
 
 
 def achievable_summary(doc: Union[Topology, dict], nodes: int = 1, gpus: Optional[list] = None,

@@ -416,13 +416,21 @@ def allowed_algos(g: CommGraph, coll: str, algo: str) -> tuple:
     return (algo,)
 
 
-def nccl_choice(g: CommGraph, coll: str, nbytes: int, allowed: Sequence[str] = ALGOS) -> Optional[tuple]:
+def nccl_choice(g: CommGraph, coll: str, nbytes: int, allowed: Sequence[str] = ALGOS,
+                cells: Optional[dict] = None) -> Optional[tuple]:
     """NCCL's (time us, algorithm, protocol) for ``nbytes`` of ``coll`` among ``allowed``: its own
     tuning model run exactly (:func:`tune_model`, :func:`algo_time_exact`, ``ncclGetAlgoInfo``'s
     order and per-rank sizing) on the communicator ``g`` was built from, with ``g.ll128_c2c``;
-    :func:`choose` on :func:`tuning_table` for a summary without one."""
-    if g.nccl_tuning is None or coll not in _FUNC:
-        return choose(g, coll, nbytes, tuning_table(g, coll), allowed)
+    :func:`choose` on ``cells`` (default :func:`tuning_table`) for a summary without one, or where
+    NCCL's pick is not among ``cells`` (the caller times it from them)."""
+    cells = tuning_table(g, coll) if cells is None else cells
+    best = _exact_choice(g, coll, nbytes, allowed) if g.nccl_tuning is not None and coll in _FUNC else None
+    if best is None or (best[1], best[2]) not in cells:
+        best = choose(g, coll, nbytes, cells, allowed)
+    return best
+
+
+def _exact_choice(g: CommGraph, coll: str, nbytes: int, allowed: Sequence[str]) -> Optional[tuple]:
     t = _exact_tables(g)
     ct = t.ct
     f = _FUNC[coll]

@@ -97,6 +97,16 @@ def library_code(run: dict) -> Optional[int]:
     return int(v) if v.isdigit() and 2000 <= int(v) < 100000 else None
 
 
+def version_text(code: int) -> str:
+    """The version an NCCL_VERSION_CODE stands for (:func:`nccl_version_code` inverted).
+
+    >>> version_text(22304), version_text(2804)
+    ('2.23.4', '2.8.4')
+    """
+    major, rest = (code // 10000, code % 10000) if code >= 20900 else (code // 1000, code % 1000)
+    return f"{major}.{rest // 100}.{rest % 100}"
+
+
 def nccl_version_code(major: int, minor: int, patch: int) -> int:
     """NCCL_VERSION_CODE of a version (nccl.h: X*10000 + Y*100 + Z from 2.9 on, X*1000 + Y*100 + Z
     before), the number nccl-tests prints as ``nccl-library=``.
