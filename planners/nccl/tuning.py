@@ -431,25 +431,16 @@ def nccl_choice(g: CommGraph, coll: str, nbytes: int, allowed: Sequence[str] = A
 
 
 def _exact_choice(g: CommGraph, coll: str, nbytes: int, allowed: Sequence[str]) -> Optional[tuple]:
-    t = _exact_tables(g)
-    ct = t.ct
-    f = _FUNC[coll]
-    if coll in ("all_gather", "reduce_scatter") and ct.n_ranks > 0:
-        nbytes = (int(nbytes) // (4 * ct.n_ranks)) * 4 * ct.n_ranks
+    _, table = algo_times(_exact_tables(g), coll, nbytes)
     names = {A_TREE: "tree", A_RING: "ring", A_NVLS: "nvls", A_NVLS_TREE: "nvls_tree", A_PAT: "pat"}
     best = None
     for a in range(7):
-        name = names.get(a)
-        if name is None or name not in allowed:
-            continue
-        if a in (A_NVLS, A_NVLS_TREE) and (not ct.nvls_support or (f != 4 and ct.local_ranks > 32)):
-            continue
-        if a == A_NVLS and ct.n_nodes > 1:
+        if names.get(a) not in allowed:
             continue
         for p in range(3):
-            v = algo_time_exact(t, f, a, p, nbytes)
+            v = table[a][p]
             if v >= 0.0 and (best is None or v < best[0]):
-                best = (v, name, PROTOS[p])
+                best = (v, names[a], PROTOS[p])
     return best
 
 
@@ -792,10 +783,10 @@ def algo_time_exact(t: TuneTables, coll: int, a: int, p: int, nbytes: int) -> fl
     return _f(lat + _f(_f(float(nbytes)) / _f(1000 * bw)))
 
 
-def algo_info(t: TuneTables, coll: str, nbytes: int, nvls: Optional[bool] = None) -> dict:
-    """``ncclGetAlgoInfo`` without a tuner plugin or CollNet: NCCL's algorithm, protocol, channels,
-    warps and estimated time (us) for one ``coll`` of ``nbytes`` (all_gather/reduce_scatter: the
-    total, nccl-tests' size)."""
+def algo_times(t: TuneTables, coll: str, nbytes: int, nvls: Optional[bool] = None) -> tuple[int, list]:
+    """(the size NCCL tunes for, ``[algo][proto]`` times in us, -1 where disabled): the candidates
+    ``ncclGetAlgoInfo`` weighs for one ``coll`` of ``nbytes`` (all_gather/reduce_scatter: the total,
+    nccl-tests' size)."""
     ct = t.ct
     f = _FUNC[coll]
     if coll in ("all_gather", "reduce_scatter") and ct.n_ranks > 0:
@@ -806,16 +797,25 @@ def algo_info(t: TuneTables, coll: str, nbytes: int, nvls: Optional[bool] = None
     table = [[-1.0] * 3 for _ in range(7)]
     if ct.n_ranks == 1:
         table[A_RING][P_SIMPLE] = 0.0
-    else:
-        for a in range(7):
-            if a in (A_CD, A_CC):
-                continue
-            if a in (A_NVLS, A_NVLS_TREE) and (not nvls or (f != 4 and ct.local_ranks > 32)):
-                continue
-            if a == A_NVLS and ct.n_nodes > 1:
-                continue
-            for p in range(3):
-                table[a][p] = algo_time_exact(t, f, a, p, nbytes)
+        return nbytes, table
+    for a in range(7):
+        if a in (A_CD, A_CC):
+            continue
+        if a in (A_NVLS, A_NVLS_TREE) and (not nvls or (f != 4 and ct.local_ranks > 32)):
+            continue
+        if a == A_NVLS and ct.n_nodes > 1:
+            continue
+        for p in range(3):
+            table[a][p] = algo_time_exact(t, f, a, p, nbytes)
+    return nbytes, table
+
+
+def algo_info(t: TuneTables, coll: str, nbytes: int, nvls: Optional[bool] = None) -> dict:
+    """``ncclGetAlgoInfo`` without a tuner plugin or CollNet: NCCL's algorithm, protocol, channels,
+    warps and estimated time (us) for one ``coll`` of ``nbytes`` (all_gather/reduce_scatter: the
+    total, nccl-tests' size)."""
+    ct = t.ct
+    nbytes, table = algo_times(t, coll, nbytes, nvls)
     best, ba, bp = 3.4e38, -1, -1
     for a in range(7):
         for p in range(3):
