@@ -336,3 +336,51 @@ def test_compare_never_crashes_on_damaged_logs(panlichen, path, rnd, keep):
                 compare_trees(log, tp.to_dict(), tp.nccl_reference, doc, 2)):
         assert isinstance(sec["verdict"], str) and sec["verdict"]
         json.loads(dumps_json(sec))
+
+
+# ----------------------------------------------------------------------------------------------
+# A 2-node Snellius (4x H100, 4 IB NICs) log: NCCL 2.22.3's eight ring channels, one INFO line
+# written into the middle of a table row (fixtures/captures/nccltests/scaling/evidence/SOURCES.md)
+SNELLIUS_LOG = CAPTURES / "nccltests" / "scaling" / "evidence" / "snellius-h100_ibstat_nccl-info.txt"
+
+
+@pytest.fixture(scope="module")
+def snellius():
+    from gpucomm.planners.collectives.rings import search_rings
+
+    doc = load_topology("example:hgx-h100-4gpu")
+    rp = search_rings(doc, nodes=2)
+    return doc, rp, parse_nccl_log(SNELLIUS_LOG.read_text(), str(SNELLIUS_LOG))
+
+
+def test_a_line_written_into_a_table_row_keeps_its_host(snellius):
+    # "...  sum      -1gcn151:1904979:1905073 [0] NCCL INFO Channel 00/0 : 7[3] -> 0[0] [receive] ..."
+    _, _, log = snellius
+    assert log["hosts"] == ["gcn151"]
+    assert log["version"] == "2.22.3+cuda12.6"
+    text = "h7:1:2 [0] NCCL INFO comm 0x1 rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0 MNNVL 0\n" \
+           "    1024   256  float  sum  -1h7:1:2 [0] NCCL INFO Connected all rings\n" \
+           "    2048   512  float  sum  -1h8:1:2 [0] NCCL INFO Connected all rings\n"
+    # only a number in front of another host of the same process is a row's tail: h8 stays a host
+    assert parse_nccl_log(text, "t.log")["hosts"] == ["-1h8", "h7"]
+
+
+def test_the_version_ends_where_the_version_does():
+    text = '# the log prints "NCCL version 2.20.5+cuda12.4", quoted\nh:1:2 [0] NCCL INFO Using network IB\n'
+    assert parse_nccl_log(text, "t.log")["version"] == "2.20.5+cuda12.4"
+
+
+def test_every_logged_channel_order_is_checked_against_the_model(snellius):
+    doc, rp, log = snellius
+    sec = compare_rings(log, rp.to_dict(), rp.nccl_reference, doc, 2)
+    # the log's node-0 orders 0123 / 1320 / 2103 / 3102, twice: NCCL 2.30.7's search gives the same four
+    assert [r["node0_gpus"] for r in sec["rings"][:4]] == [[0, 1, 2, 3], [1, 3, 2, 0], [2, 1, 0, 3], [3, 1, 0, 2]]
+    assert sec["comparison"]["orders"] == {"checked": 8, "match": 8, "first_difference": None}
+    assert "channel orders: 8 of 8 as our model of NCCL" in sec["verdict"]
+    # one ring written otherwise in the log is found, and named
+    other = SNELLIUS_LOG.read_text().replace("Channel 05/08 :    0   5   7   6   4   1   3   2",
+                                             "Channel 05/08 :    0   5   7   6   4   1   2   3")
+    sec = compare_rings(parse_nccl_log(other, "x.log"), rp.to_dict(), rp.nccl_reference, doc, 2)
+    assert sec["comparison"]["orders"] == {"checked": 8, "match": 7,
+                                           "first_difference": {"channel": 5, "nccl": [1, 2, 3, 0],
+                                                                "model": [1, 3, 2, 0]}}

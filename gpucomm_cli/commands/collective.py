@@ -139,6 +139,11 @@ def render_rings_log(console, sec: dict, out: dict) -> None:
     nets = g["channels"][0]["nets"] if g and g["channels"] else None
     t.add_row("channel 0 (GPUs)", _order(oc["nccl"], [f"NET/{n}" for n in nets] if nets else None),
               _order(oc["model"]), _order(oc["ours"]))
+    o = cmp_.get("orders")
+    if o:
+        d = o["first_difference"]
+        t.add_row("channel orders (node 0)", f"{o['checked']} channels",
+                  f"{o['match']} the same" + (f" (channel {d['channel']}: {_order(d['model'])})" if d else ""), "-")
     t.add_row("transports", _transports_text(sec), "", "")
     print_table(console, t)
     rings = sec.get("rings") or []

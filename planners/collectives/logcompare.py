@@ -337,11 +337,11 @@ def compare_rings(log: dict, plan: dict, ref: Optional[dict], doc: dict, nodes: 
     elif rings and rings[0]["node0_gpus"] and None not in rings[0]["node0_gpus"]:
         order_nccl = rings[0]["node0_gpus"]
     ours0 = (plan.get("channels") or [{}])[0].get("gpus")
-    model0 = [int(str(x).replace("GPU", "")) if str(x).replace("GPU", "").isdigit() else x
-              for x in ((ref or {}).get("rings") or [{}])[0].get("gpus") or []] or None
+    model0 = _gpu_indices(((ref or {}).get("rings") or [{}])[0].get("gpus")) or None
     comp["order_channel0"] = {"nccl": order_nccl, "model": model0, "ours": ours0,
                               "same_as_ours": None if not order_nccl or not ours0 else
                               (_same_cycle(order_nccl, ours0) if not inter else order_nccl == ours0)}
+    comp["orders"] = _orders_vs_model(rings, ref, inter)
     paths, adjusted, notes = _p2p_note(log, doc, mapping, nodes, gpus, g, "ring")
     comp["paths"] = paths
     comp["adjusted_model"] = adjusted
@@ -376,6 +376,9 @@ def compare_rings(log: dict, plan: dict, ref: Optional[dict], doc: dict, nodes: 
         else:
             m += " (nothing in the log to check it against)"
         parts.append(m)
+    o = comp["orders"]
+    if o:
+        parts.append(f"channel orders: {o['match']} of {o['checked']} as our model of NCCL")
     ours_bw = plan.get("total_bw_GBps")
     parts.append(f"our rings give {_fmt(ours_bw)} GB/s" +
                  (f" vs NCCL's {_fmt(nccl_bw)}" if nccl_bw is not None else ""))
@@ -383,6 +386,46 @@ def compare_rings(log: dict, plan: dict, ref: Optional[dict], doc: dict, nodes: 
     sec["notes"] = notes + [n for n in _version_note(log, diffs) if n not in notes]
     sec["warnings"] = warns
     return sec
+
+
+def _gpu_indices(labels) -> list:
+    """GPU labels of our model (``GPU3``) as indices, the way the log's orders are written."""
+    return [int(str(x).replace("GPU", "")) if str(x).replace("GPU", "").isdigit() else x for x in labels or []]
+
+
+def _same_rotation(a: list, b: list) -> bool:
+    """The same ring, in the same direction, whichever GPU it is written from."""
+    if len(a) != len(b) or not a or a[0] not in b:
+        return False
+    i = b.index(a[0])
+    return b[i:] + b[:i] == a
+
+
+def _orders_vs_model(rings: list, ref: Optional[dict], inter: bool) -> Optional[dict]:
+    """Every logged ring channel's order through node 0 next to our model of NCCL's ring for that
+    channel (NCCL repeats its searched channels: channel c runs graph channel c mod their count).
+    Across nodes the node's stretch, NIC to NIC, must be the same; on one node the same ring
+    written from another GPU is the same ring.  None when there is nothing to check (no
+    complete ring in the log, or NCCL splits the node into NIC-joined domains, whose rings
+    :func:`_node_chain` cannot line up with the graph's)."""
+    model = [_gpu_indices(r.get("gpus")) for r in (ref or {}).get("rings") or []]
+    if not model or (ref or {}).get("domain_rings"):
+        return None
+    checked = match = 0
+    first = None
+    for r in rings:
+        got = r.get("node0_gpus")
+        if not got or None in got:
+            continue
+        want = model[r["channel"] % len(model)]
+        same = got == want if inter else _same_rotation(got, want)
+        checked += 1
+        match += same
+        if not same and first is None:
+            first = {"channel": r["channel"], "nccl": got, "model": want}
+    if not checked:
+        return None
+    return {"checked": checked, "match": match, "first_difference": first}
 
 
 def _same_cycle(a: list, b: list) -> bool:

@@ -69,7 +69,7 @@ _F = r"\d{1,12}(?:\.\d*)?"
 NCCL_LINE_MAX = 1023
 _PREFIX = re.compile(r"(?P<host>[^\s:\[\]]+):(?P<pid>" + _I + r"):(?P<tid>" + _I + r") \[(?P<dev>" + _N +
                      r")\] NCCL (?P<level>INFO|WARN|TRACE|ABORT)\b ?")
-_VERSION = re.compile(r"\bNCCL version (?P<v>" + _I + r"\." + _I + r"\." + _I + r"\S*)")
+_VERSION = re.compile(r"\bNCCL version (?P<v>" + _I + r"\." + _I + r"\." + _I + r"[\w.+-]*)")
 _TESTS_RANK = re.compile(
     r"#\s*Rank\s+(?P<rank>\d{1,9})(?:\s+Group\s+\d{1,9})?\s+Pid\s+(?P<pid>\d{1,9})\s+on\s+(?P<host>\S+)"
     r"\s+device\s+(?P<dev>\d{1,9})\s+\[(?P<bus>[^\]]*)\]\s*(?P<name>.*?)\s*$")
@@ -234,6 +234,26 @@ def _split_messages(line: str) -> list:
     return out
 
 
+_ROW_TAIL = re.compile(r"^[-+]?[\d.]{1,24}$")
+
+
+def _glued_hosts(text: str) -> dict:
+    """{(host as matched, pid): the host} for NCCL lines that a process wrote into the middle of a
+    table row (nccl-tests' ``... sum      -1gcn151:1904979:1905073 [0] NCCL INFO ...``): the row's
+    last figure sticks to the host name.  Such a host is another prefix of the same pid with a
+    number in front; the number goes back to the row."""
+    by_pid: dict = {}
+    for m in _PREFIX.finditer(text):
+        by_pid.setdefault(m.group("pid"), set()).add(m.group("host"))
+    out = {}
+    for pid, hosts in by_pid.items():
+        for h in hosts:
+            for other in hosts:
+                if other != h and h.endswith(other) and _ROW_TAIL.match(h[:-len(other)]):
+                    out[(h, pid)] = other
+    return out
+
+
 def parse_nccl_log(text: Any, path: Optional[str] = None) -> dict:
     """Parse an NCCL debug log into a ``gpucomm.nccllog/v1`` dict (module docstring for the lines
     read).  Keys: ``version`` (``host_versions`` when prefixed; hosts that disagree are warned
@@ -253,6 +273,7 @@ def parse_nccl_log(text: Any, path: Optional[str] = None) -> dict:
         raise InputError("not text", path, expected="an NCCL_DEBUG=INFO log")
     st = _State(path)
     lines = text.splitlines()
+    glued = _glued_hosts(text)
     for lineno, raw in enumerate(lines, 1):
         if "\x00" in raw:
             raise InputError("binary data in the log", path, lineno, expected="an NCCL_DEBUG=INFO text log")
@@ -274,7 +295,7 @@ def parse_nccl_log(text: Any, path: Optional[str] = None) -> dict:
             if m is None:
                 continue
             st.nccl_lines += 1
-            key = (m.group("host"), m.group("pid"), m.group("tid"))
+            key = (glued.get((m.group("host"), m.group("pid")), m.group("host")), m.group("pid"), m.group("tid"))
             if key[0] not in st.hosts:
                 st.hosts.append(key[0])
             if m.group("level") in ("WARN", "ABORT"):
