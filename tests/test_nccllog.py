@@ -306,9 +306,23 @@ def test_compare_trees_on_the_panlichen_log(panlichen):
     sec = compare_trees(_parse("panlichen-rtx3090-4node-log.log"), tp.to_dict(), tp.nccl_reference, doc, 2)
     c = sec["comparison"]
     assert c["channels"]["nccl"] == 2 and c["channels"]["match"]
-    assert (c["links_vs_ours"]["checked"], c["links_vs_ours"]["match"]) == (8, 8)
+    # the XML cannot say NCCL had P2P off (GeForce): on it NCCL's tree search chains 4..7,0..3
+    assert (c["links_vs_ours"]["checked"], c["links_vs_ours"]["match"]) == (8, 4)
     assert (c["links_vs_nccl_chains"]["checked"], c["links_vs_nccl_chains"]["match"]) == (8, 8)
-    assert "8 of 8 logged tree links agree" in sec["verdict"]
+    assert (c["links_vs_adjusted_model"]["checked"], c["links_vs_adjusted_model"]["match"]) == (8, 8)
+    assert "with P2P off as in the log, our model of NCCL's trees: 8 of 8" in sec["verdict"]
+
+
+def test_trees_are_the_trees_nccl_logged_on_two_snellius_nodes(snellius):
+    from gpucomm.planners.collectives.trees import build_trees
+
+    doc, _, log = snellius
+    tp = build_trees(doc, nodes=2)
+    assert tp.pattern == "tree" and tp.chains == [[0, 1, 2, 3], [1, 2, 3, 0], [2, 0, 1, 3], [3, 0, 2, 1]]
+    sec = compare_trees(log, tp.to_dict(), tp.nccl_reference, doc, 2)
+    assert (sec["comparison"]["links_vs_ours"]["checked"], sec["comparison"]["links_vs_ours"]["match"]) == (8, 8)
+    # "Trees [0] 1/4/-1->0->-1 ... [4] 1/-1/-1->0->4": the TREE pattern, GPU0 faces the network both ways
+    assert tp.log_line(0, 0) == "Trees [0] 1/4/-1->0->-1" and tp.log_line(4, 0) == "Trees [4] 1/-1/-1->0->4"
 
 
 def test_compare_warns_when_the_log_is_from_another_layout(panlichen):

@@ -231,18 +231,55 @@ def test_cli_trees():
 
 
 def test_cli_trees_compare_with_real_logs():
-    """--compare LOG: every tree link NCCL logged on the RTX 3090 2-node run is one of ours, and the
-    H100 2-node log's 16 tree channels are what our model of NCCL predicts."""
+    """--compare LOG: the RTX 3090 2-node run had P2P off (GeForce), which the topology XML cannot
+    say: on the XML our model of NCCL (ncclsim agrees) chains the GPUs 4..7,0..3, NCCL chained 0..7;
+    with P2P off as the log shows, our model of NCCL's trees are every tree link NCCL logged."""
     xml = str(CAPTURES / "ncclxml" / "panlichen-rtx3090-8gpu-topo.xml")
     log = str(CAPTURES / "nccllogs" / "panlichen-rtx3090-4node-log.log")
     r = run_cli("trees", xml, "--nodes", "2", "--compare", log, "--format", "json")
     assert r.code == 0 and r.stderr == "", r.stderr
     c = r.json()["nccl_log"]["comparison"]
     assert c["channels"] == {"nccl": 2, "model": 2, "match": True, "ours": 2}
-    assert (c["links_vs_ours"]["checked"], c["links_vs_ours"]["match"]) == (8, 8)
+    assert (c["links_vs_ours"]["checked"], c["links_vs_ours"]["match"]) == (8, 4)
     assert (c["links_vs_nccl_chains"]["checked"], c["links_vs_nccl_chains"]["match"]) == (8, 8)
+    assert (c["links_vs_adjusted_model"]["checked"], c["links_vs_adjusted_model"]["match"]) == (8, 8)
     assert c["search_channels"] == {"nccl": 1, "model": 1, "match": True}
     t = run_cli("trees", xml, "--nodes", "2", "--compare", log)
-    assert t.code == 0 and "our trees: 8 of 8 logged tree links agree" in t.stdout
+    assert t.code == 0 and "our trees: 4 of 8 logged tree links agree; rebuilt from NCCL's own chains: 8 of 8; " \
+        "with P2P off as in the log, our model of NCCL's trees: 8 of 8" in t.stdout
     e = run_cli("trees", xml, "--compare", str(CAPTURES / "ncclxml" / "panlichen-rtx3090-graph.xml"))
     assert e.code == 1 and "no NCCL debug lines found" in e.stderr and len(e.stderr.strip().splitlines()) == 1
+
+
+def _examples():
+    from gpucomm.probes.examples import list_examples
+
+    return [e["name"] if isinstance(e, dict) else str(e) for e in list_examples()]
+
+
+@pytest.mark.parametrize("name", _examples())
+def test_trees_are_nccls_trees_on_every_example(name):
+    """``gpucomm trees`` connects NCCL's own tree-graph chains: rank 0's parent and children in every
+    tree channel are those of our model of NCCL's communicator (ncclTopoPreset + connectTrees, which
+    tools/ncclsim_goldens.py checks against NCCL 2.30.7 itself), on 1 to 4 nodes."""
+    from gpucomm.probes.errors import TopologyError
+    from gpucomm.planners.nccl.comm import nccl_comm
+
+    doc = load_topology(f"example:{name}")
+    if not doc.get("gpus"):
+        pytest.skip("no GPUs: nothing to connect")
+    for nodes in (1, 2, 3, 4):
+        try:
+            res = nccl_comm(doc, nodes=nodes)
+        except TopologyError:
+            continue     # no NIC: one node only
+        plan = build_trees(doc, nodes=nodes)
+        if plan.nranks < 2:
+            continue
+        # NCCL may copy its channels once more after connecting the trees (ncclTopoPostset): channel
+        # c + 2K is channel c
+        K2 = len(plan.channels)
+        assert K2 == 2 * len(plan.chains) and len(res.trees) in (K2, 2 * K2) or len(res.trees) < K2, nodes
+        for c, want in enumerate(res.trees):
+            ch = plan.channels[c % K2]
+            assert (ch["up"][0], ch["down"][0]) == (want["up"], [d for d in want["down"] if d != -1]), (nodes, c)

@@ -271,7 +271,8 @@ def _base_section(log: dict, nodes: int, gpus: list, doc: dict) -> tuple:
 def _p2p_note(log: dict, doc: dict, mapping: dict, nodes: int, gpus: list,
               g: Optional[dict], key: str = "ring") -> tuple:
     """Pairs where NCCL had no P2P but our topology would (path print or SHM transports), and what
-    our model of NCCL predicts with P2P off there.  Returns (paths summary, adjusted dict, notes)."""
+    our model of NCCL predicts with P2P off there.  Returns (paths summary, adjusted dict, notes,
+    the adjusted model's full reference dict or None)."""
     paths = _paths_vs_ours(log, doc)
     pairs = sorted(set(paths.pop("p2p_off")) | set(_shm_pairs(log, mapping)))
     notes = []
@@ -282,7 +283,7 @@ def _p2p_note(log: dict, doc: dict, mapping: dict, nodes: int, gpus: list,
                                                   f"{d['ours']}" for d in paths["differ"][:4]) +
                       (f" (+{len(paths['differ']) - 4} more)" if len(paths["differ"]) > 4 else "")
                       if paths["differ"] else ""))
-    adjusted = None
+    adjusted = adj = None
     if pairs:
         why = [k for k in ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL") if k in (log.get("env") or {})]
         adj = _adjusted_reference(doc, pairs, nodes, gpus)
@@ -299,7 +300,7 @@ def _p2p_note(log: dict, doc: dict, mapping: dict, nodes: int, gpus: list,
                 f"{_fmt(adjusted['search_channels'])} x {_fmt(adjusted['bw_intra'])}/{_fmt(adjusted['bw_inter'])} GB/s "
                 f"{adjusted['type_intra']}/{_fmt(adjusted['type_inter'])}{verdict}")
             notes.extend(_version_note(log, diffs))
-    return paths, adjusted, notes
+    return paths, adjusted, notes, adj
 
 
 def compare_rings(log: dict, plan: dict, ref: Optional[dict], doc: dict, nodes: int) -> dict:
@@ -342,7 +343,7 @@ def compare_rings(log: dict, plan: dict, ref: Optional[dict], doc: dict, nodes: 
                               "same_as_ours": None if not order_nccl or not ours0 else
                               (_same_cycle(order_nccl, ours0) if not inter else order_nccl == ours0)}
     comp["orders"] = _orders_vs_model(rings, ref, inter)
-    paths, adjusted, notes = _p2p_note(log, doc, mapping, nodes, gpus, g, "ring")
+    paths, adjusted, notes, _ = _p2p_note(log, doc, mapping, nodes, gpus, g, "ring")
     comp["paths"] = paths
     comp["adjusted_model"] = adjusted
     if order_nccl and ours0 and len(order_nccl) == len(ours0) and not comp["order_channel0"]["same_as_ours"]:
@@ -458,7 +459,7 @@ def compare_trees(log: dict, plan: dict, ref: Optional[dict], doc: dict, nodes: 
     (:func:`gpucomm.planners.collectives.trees.connect_trees`) from NCCL's own tree-graph chains."""
     from gpucomm.probes.errors import GpucommError
 
-    from gpucomm.planners.collectives.trees import TREE_PATTERNS as TP, connect_trees
+    from gpucomm.planners.collectives.trees import TREE_PATTERNS as TP, connect_trees, nccl_tree_chains
 
     # our rank space: node * gpn + local rank, local rank k = the plan's k-th GPU (index order)
     first = (plan.get("channels") or [{}])[0].get("ranks") or []
@@ -538,9 +539,17 @@ def compare_trees(log: dict, plan: dict, ref: Optional[dict], doc: dict, nodes: 
             except GpucommError:
                 rebuilt = None
     comp["links_vs_nccl_chains"] = rebuilt
-    paths, adjusted, notes = _p2p_note(log, doc, mapping, nodes, sel, g, "tree")
+    paths, adjusted, notes, adj_ref = _p2p_note(log, doc, mapping, nodes, sel, g, "tree")
     comp["paths"] = paths
     comp["adjusted_model"] = adjusted
+    # the trees our model of NCCL builds with P2P off where the log shows it off
+    comp["links_vs_adjusted_model"] = None
+    if adj_ref is not None and same_layout and 1 <= lnodes and lnodes * gpn <= 1 << 16:
+        adj_chains, adj_pattern = nccl_tree_chains(adj_ref, sel)
+        if adj_chains:
+            rb = connect_trees(lnodes, adj_chains, adj_pattern)
+            comp["links_vs_adjusted_model"] = check(
+                {c["channel"]: {r: (c["up"][r], list(c["down"][r])) for r in c["up"]} for c in rb})
     sec["trees"] = [dict(t) for t in entries[:512]]
     sec["comparison"] = comp
     C = comp["channels"]["nccl"]
@@ -564,6 +573,9 @@ def compare_trees(log: dict, plan: dict, ref: Optional[dict], doc: dict, nodes: 
         parts.append(f"our trees: {lv['match']} of {lv['checked']} logged tree links agree")
     if rebuilt and rebuilt["checked"]:
         parts.append(f"rebuilt from NCCL's own chains: {rebuilt['match']} of {rebuilt['checked']}")
+    la = comp["links_vs_adjusted_model"]
+    if la and la["checked"]:
+        parts.append(f"with P2P off as in the log, our model of NCCL's trees: {la['match']} of {la['checked']}")
     sec["verdict"] = "; ".join(parts)
     sec["notes"] = notes + [n for n in _version_note(log, diffs) if n not in notes]
     sec["warnings"] = warns

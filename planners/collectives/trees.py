@@ -7,11 +7,13 @@ connect.cc ``ncclTopoPreset``/``connectTrees``).
   ``rank -/+ bit/2``, the second one halved until it is in range.
 * :func:`dtree` is ``ncclGetDtree``: tree 0 is the btree; tree 1 is its **mirror** (``n-1-x``) when
   n is even, or the btree **shifted** by one (``(x-1+n) % n`` then ``+1``) when n is odd.
-* Within a node each channel is a chain of its GPUs (the ring/tree graph's order): ``up`` is the
-  previous GPU, ``down[0]`` the next.  Between nodes (``BALANCED_TREE``, NCCL's tree pattern for
-  several GPUs per node; ``TREE`` with one GPU per node): the node's first GPU faces the parent
-  node and takes child 1, the second GPU takes child 0 (``treeToParent = intra[0]``,
-  ``treeToChild0 = intra[1]``, ``treeToChild1 = intra[0]``).
+* Within a node each channel is a chain of its GPUs (NCCL's tree graph order, from our model of
+  NCCL's tree search, :func:`gpucomm.planners.nccl.search.nccl_reference`): ``up`` is the
+  previous GPU, ``down[0]`` the next.  Between nodes, by the pattern NCCL's tree search settled on:
+  ``BALANCED_TREE`` -- the node's first GPU faces the parent node and takes child 1, the second GPU
+  takes child 0 (``treeToParent = intra[0]``, ``treeToChild0 = intra[1]``, ``treeToChild1 =
+  intra[0]``); ``TREE`` (and one GPU per node) -- the first GPU does all three, so it may have three
+  children (:data:`NCCL_MAX_TREE_ARITY`); ``SPLIT_TREE`` -- the second GPU takes both children.
 * Channel ``c`` uses tree 0 and channel ``c + K`` the same chain with tree 1 (K = search channels),
   so a plan with K chains has 2K tree channels, as NCCL's ``nChannels = 2 * min(ring, tree)``.
 """
@@ -27,6 +29,9 @@ from gpucomm.planners.collectives.validate import validate_tree
 from gpucomm.planners.nccl import comm as nccl_comm
 
 TREE_PATTERNS = ("balanced_tree", "tree", "split_tree")
+NCCL_MAX_TREE_ARITY = 3
+"""Children a rank may have in NCCL's tree (device.h ``down[NCCL_MAX_TREE_ARITY]``): with the ``tree``
+pattern a node's first GPU takes its local child and both remote children."""
 
 
 def btree(nranks: int, rank: int) -> tuple:
@@ -195,18 +200,22 @@ class TreePlan:
 def validate_trees(plan_channels: list, nranks: int) -> None:
     """validate_tree on every channel."""
     for ch in plan_channels:
-        validate_tree(ch["up"], ch["down"], range(nranks), max_children=2)
+        validate_tree(ch["up"], ch["down"], range(nranks), max_children=NCCL_MAX_TREE_ARITY)
 
 
 def build_trees(doc: Any, nodes: int = 1, gpus_per_node: Optional[int] = None, *,
                 gpus: Optional[Iterable[int]] = None, chains: Optional[list] = None,
-                pattern: str = "balanced_tree", reference: bool = True) -> TreePlan:
+                pattern: Optional[str] = None, reference: bool = True) -> TreePlan:
     """Double binary trees for ``nodes`` identical nodes of this topology.
 
     GPUs per node: ``gpus`` (indices) or the first ``gpus_per_node`` GPUs by index (default all);
-    local rank k = k-th of them.  Chains: given (lists of local ranks, one per search channel) or
-    the channel orders of :func:`gpucomm.planners.collectives.rings.search_rings` on the same GPUs.  Every tree is
-    validated (one root, one parent per other rank, at most 2 children, every rank once)."""
+    local rank k = k-th of them.  Chains: given (lists of local ranks, one per search channel), else
+    NCCL's: the channels of the tree graph our model of NCCL searches (its first ``min(ring, tree)``
+    channels, as ``ncclTopoPreset``) with that graph's pattern -- so the trees are the ``Trees [c]``
+    lines NCCL prints.  Without the model (``reference=False``, or a layout it cannot run) the
+    channel orders of :func:`gpucomm.planners.collectives.rings.search_rings` on the same GPUs, with
+    ``pattern`` (default ``balanced_tree``).  Every tree is validated (one root, one parent per other
+    rank, at most 2 children, every rank once)."""
     from gpucomm.planners.nccl.graph import gpu_nodes
     from gpucomm.planners.nccl.search import nccl_reference, restrict_gpus
     from gpucomm.planners.nccl.paths import as_graph
@@ -234,6 +243,11 @@ def build_trees(doc: Any, nodes: int = 1, gpus_per_node: Optional[int] = None, *
     gpn = len(idx)
     ref = None
     warnings: list = []
+    if reference and (nodes > 1 or gpn > 1):
+        ref = nccl_reference(G, nodes=nodes, gpus=idx)
+    if chains is None and ref is not None:
+        chains, nccl_pattern = nccl_tree_chains(ref, idx)
+        pattern = pattern or nccl_pattern
     if chains is None:
         if gpn == 1 and nodes == 1:
             chains = [[0]]
@@ -248,12 +262,30 @@ def build_trees(doc: Any, nodes: int = 1, gpus_per_node: Optional[int] = None, *
                 if ch not in uniq:
                     uniq.append(ch)
             chains = uniq
-        if reference and (nodes > 1 or gpn > 1):
-            ref = nccl_reference(G, nodes=nodes, gpus=idx)
+    pattern = pattern or "balanced_tree"
     chans = connect_trees(nodes, [list(c) for c in chains], pattern)
     validate_trees(chans, nodes * gpn)
     return TreePlan(nodes, gpn, idx, [list(c) for c in chains], pattern, chans, ref, warnings,
                     list(G.graph.get("assumptions") or []))
+
+
+def nccl_tree_chains(ref: dict, idx: list) -> tuple:
+    """(chains as local ranks, pattern) of the tree graph in ``ref`` (our model of NCCL), or
+    (None, None) when it has none: NCCL connects its first min(ring, tree) search channels."""
+    tree = ref.get("tree") or {}
+    chans = tree.get("channels") or []
+    if not chans or tree.get("pattern") not in TREE_PATTERNS:
+        return None, None
+    n = min(len(chans), ref.get("search_channels") or len(chans))
+    pos = {gi: k for k, gi in enumerate(idx)}
+    out = []
+    for ch in chans[:n]:
+        loc = [pos.get(int(str(x)[3:])) if str(x).startswith("GPU") and str(x)[3:].isdigit() else None
+               for x in ch.get("gpus") or []]
+        if None in loc or sorted(loc) != list(range(len(idx))):
+            return None, None
+        out.append(loc)
+    return out, tree["pattern"]
 
 
 def trees_report(doc, nodes: int = 1, gpus_per_node: Optional[int] = None, gpus: Optional[list] = None,
