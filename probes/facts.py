@@ -430,6 +430,43 @@ def nic_is_rdma(nic: dict) -> bool:
     return bool(_RDMA_NAME_RE.match(str(nic.get("name") or "")))
 
 
+OFI_AWS_NET_LATENCY_US = 75.0
+"""The network latency (us) the aws-ofi-nccl plugin reports to NCCL for AWS EFA devices
+(``ncclNetProperties.latency``; src/platform-aws.c: 75 us on every platform it lists -- p4d, p4de,
+p5, p5e, p5en, g5, trn1, trn2 -- and for unlisted ones, 150 us on p3dn; "NET/OFI Internode latency set at
+75.0 us" in the p5 log of fixtures/captures/nccltests/scaling/evidence/).  NCCL's tuning model adds it
+to every network step's latency (twice for Simple: the flush), so it moves NCCL's algorithm and
+protocol choices.  NCCL's own IB and socket transports report 0 ("Not set")."""
+
+
+def nic_is_efa(nic: dict) -> bool:
+    """An AWS Elastic Fabric Adapter: PCI ids 0x1d0f:0xefa*, or an ``efa``/``rdmap`` device name."""
+    ids = nic.get("pci_ids") if isinstance(nic.get("pci_ids"), dict) else {}
+    vendor, device = str(ids.get("vendor") or "").lower(), str(ids.get("device") or "").lower()
+    if vendor == "0x1d0f" and device.startswith("0xefa"):
+        return True
+    return bool(re.match(r"^(efa|rdmap)", str(nic.get("name") or ""), re.I))
+
+
+def nic_net_latency_us(nic: dict) -> Optional[float]:
+    """The latency NCCL's network plugin reports for this NIC (``ncclNetProperties.latency``, us), or
+    None when nothing says it differs from NCCL's 0: the NCCL dump's own ``latency`` attribute when
+    the document came from one, else :data:`OFI_AWS_NET_LATENCY_US` for an EFA device (aws-ofi-nccl).
+
+    >>> nic_net_latency_us({"name": "rdmap16s27"}), nic_net_latency_us({"name": "mlx5_0"})
+    (75.0, None)
+    """
+    attrs = nic.get("nccl_attrs") if isinstance(nic.get("nccl_attrs"), dict) else {}
+    raw = attrs.get("latency")     # the XML's text ("0.000000"), as NCCL's strtof reads it
+    try:
+        lat = number(float(raw[:32])) if isinstance(raw, str) else number(raw)
+    except ValueError:
+        lat = None
+    if lat is not None:
+        return lat
+    return OFI_AWS_NET_LATENCY_US if nic_is_efa(nic) else None
+
+
 # --------------------------------------------------------------------------------------------
 # Named assumptions: the one wording of each default, used by every command's output.
 def assumption(kind: str, **kw: Any) -> str:
@@ -442,6 +479,9 @@ def assumption(kind: str, **kw: Any) -> str:
         return f"NIC speed unknown ({', '.join(kw['names'])}): assumed {kw['gbps']:g} Gb/s, {why}"
     if kind == "pcie":
         return f"PCIe link bandwidth unknown: assumed Gen{kw['gen']} x16 ({pcie_bw_GBps(kw['gen'], 16):g} GB/s)"
+    if kind == "net-latency":
+        return (f"EFA devices ({', '.join(kw['names'])}): NCCL's network latency assumed {kw['us']:g} us, what the "
+                "aws-ofi-nccl plugin reports on AWS (NCCL's tuning adds it to every network step)")
     if kind == "sm":
         return (f"GPU compute capability unknown: sm{kw['sm']} assumed ({kw['why']}; NCCL's per-link NVLink "
                 f"bandwidth, PCIe generation and tuning of that class)")

@@ -149,3 +149,34 @@ def test_view_names_the_problems_it_cleaned():
     assert "gpus[2]" in text and "linked to itself" in text and "unknown kind 'warp'" in text
     assert "not a usable bandwidth" in text
     assert len(topo.gpus) == 2
+
+
+# --------------------------------------------------------------------------------------------
+# an EFA NIC: NCCL's network latency is what the aws-ofi-nccl plugin reports (75 us), and NCCL's
+# tuning model -- so predict's choice -- moves with it (ncclsim, NCCL 2.30.7, on the pinned XML:
+# 64 KiB on 2 nodes Tree/LL instead of Ring/LL; 1 MiB on 16 nodes Tree/Simple instead of Ring/LL)
+def test_efa_network_latency_reaches_nccls_tuning(tmp_path):
+    from support import CAPTURES
+    from gpucomm.planners.nccl.comm import nccl_comm, pinned_xml
+    from gpucomm.probes.load import load_topology
+
+    src = str(CAPTURES / "ncclxml" / "aws-p4d-24xl-topo.xml")
+    topo = Topology.of(load_topology(src))
+    assert all(facts.nic_is_efa(n.rec) and facts.nic_net_latency_us(n.rec) == 75.0 for n in topo.nics)
+    xml = pinned_xml(topo)
+    assert xml.count(' latency="75"') == len(topo.nics) == 4
+    assert nccl_comm(topo, nodes=2).graphs["ring"].latency_inter == 75.0
+    text = facts.assumption("net-latency", names=[n.name for n in topo.nics], us=75.0)
+    for nodes, size, algo in ((2, "64KiB", "tree/LL"), (16, "1MiB", "tree/Simple")):
+        pred = json.loads(_ok("predict", src, "--nodes", str(nodes), "--size", size, "--format", "json").stdout)
+        r = pred["rows"][0]
+        assert f"{r['algorithm']}/{r['protocol']}" == algo, (nodes, r)
+        assert text in pred["graph"]["notes"]
+    # an NCCL dump says what the plugin reported: its value wins (0 here), no assumption
+    doc = copy.deepcopy(topo.doc)
+    for n in doc["nics"]:
+        n["nccl_attrs"] = {"latency": "0.000000"}
+    assert ' latency="75"' not in pinned_xml(Topology.of(doc))
+    assert nccl_comm(doc, nodes=2).graphs["ring"].latency_inter == 0
+    # InfiniBand: NCCL's own transport reports 0
+    assert facts.nic_net_latency_us({"name": "mlx5_0", "link_layer": "InfiniBand"}) is None

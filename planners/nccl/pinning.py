@@ -14,7 +14,9 @@ view (``topo.assume``):
   view's default PCIe generation, x16); other PCI devices the same from sysfs;
 * NICs: one ``<net>`` per network device of the plugin NCCL uses (RDMA devices when there are
   any, else the plain interfaces of the socket transport), with ``speed`` (the view's rate),
-  ``port``, ``guid`` (a NIC without one is its own ASIC) and ``gdr``; a document without any
+  ``port``, ``guid`` (a NIC without one is its own ASIC), ``gdr`` and ``latency`` (what the network
+  plugin reports: an NCCL dump's own value, else 75 us for AWS EFA devices --
+  :func:`gpucomm.probes.facts.nic_net_latency_us` -- else none, NCCL's 0); a document without any
   network device gets the socket transport's Ethernet port NCCL always has;
 * PCI devices without a class and without children (skeleton leaves NCCL would trim) are dropped.
 
@@ -209,12 +211,23 @@ class _Pinner:
                 topo.assume("no network device in the topology: NCCL's socket transport on one "
                             f"{SOCKET_NIC_MBPS // 1000} Gb/s Ethernet port assumed (NCCL always has one)")
             return
+        efa = []
         for net in live:
-            self._net(net)
+            if self._net(net):
+                efa.append(net.get("name") or "?")
+        if efa:
+            topo.assume(facts.assumption("net-latency", names=efa, us=facts.OFI_AWS_NET_LATENCY_US))
 
-    def _net(self, net: X.XNode) -> None:
+    def _net(self, net: X.XNode) -> bool:
+        """Pin one ``<net>``; True when its latency is the EFA plugin's default (an assumption)."""
         topo = self.topo
         nic = self.nic_by_name.get(net.get("name") or "")
+        assumed = False
+        if net.index("latency") == -1 and nic is not None:
+            lat = facts.nic_net_latency_us(nic.rec)
+            if lat:
+                net.set_int("latency", int(lat)) if float(lat).is_integer() else net.set("latency", f"{lat:f}")
+                assumed = facts.nic_is_efa(nic.rec)
         if net.index("speed") == -1 or X.strtol(net.get("speed")) <= 0:
             gbps = topo.nic_gbps(nic) if nic is not None else topo.unknown_nic_gbps(net.get("name") or "?")
             net.set_int("speed", int(round(gbps * 1000)))
@@ -232,6 +245,7 @@ class _Pinner:
             if nic is not None:
                 gdr = 1 if (nic.gdr and nic.rdma) else 0
             net.set_int("gdr", gdr)
+        return assumed
 
 
 # --------------------------------------------------------------------------------------------
