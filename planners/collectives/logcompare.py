@@ -390,8 +390,11 @@ def compare_rings(log: dict, plan: dict, ref: Optional[dict], doc: dict, nodes: 
 
 
 def _gpu_indices(labels) -> list:
-    """GPU labels of our model (``GPU3``) as indices, the way the log's orders are written."""
-    return [int(str(x).replace("GPU", "")) if str(x).replace("GPU", "").isdigit() else x for x in labels or []]
+    """GPU labels of our model (``GPU3``) as indices, the way the log's orders are written (anything
+    else as it is)."""
+    from gpucomm.planners.nccl.comm import label_index
+
+    return [x if label_index(x) is None else label_index(x) for x in labels or []]
 
 
 def _same_rotation(a: list, b: list) -> bool:
@@ -522,9 +525,21 @@ def compare_trees(log: dict, plan: dict, ref: Optional[dict], doc: dict, nodes: 
     same_layout = log.get("nnodes") in (None, nodes) and L == gpn
     comp["links_vs_ours"] = check(ours_ch) if same_layout else {"checked": 0, "match": 0, "differ": [],
                                                                  "skipped": "layout differs"}
-    rebuilt = None
     # (bounded: a damaged comm line must not make us build millions of ranks)
-    if g is not None and g["pattern_name"] in TP and L == gpn and 1 <= lnodes and lnodes * gpn <= 1 << 16:
+    buildable = L == gpn and 1 <= lnodes and lnodes * gpn <= 1 << 16
+
+    def check_chains(chains: Optional[list], pattern: Optional[str]) -> Optional[dict]:
+        """The log's tree links against the trees connect_trees builds on ``chains`` (local ranks)."""
+        if not chains or not buildable:
+            return None
+        try:
+            rb = connect_trees(lnodes, chains, pattern)
+        except GpucommError:
+            return None
+        return check({c["channel"]: {r: (c["up"][r], list(c["down"][r])) for r in c["up"]} for c in rb})
+
+    rebuilt = None
+    if g is not None and g["pattern_name"] in TP:
         chains = []
         for c in g["channels"]:
             loc = [ours_rank(r % L) for r in c["ranks"]]
@@ -532,24 +547,14 @@ def compare_trees(log: dict, plan: dict, ref: Optional[dict], doc: dict, nodes: 
                 chains = []
                 break
             chains.append(loc)
-        if chains:
-            try:
-                rb = connect_trees(lnodes, chains, g["pattern_name"])
-                rebuilt = check({c["channel"]: {r: (c["up"][r], list(c["down"][r])) for r in c["up"]} for c in rb})
-            except GpucommError:
-                rebuilt = None
+        rebuilt = check_chains(chains, g["pattern_name"])
     comp["links_vs_nccl_chains"] = rebuilt
     paths, adjusted, notes, adj_ref = _p2p_note(log, doc, mapping, nodes, sel, g, "tree")
     comp["paths"] = paths
     comp["adjusted_model"] = adjusted
     # the trees our model of NCCL builds with P2P off where the log shows it off
-    comp["links_vs_adjusted_model"] = None
-    if adj_ref is not None and same_layout and 1 <= lnodes and lnodes * gpn <= 1 << 16:
-        adj_chains, adj_pattern = nccl_tree_chains(adj_ref, sel)
-        if adj_chains:
-            rb = connect_trees(lnodes, adj_chains, adj_pattern)
-            comp["links_vs_adjusted_model"] = check(
-                {c["channel"]: {r: (c["up"][r], list(c["down"][r])) for r in c["up"]} for c in rb})
+    comp["links_vs_adjusted_model"] = check_chains(*nccl_tree_chains(adj_ref, sel)) \
+        if adj_ref is not None and same_layout else None
     sec["trees"] = [dict(t) for t in entries[:512]]
     sec["comparison"] = comp
     C = comp["channels"]["nccl"]

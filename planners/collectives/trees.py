@@ -215,7 +215,7 @@ def build_trees(doc: Any, nodes: int = 1, gpus_per_node: Optional[int] = None, *
     lines NCCL prints.  Without the model (``reference=False``, or a layout it cannot run) the
     channel orders of :func:`gpucomm.planners.collectives.rings.search_rings` on the same GPUs, with
     ``pattern`` (default ``balanced_tree``).  Every tree is validated (one root, one parent per other
-    rank, at most 2 children, every rank once)."""
+    rank, at most :data:`NCCL_MAX_TREE_ARITY` children, every rank once)."""
     from gpucomm.planners.nccl.graph import gpu_nodes
     from gpucomm.planners.nccl.search import nccl_reference, restrict_gpus
     from gpucomm.planners.nccl.paths import as_graph
@@ -280,8 +280,7 @@ def nccl_tree_chains(ref: dict, idx: list) -> tuple:
     pos = {gi: k for k, gi in enumerate(idx)}
     out = []
     for ch in chans[:n]:
-        loc = [pos.get(int(str(x)[3:])) if str(x).startswith("GPU") and str(x)[3:].isdigit() else None
-               for x in ch.get("gpus") or []]
+        loc = [pos.get(nccl_comm.label_index(x)) for x in ch.get("gpus") or []]
         if None in loc or sorted(loc) != list(range(len(idx))):
             return None, None
         out.append(loc)

@@ -650,6 +650,13 @@ def _p2p_blocked(topo: Topology) -> frozenset:
     return frozenset(out)
 
 
+def label_index(label: Any) -> Optional[int]:
+    """The GPU index of one of :func:`reference_dict`'s labels (``GPU3`` -> 3); None for anything else
+    (a NIC, a malformed label)."""
+    t = str(label)
+    return int(t[3:]) if t.startswith("GPU") and t[3:].isdigit() and len(t) <= 12 else None
+
+
 def reference_dict(res: CommResult, tree: bool = True) -> dict:
     """The summary :func:`gpucomm.planners.nccl.search.nccl_reference` returns."""
     r0 = res.rank0
