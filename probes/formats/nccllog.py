@@ -237,21 +237,17 @@ def _split_messages(line: str) -> list:
 _ROW_TAIL = re.compile(r"^[-+]?[\d.]{1,24}$")
 
 
-def _glued_hosts(text: str) -> dict:
-    """{(host as matched, pid): the host} for NCCL lines that a process wrote into the middle of a
-    table row (nccl-tests' ``... sum      -1gcn151:1904979:1905073 [0] NCCL INFO ...``): the row's
-    last figure sticks to the host name.  Such a host is another prefix of the same pid with a
-    number in front; the number goes back to the row."""
-    by_pid: dict = {}
-    for m in _PREFIX.finditer(text):
-        by_pid.setdefault(m.group("pid"), set()).add(m.group("host"))
-    out = {}
-    for pid, hosts in by_pid.items():
-        for h in hosts:
-            for other in hosts:
-                if other != h and h.endswith(other) and _ROW_TAIL.match(h[:-len(other)]):
-                    out[(h, pid)] = other
-    return out
+def _unglued(host: str, pid: str, seen: dict) -> str:
+    """The host of an NCCL line a process wrote into the middle of a table row (nccl-tests'
+    ``... sum      -1gcn151:1904979:1905073 [0] NCCL INFO ...``): the row's last figure sticks to the
+    host name.  Such a host starts like a number and ends with a host this pid already printed; the
+    number goes back to the row.  ``seen``: pid -> the hosts it printed so far (updated)."""
+    if host[:1] in "-+.0123456789":
+        for h in seen.get(pid, ()):
+            if h != host and host.endswith(h) and _ROW_TAIL.match(host[:-len(h)]):
+                return h
+    seen.setdefault(pid, set()).add(host)
+    return host
 
 
 def parse_nccl_log(text: Any, path: Optional[str] = None) -> dict:
@@ -273,7 +269,7 @@ def parse_nccl_log(text: Any, path: Optional[str] = None) -> dict:
         raise InputError("not text", path, expected="an NCCL_DEBUG=INFO log")
     st = _State(path)
     lines = text.splitlines()
-    glued = _glued_hosts(text)
+    seen: dict = {}
     for lineno, raw in enumerate(lines, 1):
         if "\x00" in raw:
             raise InputError("binary data in the log", path, lineno, expected="an NCCL_DEBUG=INFO text log")
@@ -295,7 +291,7 @@ def parse_nccl_log(text: Any, path: Optional[str] = None) -> dict:
             if m is None:
                 continue
             st.nccl_lines += 1
-            key = (glued.get((m.group("host"), m.group("pid")), m.group("host")), m.group("pid"), m.group("tid"))
+            key = (_unglued(m.group("host"), m.group("pid"), seen), m.group("pid"), m.group("tid"))
             if key[0] not in st.hosts:
                 st.hosts.append(key[0])
             if m.group("level") in ("WARN", "ABORT"):
