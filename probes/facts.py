@@ -432,11 +432,13 @@ def nic_is_rdma(nic: dict) -> bool:
 
 OFI_AWS_NET_LATENCY_US = 75.0
 """The network latency (us) the aws-ofi-nccl plugin reports to NCCL for AWS EFA devices
-(``ncclNetProperties.latency``; src/platform-aws.c: 75 us on every platform it lists -- p4d, p4de,
-p5, p5e, p5en, g5, trn1, trn2 -- and for unlisted ones, 150 us on p3dn; "NET/OFI Internode latency set at
-75.0 us" in the p5 log of fixtures/captures/nccltests/scaling/evidence/).  NCCL's tuning model adds it
-to every network step's latency (twice for Simple: the flush), so it moves NCCL's algorithm and
-protocol choices.  NCCL's own IB and socket transports report 0 ("Not set")."""
+(``ncclNetProperties.latency``; src/platform-aws.c(pp): 75 us on p4d, p4de, p5, p5e, g5 and trn and for
+instance types it does not list, 150 us on p3dn; from plugin 1.15 on, 35 us on p5en and p6 -- a
+topology cannot tell those apart, so 75 is the default and an NCCL topology dump's own value wins;
+"NET/OFI Internode latency set at 75.0 us" in the p5 log of
+fixtures/captures/nccltests/scaling/evidence/).  NCCL's tuning model adds it to every network step's
+latency (twice for Simple: the flush), so it moves NCCL's algorithm and protocol choices.  NCCL's own
+IB and socket transports report 0 ("Not set")."""
 
 
 def nic_is_efa(nic: dict) -> bool:
@@ -481,7 +483,8 @@ def assumption(kind: str, **kw: Any) -> str:
         return f"PCIe link bandwidth unknown: assumed Gen{kw['gen']} x16 ({pcie_bw_GBps(kw['gen'], 16):g} GB/s)"
     if kind == "net-latency":
         return (f"EFA devices ({', '.join(kw['names'])}): NCCL's network latency assumed {kw['us']:g} us, what the "
-                "aws-ofi-nccl plugin reports on AWS (NCCL's tuning adds it to every network step)")
+                "aws-ofi-nccl plugin reports on p4d/p5 (35 us on p5en/p6 from plugin 1.15; an NCCL topology dump "
+                "says which; NCCL's tuning adds it to every network step)")
     if kind == "sm":
         return (f"GPU compute capability unknown: sm{kw['sm']} assumed ({kw['why']}; NCCL's per-link NVLink "
                 f"bandwidth, PCIe generation and tuning of that class)")
