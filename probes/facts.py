@@ -425,7 +425,7 @@ def nic_is_rdma(nic: dict) -> bool:
     ids = nic.get("pci_ids") if isinstance(nic.get("pci_ids"), dict) else {}
     cls, vendor = str(ids.get("class") or "").lower(), str(ids.get("vendor") or "").lower()
     device = str(ids.get("device") or "").lower()
-    if cls.startswith("0x0207") or vendor == "0x15b3" or (vendor == "0x1d0f" and device.startswith("0xefa")):
+    if cls.startswith("0x0207") or vendor == "0x15b3" or _efa_ids(vendor, device):
         return True
     return bool(_RDMA_NAME_RE.match(str(nic.get("name") or "")))
 
@@ -441,29 +441,38 @@ latency (twice for Simple: the flush), so it moves NCCL's algorithm and protocol
 IB and socket transports report 0 ("Not set")."""
 
 
+def _efa_ids(vendor: str, device: str) -> bool:
+    """PCI ids of an AWS Elastic Fabric Adapter (0x1d0f:0xefa*), lower-case hex strings."""
+    return vendor == "0x1d0f" and device.startswith("0xefa")
+
+
 def nic_is_efa(nic: dict) -> bool:
     """An AWS Elastic Fabric Adapter: PCI ids 0x1d0f:0xefa*, or an ``efa``/``rdmap`` device name."""
     ids = nic.get("pci_ids") if isinstance(nic.get("pci_ids"), dict) else {}
-    vendor, device = str(ids.get("vendor") or "").lower(), str(ids.get("device") or "").lower()
-    if vendor == "0x1d0f" and device.startswith("0xefa"):
+    if _efa_ids(str(ids.get("vendor") or "").lower(), str(ids.get("device") or "").lower()):
         return True
     return bool(re.match(r"^(efa|rdmap)", str(nic.get("name") or ""), re.I))
 
 
+def nic_recorded_latency_us(nic: dict) -> Optional[float]:
+    """The ``latency`` an NCCL topology dump recorded for this NIC (what its plugin reported), or None."""
+    attrs = nic.get("nccl_attrs") if isinstance(nic.get("nccl_attrs"), dict) else {}
+    raw = attrs.get("latency")     # the XML's text ("0.000000"), as NCCL's strtof reads it
+    try:
+        return number(float(raw[:32])) if isinstance(raw, str) else number(raw)
+    except ValueError:
+        return None
+
+
 def nic_net_latency_us(nic: dict) -> Optional[float]:
     """The latency NCCL's network plugin reports for this NIC (``ncclNetProperties.latency``, us), or
-    None when nothing says it differs from NCCL's 0: the NCCL dump's own ``latency`` attribute when
-    the document came from one, else :data:`OFI_AWS_NET_LATENCY_US` for an EFA device (aws-ofi-nccl).
+    None when nothing says it differs from NCCL's 0: the NCCL dump's own value
+    (:func:`nic_recorded_latency_us`), else :data:`OFI_AWS_NET_LATENCY_US` for an EFA device.
 
     >>> nic_net_latency_us({"name": "rdmap16s27"}), nic_net_latency_us({"name": "mlx5_0"})
     (75.0, None)
     """
-    attrs = nic.get("nccl_attrs") if isinstance(nic.get("nccl_attrs"), dict) else {}
-    raw = attrs.get("latency")     # the XML's text ("0.000000"), as NCCL's strtof reads it
-    try:
-        lat = number(float(raw[:32])) if isinstance(raw, str) else number(raw)
-    except ValueError:
-        lat = None
+    lat = nic_recorded_latency_us(nic)
     if lat is not None:
         return lat
     return OFI_AWS_NET_LATENCY_US if nic_is_efa(nic) else None

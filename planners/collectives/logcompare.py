@@ -394,7 +394,7 @@ def _gpu_indices(labels) -> list:
     else as it is)."""
     from gpucomm.planners.nccl.comm import label_index
 
-    return [x if label_index(x) is None else label_index(x) for x in labels or []]
+    return [x if (i := label_index(x)) is None else i for x in labels or []]
 
 
 def _same_rotation(a: list, b: list) -> bool:

@@ -226,11 +226,11 @@ class _Pinner:
         if net.index("latency") == -1 and nic is not None:
             lat = facts.nic_net_latency_us(nic.rec)
             if lat:
-                if float(lat).is_integer():
+                if lat.is_integer():
                     net.set_int("latency", int(lat))     # as NCCL writes props.latency (xmlInitAttrInt)
                 else:
                     net.set("latency", f"{lat:f}")
-                assumed = facts.nic_is_efa(nic.rec)
+                assumed = facts.nic_recorded_latency_us(nic.rec) is None     # the EFA default, not a dump's
         if net.index("speed") == -1 or X.strtol(net.get("speed")) <= 0:
             gbps = topo.nic_gbps(nic) if nic is not None else topo.unknown_nic_gbps(net.get("name") or "?")
             net.set_int("speed", int(round(gbps * 1000)))
