@@ -512,8 +512,8 @@ def fused_nics(G, nets: list, merge_level: int = _PATH_PORT, force_merge: Option
     most ``merge_level`` apart (NCCL_NET_MERGE_LEVEL, default PORT: the ports of one card, functions of
     one PCI device), up to :data:`NET_MAX_DEVS_PER_NIC`.  Returns groups of NET node ids.
 
-    >>> import networkx as nx
-    >>> G = nx.DiGraph()
+    >>> from gpucomm.planners.nccl.graph import PathGraph
+    >>> G = PathGraph()
     >>> for name, bus in (("mlx5_0", "0000:1c:00.0"), ("mlx5_1", "0000:1c:00.1"), ("mlx5_2", "0000:1d:00.0")):
     ...     G.add_node("NET:" + name, type="NET", name=name, nic=bus)
     >>> fused_nics(G, ["NET:mlx5_0", "NET:mlx5_1", "NET:mlx5_2"])
