@@ -67,7 +67,9 @@ _F = r"\d{1,12}(?:\.\d*)?"
 # NCCL formats each debug message into a 1024-byte buffer (debug.cc ncclDebugLog): a longer line,
 # such as "Trees" over 48+ channels, ends cut at 1023 characters.
 NCCL_LINE_MAX = 1023
-_PREFIX = re.compile(r"(?P<host>[^\s:\[\]]+):(?P<pid>" + _I + r"):(?P<tid>" + _I + r") \[(?P<dev>" + _N +
+# The host starts where its run of host characters starts (the look-behind): a search then crosses a
+# long run once, not once per character of it (linear in the line).
+_PREFIX = re.compile(r"(?<![^\s:\[\]])(?P<host>[^\s:\[\]]+):(?P<pid>" + _I + r"):(?P<tid>" + _I + r") \[(?P<dev>" + _N +
                      r")\] NCCL (?P<level>INFO|WARN|TRACE|ABORT)\b ?")
 _VERSION = re.compile(r"\bNCCL version (?P<v>" + _I + r"\." + _I + r"\." + _I + r"[\w.+-]*)")
 _TESTS_RANK = re.compile(
