@@ -9,7 +9,8 @@ from typing import Optional
 
 import typer
 
-from gpucomm.commands.common import TOPO_HELP, from_option, load_topo, pick_source, topo_argument, usage_error
+from gpucomm.commands.common import (MAX_NODES, TOPO_HELP, from_option, load_topo, pick_source, topo_argument,
+                                     usage_error)
 from gpucomm.settings import diag
 
 EMITS = ("torchrun", "slurm", "rankfile", "env", "wrapper", "json", "nccl-xml", "nccl-graph", "megatron", "deepspeed",
@@ -156,7 +157,7 @@ def plan(
                                       "--expert-tensor-parallel-size; default: tp)."),
     vpp: Optional[int] = typer.Option(None, "--vpp", min=1, help="Virtual pipeline stages per pipeline rank "
                                       "(interleaved 1F1B; Megatron needs pp > 2)."),
-    nodes: Optional[int] = typer.Option(None, "--nodes", "-N", min=1, help="Number of identical nodes (default 1)."),
+    nodes: Optional[int] = typer.Option(None, "--nodes", "-N", min=1, max=MAX_NODES, help="Number of identical nodes (default 1)."),
     cluster: Optional[str] = typer.Option(None, "--cluster", help="Cluster file (YAML/JSON: nodes + fabric)."),
     order: str = typer.Option("tp-cp-ep-dp-pp", "--order", help="Megatron rank order, leftmost = adjacent ranks "
                               "(tp-cp-ep-pp-dp = Megatron's --use-tp-pp-dp-mapping)."),
@@ -312,7 +313,7 @@ def select(
 def synth(
     topo: Optional[str] = typer.Argument(None, metavar="[TOPO]", show_default=False,
                                          help=TOPO_HELP + " The topology of every node (or --node)."),
-    nodes: int = typer.Option(..., "--nodes", "-N", min=1, help="Number of nodes."),
+    nodes: int = typer.Option(..., "--nodes", "-N", min=1, max=MAX_NODES, help="Number of nodes."),
     node: Optional[str] = typer.Option(None, "--node", "--from", metavar="TOPO",
                                        help="Topology of every node, e.g. example:hgx-h100 (the same as TOPO)."),
     fat_tree: int = typer.Option(3, "--fat-tree", min=1, max=3, help="Levels of the fat tree (1, 2 or 3)."),

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from gpucomm.probes.errors import InputError, PlanInfeasible
-from gpucomm.probes.limits import MAX_DEPTH, MAX_HOSTS
+from gpucomm.probes.limits import MAX_DEPTH, MAX_HOSTS, MAX_NODES
 from gpucomm.probes.model import natural_key as _natural
 CLUSTER_SCHEMA = "gpucomm.cluster/v1"
 
@@ -758,8 +758,8 @@ def synth_cluster(nodes: int, topology: str, levels: int = 3, nodes_per_leaf: in
     ``levels``-level fat tree: leaves of ``nodes_per_leaf`` nodes, spines of ``leaves_per_spine``
     leaves, one core above the spines (levels=3); levels=2 puts every leaf under one core;
     levels=1 is a single switch."""
-    if nodes < 1 or nodes > 100_000:
-        raise InputError(f"--nodes {nodes} is out of range", expected="1..100000")
+    if nodes < 1 or nodes > MAX_NODES:
+        raise InputError(f"--nodes {nodes} is out of range", expected=f"1..{MAX_NODES}")
     if levels not in (1, 2, 3):
         raise InputError(f"--fat-tree {levels}", expected="1, 2 or 3 levels")
     if nodes_per_leaf < 1 or leaves_per_spine < 1:
