@@ -34,6 +34,7 @@ COMMAND_MODULES = [
     "gpucomm.commands.plan",       # plan, select, synth
     "gpucomm.commands.doctor",     # doctor, diff
     "gpucomm.commands.bench",      # bench p2p|collective
+    "gpucomm.commands.fabric",     # fabric
 ]
 
 
@@ -79,7 +80,7 @@ COMMAND_OWNERS = {
     "trees": "gpucomm.commands.collective", "predict": "gpucomm.commands.predict",
     "calibrate": "gpucomm.commands.calibrate", "plan": "gpucomm.commands.plan", "select": "gpucomm.commands.plan",
     "synth": "gpucomm.commands.plan", "doctor": "gpucomm.commands.doctor", "diff": "gpucomm.commands.doctor",
-    "bench": "gpucomm.commands.bench",
+    "bench": "gpucomm.commands.bench", "fabric": "gpucomm.commands.fabric",
 }
 _REGISTERED: dict = {}   # module -> (the commands, the groups) it added to ``app``
 

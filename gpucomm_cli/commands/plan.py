@@ -278,18 +278,30 @@ def _g(x) -> str:
 def select(
     topo: Optional[str] = topo_argument(),
     src: Optional[str] = from_option(),
-    count: int = typer.Option(..., "--count", "-k", min=1, help="How many GPUs to allocate."),
-    free: Optional[str] = typer.Option(None, "--free", help="Free GPU indices, e.g. 0,1,3 or 0-3,6 (default: all)."),
+    count: Optional[int] = typer.Option(None, "--count", "-k", min=1, help="How many GPUs to allocate."),
+    free: Optional[str] = typer.Option(None, "--free", help="Free GPU indices, e.g. 0,1,3 or 0-3,6 (default: all); "
+                                       "with --nodes, free hosts as a Slurm hostlist, e.g. node[01-40]."),
     policy: str = typer.Option("gpucomm", "--policy", help="gpucomm (default) or gpuallocator (NVIDIA "
                                "go-gpuallocator's best-effort policy, as the Kubernetes device plugin)."),
+    nodes: Optional[int] = typer.Option(None, "--nodes", "-N", min=1, help="Pick N nodes of --cluster for one job "
+                                        "instead: healthy, free, in one NVLink domain, else one leaf, else under the "
+                                        "lowest switch with room; says what crossing a spine costs."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="With --nodes: a cluster file (gpucomm cluster), "
+                                          "or a fabric (ibnetdiscover output, topology.conf) with TOPO as every node."),
 ) -> None:
-    """The best K of the free GPUs (for schedulers and device plugins).
+    """The best K of the free GPUs (for schedulers and device plugins), or with --nodes N --cluster FILE the
+    best N nodes of a cluster for one job.
 
-    Formats: table, json (gpucomm.select/v1), yaml, list (just the indices, comma-separated)."""
+    Formats: table, json (gpucomm.select/v1, gpucomm.select-nodes/v1), yaml, list (the indices, or the hostlist)."""
     from gpucomm.planners.placement.select import parse_index_list, select_gpus
     from gpucomm.probes.errors import InputError
 
     from gpucomm.render.output import emit as emit_doc
+
+    if nodes is not None or cluster is not None:
+        return select_nodes_cmd(topo or src, nodes, cluster, free, count)
+    if count is None:
+        usage_error("give --count K (GPUs of a node), or --nodes N --cluster FILE (nodes of a cluster)")
 
     if policy not in ("gpucomm", "gpuallocator"):
         usage_error(f"{policy!r} is not a policy (gpucomm or gpuallocator)", "--policy")
@@ -306,6 +318,56 @@ def select(
              allowed=["table", "json", "yaml", "list"])
     for w in res.get("warnings", []):
         diag(f"gpucomm: warning: {w}")
+
+
+def draw_select_nodes(res: dict, console) -> None:
+    sp = res["span"]
+    where = {"nvlink-domain": "one NVLink domain", "leaf": "one leaf switch"}.get(sp["within"], f"switch level {sp['within'][5:]}"
+                                                                                if sp["within"].startswith("level") else sp["within"])
+    console.print(f"gpucomm select: {res['count']} node(s) -> {res['hostlist']}", soft_wrap=True)
+    console.print(f"  within {where}" + (f" ({sp['name']})" if sp.get("name") else "")
+                  + f"; leaves: {', '.join(sp['leaves']) or '-'}" + (f"; NVLink domains: {', '.join(sp['nvlink_domains'])}"
+                                                                    if sp["nvlink_domains"] else ""), soft_wrap=True)
+    ex = res["excluded"]
+    console.print(f"  {res['candidates']} candidate(s); left out: {ex['unhealthy']} unhealthy, {ex['not_free']} not free",
+                  soft_wrap=True)
+    if res.get("cost"):
+        console.print(f"  crossing the spine: {res['cost']['text']}", soft_wrap=True)
+
+
+def select_nodes_cmd(topo: Optional[str], nodes: Optional[int], cluster: Optional[str], free: Optional[str],
+                     count: Optional[int]) -> None:
+    from gpucomm.planners.placement.cluster import expand_hostlist, load_cluster
+    from gpucomm.planners.placement.select import select_nodes
+    from gpucomm.probes.errors import InputError
+    from gpucomm.render.output import emit as emit_doc
+
+    if nodes is None or cluster is None:
+        usage_error("--nodes N and --cluster FILE go together: gpucomm select --nodes 8 --cluster cluster.yaml")
+    if count is not None:
+        usage_error("--count picks GPUs of one node; --nodes picks nodes of a cluster: give one", "--count")
+    free_hosts = None
+    if free is not None:
+        try:
+            free_hosts = expand_hostlist(free)
+        except ValueError as e:
+            raise InputError(f"--free {free!r}: {e}", expected="a Slurm hostlist like node[01-40]") from None
+    cl = load_cluster(cluster, default_topology=topo)
+    res = select_nodes(cl, nodes, free_hosts, nic_gbps=_node_nic_gbps(cl.doc(cl.nodes[0])))
+    emit_doc(res, table=lambda console: draw_select_nodes(res, console), extra={"list": lambda: res["hostlist"]},
+             allowed=["table", "json", "yaml", "list"])
+    for w in res.get("warnings", []) + cl.warnings:
+        diag(f"gpucomm: warning: {w}")
+
+
+def _node_nic_gbps(doc: dict) -> Optional[float]:
+    """One node's RDMA rate to the fabric (its compute NICs, summed), or None."""
+    from gpucomm.planners.placement.layout import compute_nics
+    from gpucomm.probes.facts import nic_is_rdma, nic_rate_gbps
+
+    nics = {n["name"]: n for n in doc.get("nics") or [] if isinstance(n, dict) and n.get("name")}
+    rate = sum((nic_rate_gbps(n) or 0) for n in compute_nics(nics).values() if nic_is_rdma(n)) if nics else 0
+    return rate or None
 
 
 # ============================================================================================
@@ -327,9 +389,7 @@ def synth(
     import yaml
 
     from gpucomm.planners.placement.cluster import synth_cluster
-    from gpucomm.planners.placement.layout import compute_nics
     from gpucomm.probes.errors import InputError
-    from gpucomm.probes.facts import nic_is_rdma, nic_rate_gbps
     from gpucomm.probes.load import load_topology
 
     from gpucomm.render.output import chosen_format, write_text
@@ -338,8 +398,7 @@ def synth(
     if node is None:
         usage_error("give the topology of every node (TOPO or --node), e.g. gpucomm synth example:hgx-h100 -N 64")
     doc = load_topology(node)  # the node must load, and gives the uplink speed
-    nics = {n["name"]: n for n in doc.get("nics") or [] if isinstance(n, dict) and n.get("name")}
-    rate = sum((nic_rate_gbps(n) or 0) for n in compute_nics(nics).values() if nic_is_rdma(n))
+    rate = _node_nic_gbps(doc)
     src = node
     if out_dir is not None and not node.startswith("example:"):
         src = os.path.relpath(os.path.abspath(node), os.path.abspath(out_dir))

@@ -150,3 +150,78 @@ def nfd_feature_file(doc) -> str:
                         f"# install as {d['nfd_file']} (nfd-worker's local source reads that directory)"]
     lines += [f"{k}={v}" for k, v in d["labels"].items()]
     return "\n".join(lines) + "\n"
+
+
+# ============================================================================================
+# Fabric locality: Kueue Topology levels and the node labels they name (gpucomm fabric --emit kueue)
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+KUEUE_API = "kueue.x-k8s.io/v1beta1"
+NFD_API = "nfd.k8s-sigs.io/v1alpha1"
+NFD_NAMESPACE = "node-feature-discovery"
+_LOCALITY_ORDER = ("level6", "level5", "level4", "core", "spine", "leaf", "block", "nvlink-domain")
+
+
+def locality_label(kind: str) -> str:
+    """``leaf`` -> ``feature.node.kubernetes.io/gpucomm-fabric.leaf``; ``nvlink-domain`` ->
+    ``...gpucomm-nvlink.domain`` (values: the switch, block or domain a node is under)."""
+    return PREFIX + ("nvlink.domain" if kind == "nvlink-domain" else f"fabric.{kind}")
+
+
+def kueue_levels(loc: Dict[str, Dict[str, str]]) -> List[str]:
+    """Kueue Topology levels, top first (``kubernetes.io/hostname`` goes below them): each locality
+    every host has, keeping a level only when each value of the level below sits under one value of
+    it (Kueue's domains nest); a block that is exactly the NVLink domain is named once."""
+    kinds = [k for k in _LOCALITY_ORDER if loc and all(k in v for v in loc.values())]
+    if "block" in kinds and "nvlink-domain" in kinds and all(
+            len({v["block"] for v in loc.values() if v["nvlink-domain"] == d}) == 1
+            for d in {v["nvlink-domain"] for v in loc.values()}):
+        kinds.remove("block")
+    keep: List[str] = []
+    for k in reversed(kinds):               # bottom up: drop an upper level that does not nest
+        if keep:
+            below = keep[-1]
+            if not all(len({v[k] for v in loc.values() if v[below] == val}) == 1
+                       for val in {v[below] for v in loc.values()}):
+                continue
+        keep.append(k)
+    return list(reversed(keep))
+
+
+def kueue_document(loc: Dict[str, Dict[str, str]], name: str = "gpucomm-fabric") -> dict:
+    """``gpucomm.kueue/v1``: the Kueue Topology over hosts' localities ({host: {kind: id}},
+    planners.placement.fabric.host_locality) and each host's labels for its levels."""
+    from gpucomm.probes.model import natural_key
+
+    kinds = kueue_levels(loc)
+    labels = {h: dict({locality_label(k): label_value(v[k]) for k in kinds}, **{HOSTNAME_LABEL: h}) for h, v in loc.items()}
+    topo = {"apiVersion": KUEUE_API, "kind": "Topology", "metadata": {"name": name},
+            "spec": {"levels": [{"nodeLabel": locality_label(k)} for k in kinds] + [{"nodeLabel": HOSTNAME_LABEL}]}}
+    problems = [p for ls in labels.values() for p in (check_label(k, v) for k, v in ls.items()) if p]
+    return {"schema": "gpucomm.kueue/v1", "levels": kinds + ["hostname"], "topology": topo,
+            "node_labels": {h: labels[h] for h in sorted(labels, key=natural_key)}, "warnings": sorted(set(problems))}
+
+
+def node_feature(host: str, labels: Dict[str, str]) -> dict:
+    """An NFD ``NodeFeature`` object that has nfd-master put ``labels`` on ``host`` (names in NFD's
+    own namespace are written without it, as NFD expects)."""
+    nfd_ns = "feature.node.kubernetes.io/"
+    return {"apiVersion": NFD_API, "kind": "NodeFeature",
+            "metadata": {"name": ("gpucomm-" + label_value(host).lower())[:253], "namespace": NFD_NAMESPACE,
+                         "labels": {"nfd.node.kubernetes.io/node-name": host}},
+            "spec": {"labels": {k[len(nfd_ns):] if k.startswith(nfd_ns) else k: v for k, v in labels.items()}}}
+
+
+def kueue_yaml(loc: Dict[str, Dict[str, str]], name: str = "gpucomm-fabric") -> str:
+    """A YAML stream: the Kueue Topology, then one NFD NodeFeature per host with the labels its levels
+    name (``kubernetes.io/hostname`` is the kubelet's own)."""
+    import yaml
+
+    kd = kueue_document(loc, name)
+    docs = [kd["topology"]]
+    for h, labels in kd["node_labels"].items():
+        own = {k: v for k, v in labels.items() if k != HOSTNAME_LABEL}
+        if own:
+            docs.append(node_feature(h, own))
+    head = (f"# gpucomm: Kueue Topology ({' > '.join(kd['levels'])}) and the node labels its levels name, as\n"
+            "# Node Feature Discovery NodeFeature objects (kubectl apply -f; nfd-master labels the nodes)\n")
+    return head + yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False)
