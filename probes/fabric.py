@@ -496,6 +496,8 @@ class SwitchTree:
     switches: Dict[str, TreeSwitch]
     source: str = "topology.conf"
     warnings: List[str] = field(default_factory=list)
+    blocks: List[str] = field(default_factory=list)      # topology/block: the blocks (leaves of the implicit root)
+    block_sizes: List[int] = field(default_factory=list)  # topology/block: BlockSizes (planning base first)
 
     def __post_init__(self) -> None:
         self.node_leaf: Dict[str, str] = {}
@@ -598,7 +600,7 @@ def tree_from_records(records: Iterable[dict], path: str, blocks: Iterable[dict]
             if d >= MAX_DEPTH:
                 raise InputError(f"switch {name!r} is {d} levels below the top of the tree, more than {MAX_DEPTH}",
                                  path, switches[name].line, expected="a switch tree a few levels deep")
-    return SwitchTree(switches=switches, source=path)
+    return SwitchTree(switches=switches, source=path, blocks=[b["name"] for b in blocks])
 
 
 def parse_topology_conf(text: str, path: str = "topology.conf") -> SwitchTree:
@@ -607,7 +609,9 @@ def parse_topology_conf(text: str, path: str = "topology.conf") -> SwitchTree:
     from gpucomm.probes.formats.slurm_topology import read_topology_conf
 
     rec = read_topology_conf(text, path)
-    return tree_from_records(rec["switches"], path, rec["blocks"])
+    tree = tree_from_records(rec["switches"], path, rec["blocks"])
+    tree.block_sizes = list(rec["block_sizes"])
+    return tree
 
 
 def fabric_tree(doc: dict, path: Optional[str] = None) -> SwitchTree:
@@ -616,7 +620,9 @@ def fabric_tree(doc: dict, path: Optional[str] = None) -> SwitchTree:
     if doc.get("tree"):
         return tree_from_records(doc["tree"], src)
     if doc.get("blocks"):
-        return tree_from_records([], src, doc["blocks"])
+        tree = tree_from_records([], src, doc["blocks"])
+        tree.block_sizes = list(doc.get("block_sizes") or [])
+        return tree
     raise InputError("the fabric has no switch tree (no links between hosts and switches)", src,
                      expected="an ibnetdiscover capture or a topology.conf")
 

@@ -110,6 +110,26 @@ class Cluster:
     domain_of: Dict[str, str] = field(default_factory=dict)    # host -> NVLink domain (where known)
     unhealthy: Dict[str, str] = field(default_factory=dict)    # host -> why (doctor errors at join time)
 
+    def blocks(self) -> Dict[str, str]:
+        """host -> block (Slurm topology/block), or NVLink domain where the fabric has no blocks."""
+        fab = self.fabric
+        if fab is not None and fab.blocks:
+            return {h: fab.node_leaf[h] for h in self.nodes if h in fab.node_leaf}
+        if self.fabric_doc and self.fabric_doc.get("blocks"):
+            return {n: b["name"] for b in self.fabric_doc["blocks"] for n in b["nodes"]}
+        return dict(self.domain_of)
+
+    def block_base(self) -> Optional[int]:
+        """Slurm's planning base block size: BlockSizes' first, else the smallest block."""
+        for sizes in ((self.fabric.block_sizes if self.fabric is not None else None),
+                      (self.fabric_doc or {}).get("block_sizes")):
+            if sizes:
+                return int(sizes[0])
+        counts: Dict[str, int] = {}
+        for b in self.blocks().values():
+            counts[b] = counts.get(b, 0) + 1
+        return min(counts.values()) if counts else None
+
     def doc(self, host: str) -> dict:
         return self.docs[self.topology_of[host]]
 
@@ -133,7 +153,7 @@ def parse_cluster(obj, path: str, base_dir: str, load_topology: Callable[[str], 
 
     if not isinstance(obj, dict):
         raise InputError("the cluster file is not a mapping", path, expected="nodes: [...] and fabric: {...}")
-    unknown = set(obj) - {"schema", "name", "topology", "nodes", "fabric", "topologies"}
+    unknown = set(obj) - {"schema", "name", "topology", "nodes", "fabric", "topologies", "summary"}
     if unknown:
         raise InputError(f"unknown key {sorted(unknown)[0]!r}", path, expected="schema, name, topology, nodes, fabric")
     if obj.get("schema") not in (None, CLUSTER_SCHEMA):
@@ -235,7 +255,7 @@ def parse_cluster(obj, path: str, base_dir: str, load_topology: Callable[[str], 
             raise InputError(f"node {missing[0]!r} is not attached to any switch in {fabric.source}"
                              + (f" ({len(missing)} such nodes)" if len(missing) > 1 else ""), path)
         extra = len(set(fabric.node_leaf) - set(hosts))
-        if extra:
+        if extra and fabric_doc is None:
             warnings.append(f"{extra} node(s) of {fabric.source} are not in the cluster file and are ignored")
     return Cluster(nodes=hosts, topology_of=topo_of, docs=docs, fabric=fabric, path=path, warnings=warnings,
                    fabric_doc=fabric_doc, domain_of=domain_of, unhealthy=unhealthy)
@@ -340,6 +360,40 @@ def candidate_host_orders(cluster: Cluster, hosts: List[str], count: int, gen, g
                 mul *= sizes[i]
             order.append(seq[p])
         out.append(("/".join(axes[i][0] for i in perm) + " innermost first", order))
+    return out
+
+
+def block_segment(cluster: Cluster, hosts: List[str], gen, gpn: int) -> Optional[int]:
+    """``sbatch --segment`` for a job on a block topology (topology/block, or NVLink domains): None
+    when the job's hosts sit in one block; else the largest node count that divides the job, fits
+    the planning base block (BlockSizes' first), and keeps whole the node groups of the innermost
+    cross-node axis where it can."""
+    block_of = cluster.blocks()
+    if not hosts or len({block_of.get(h) for h in hosts}) <= 1:
+        return None
+    base = cluster.block_base() or 1
+    n = len(hosts)
+    divisors = [d for d in range(1, min(base, n) + 1) if n % d == 0]
+    inner = node_blocks(gen, gpn)
+    aligned = [d for d in divisors if inner and inner[0] <= base and d % inner[0] == 0]
+    return max(aligned or divisors)
+
+
+def leaf_uplinks(cluster: Cluster, hosts: List[str], traffic: dict, warnings: List[str]) -> Dict[str, dict]:
+    """The leaves a plan's hosts use with their uplinks' oversubscription (the fabric document's
+    link rates); a warning when traffic leaves an oversubscribed leaf."""
+    from gpucomm.planners.placement.fabric import leaf_costs
+
+    costs = leaf_costs(cluster.fabric_doc)
+    used = sorted({cluster.fabric.node_leaf.get(h) for h in hosts} - {None}, key=_natural)
+    out = {lf: costs[lf] for lf in used if lf in costs}
+    crossing = sum(v["edges"] for k, v in (traffic.get("by_level") or {}).items()
+                   if k.startswith("level") and int(k[5:]) >= 2)
+    worst = [v for v in out.values() if v["uplink_share"] < 1]
+    if crossing and worst:
+        w = max(v["oversubscription"] for v in worst)
+        warnings.append(f"{crossing} node-to-node edge(s) leave their leaf switch, whose uplinks are oversubscribed "
+                        f"up to {w:g}:1: when every node sends at once that traffic gets {1 / w:.0%} of a host link")
     return out
 
 
@@ -504,20 +558,22 @@ def load_cluster(path: str, default_topology: Optional[str] = None):
     its hosts, each with ``default_topology`` (plan's TOPO)."""
     import os
 
-    from gpucomm.probes.fabric import detect_fabric, fabric_from_text, load_fabric
+    from gpucomm.probes.fabric import FABRIC_SCHEMA, check_fabric_document, detect_fabric, fabric_from_text, load_fabric
     from gpucomm.probes.load import load_topology, parse_yaml, read_text_input
 
     text = read_text_input(path)
     kind = detect_fabric(text)
-    if kind is not None and not (kind == "document" and re.search(r"gpucomm\.cluster/v1", text[:4096])):
+    if kind in ("ib", "slurm"):
+        doc = fabric_from_text(text, path)
+    else:
+        obj = parse_yaml(text, path, expected="a gpucomm cluster file (nodes:, fabric:)")  # bounded; JSON is YAML
+        doc = check_fabric_document(obj, path) if isinstance(obj, dict) and obj.get("schema") == FABRIC_SCHEMA else None
+    if doc is not None:
         from gpucomm.planners.placement.fabric import cluster_file
 
-        doc = fabric_from_text(text, path)
-        obj = cluster_file(doc)
         if default_topology is None:
             raise InputError("a fabric names no node topology", path,
                              expected="the node topology as plan's TOPO: gpucomm plan TOPO --cluster FABRIC")
-    else:
-        obj = parse_yaml(text, path, expected="a gpucomm cluster file (nodes:, fabric:)")  # bounded; JSON is YAML
+        obj = cluster_file(doc)
     base = os.path.dirname(os.path.abspath(path))
     return parse_cluster(obj, path, base, load_topology, read_text_input, default_topology, load_fabric)
