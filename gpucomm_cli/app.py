@@ -36,6 +36,7 @@ COMMAND_MODULES = [
     "gpucomm.commands.bench",      # bench p2p|collective
     "gpucomm.commands.fabric",     # fabric
     "gpucomm.commands.cluster",    # cluster
+    "gpucomm.commands.fleet",      # fleet probe|manifest
 ]
 
 
@@ -82,7 +83,7 @@ COMMAND_OWNERS = {
     "calibrate": "gpucomm.commands.calibrate", "plan": "gpucomm.commands.plan", "select": "gpucomm.commands.plan",
     "synth": "gpucomm.commands.plan", "doctor": "gpucomm.commands.doctor", "diff": "gpucomm.commands.doctor",
     "bench": "gpucomm.commands.bench", "fabric": "gpucomm.commands.fabric",
-    "cluster": "gpucomm.commands.cluster",
+    "cluster": "gpucomm.commands.cluster", "fleet": "gpucomm.commands.fleet",
 }
 _REGISTERED: dict = {}   # module -> (the commands, the groups) it added to ``app``
 

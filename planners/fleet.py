@@ -15,7 +15,6 @@ The cluster document (``gpucomm.cluster/v1``, docs/FABRIC.md)::
 """
 from __future__ import annotations
 
-from collections import Counter
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from gpucomm.planners.health.diff import VOLATILE_KEYS, _class_key, fingerprint, stream_sources
@@ -23,23 +22,9 @@ from gpucomm.planners.health.doctor import run_doctor
 from gpucomm.planners.placement.cluster import CLUSTER_SCHEMA
 from gpucomm.planners.placement.fabric import consecutive_domains, host_order, with_nvlink_domains
 from gpucomm.probes.errors import InputError
+from gpucomm.probes.fabric import nvlink_domain
 from gpucomm.probes.formats.slurm_topology import compress_hostlist
 from gpucomm.probes.model import natural_key as _natural
-
-
-def nvlink_domain(doc: dict) -> Optional[str]:
-    """A node's multi-node NVLink domain from its GPUs' fabric info: ``<cluster UUID>.<clique ID>``
-    (GPU Feature Discovery's ``nvidia.com/gpu.clique`` value) shared by most of its GPUs; None when
-    the GPUs report none (no NVLink fabric, or an all-zero UUID: not part of one)."""
-    keys: Counter = Counter()
-    for g in doc.get("gpus") or []:
-        f = g.get("fabric") if isinstance(g, dict) else None
-        if not isinstance(f, dict):
-            continue
-        cu, cl = f.get("cluster_uuid"), f.get("clique_id")
-        if isinstance(cu, str) and cu.strip("0-") and isinstance(cl, int) and not isinstance(cl, bool):
-            keys[f"{cu}.{cl}"] += 1
-    return keys.most_common(1)[0][0] if keys else None
 
 
 def _health(report: dict) -> Optional[str]:
@@ -145,4 +130,4 @@ def fleet_report(named_sources: List[Tuple[str, str]], failed: Dict[str, str]) -
     return out
 
 
-__all__ = ["join_cluster", "fleet_report", "nvlink_domain"]
+__all__ = ["join_cluster", "fleet_report"]

@@ -476,6 +476,25 @@ def fabric_from_slurm(rec: dict, path: Optional[str] = None) -> dict:
     return doc
 
 
+def nvlink_domain(doc: dict) -> Optional[str]:
+    """A node's multi-node NVLink domain from its GPUs' fabric info: ``<cluster UUID>.<clique ID>``
+    (GPU Feature Discovery's ``nvidia.com/gpu.clique`` value) shared by most of its GPUs; None when
+    the GPUs report none (no NVLink fabric, or an all-zero UUID: not part of one).
+
+    >>> nvlink_domain({"gpus": [{"fabric": {"cluster_uuid": "6f3c2a51-9d0e", "clique_id": 32766}}]})
+    '6f3c2a51-9d0e.32766'
+    """
+    keys: Counter = Counter()
+    for g in doc.get("gpus") or []:
+        f = g.get("fabric") if isinstance(g, dict) else None
+        if not isinstance(f, dict):
+            continue
+        cu, cl = f.get("cluster_uuid"), f.get("clique_id")
+        if isinstance(cu, str) and cu.strip("0-") and isinstance(cl, int) and not isinstance(cl, bool):
+            keys[f"{cu}.{cl}"] += 1
+    return keys.most_common(1)[0][0] if keys else None
+
+
 # ============================================================================================
 # The switch tree planners read
 @dataclass
@@ -708,4 +727,4 @@ def check_fabric_document(doc, path: str) -> dict:
 
 __all__ = ["FABRIC_SCHEMA", "SwitchTree", "TreeSwitch", "build_fabric", "fabric_from_slurm", "fabric_tree",
            "load_fabric", "fabric_from_text", "detect_fabric", "classify_ca", "parse_topology_conf", "role_of",
-           "tree_from_records", "check_fabric_document"]
+           "tree_from_records", "check_fabric_document", "nvlink_domain"]

@@ -122,9 +122,15 @@ def fabric(
 
             text = yaml.safe_dump(pf.cluster_file(doc, node), sort_keys=False)
         elif emit == "kueue":
-            from gpucomm.planners.launch.k8s import kueue_yaml
+            from gpucomm.planners.launch.k8s import kueue_document, kueue_yaml
+            from gpucomm.render.output import chosen_format
 
-            text = kueue_yaml(pf.host_locality(doc))
+            if chosen_format("yaml", ["yaml", "json"]) == "json":
+                from gpucomm.probes.model import dumps_json
+
+                text = dumps_json(kueue_document(pf.host_locality(doc)))
+            else:
+                text = kueue_yaml(pf.host_locality(doc))
         else:
             text = {"slurm": pf.slurm, "slurm-tree": pf.slurm_tree, "slurm-block": pf.slurm_blocks,
                     "slurm-yaml": pf.slurm_yaml}[emit](doc)

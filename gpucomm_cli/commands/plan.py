@@ -385,10 +385,11 @@ def synth(
     out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="Write cluster.yaml and topology.conf here "
                                            "(default: print the cluster file with the topology.conf inline)."),
 ) -> None:
-    """Write a synthetic cluster: NODES copies of a node under a fat tree (cluster YAML + Slurm topology.conf)."""
+    """Write a synthetic cluster: NODES copies of a node under a fat tree (cluster YAML + Slurm topology.conf + the
+    ibnetdiscover output of that fabric; --format ibnetdiscover prints the latter alone)."""
     import yaml
 
-    from gpucomm.planners.placement.cluster import synth_cluster
+    from gpucomm.planners.placement.cluster import synth_cluster, synth_ibnetdiscover
     from gpucomm.probes.errors import InputError
     from gpucomm.probes.load import load_topology
 
@@ -405,9 +406,13 @@ def synth(
     cluster_doc, conf = synth_cluster(nodes, src, fat_tree, nodes_per_leaf, leaves_per_spine, prefix,
                                       link_gbps=rate or None,
                                       topology_conf_name="topology.conf" if out_dir is not None else None)
-    fmt = chosen_format("yaml", ["yaml", "json", "table"])
-    if fmt not in ("yaml", "json", "table"):
-        usage_error(f"{fmt!r} is not a format of synth (it has yaml, json)", "--format")
+    fmt = chosen_format("yaml", ["yaml", "json", "table", "ibnetdiscover"])
+    if fmt not in ("yaml", "json", "table", "ibnetdiscover"):
+        usage_error(f"{fmt!r} is not a format of synth (it has yaml, json, ibnetdiscover)", "--format")
+    ibnet = synth_ibnetdiscover(nodes, fat_tree, nodes_per_leaf, leaves_per_spine, prefix)
+    if fmt == "ibnetdiscover" and out_dir is None:
+        write_text(ibnet)
+        return
     if out_dir is not None:
         from gpucomm.probes.files import check_writable, write_atomic
         from gpucomm.settings import SETTINGS
@@ -418,13 +423,15 @@ def synth(
             out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise InputError(f"cannot write: {e.strerror}", str(out_dir)) from None
-        for name in ("topology.conf", "cluster.yaml"):  # both refused before either is written
+        for name in ("topology.conf", "cluster.yaml", "ibnetdiscover.out"):  # all refused before any is written
             check_writable(out_dir / name, SETTINGS.force)
         write_atomic(out_dir / "topology.conf", conf, force=SETTINGS.force)
+        write_atomic(out_dir / "ibnetdiscover.out", ibnet, force=SETTINGS.force)
         write_atomic(out_dir / "cluster.yaml", yaml.safe_dump(cluster_doc, sort_keys=True), force=SETTINGS.force)
-        diag(f"gpucomm: wrote {out_dir / 'cluster.yaml'} and {out_dir / 'topology.conf'} ({nodes} nodes)")
+        diag(f"gpucomm: wrote {out_dir / 'cluster.yaml'}, {out_dir / 'topology.conf'} and {out_dir / 'ibnetdiscover.out'} "
+             f"({nodes} nodes)")
         summary = {"schema": "gpucomm.synth/v1", "cluster": str(out_dir / "cluster.yaml"), "topology_conf": str(out_dir / "topology.conf"),
-                   "nodes": nodes, "levels": fat_tree}
+                   "ibnetdiscover": str(out_dir / "ibnetdiscover.out"), "nodes": nodes, "levels": fat_tree}
         from gpucomm.probes.model import dumps_json
 
         write_text(dumps_json(summary) if fmt == "json" else yaml.safe_dump(summary, sort_keys=True))

@@ -551,6 +551,70 @@ def synth_cluster(nodes: int, topology: str, levels: int = 3, nodes_per_leaf: in
     return doc, conf
 
 
+def synth_ibnetdiscover(nodes: int, levels: int = 3, nodes_per_leaf: int = 32, leaves_per_spine: int = 8,
+                        prefix: str = "node", hca: str = "mlx5_0", width: str = "4x", speed: str = "NDR") -> str:
+    """``ibnetdiscover`` output for the fat tree :func:`synth_cluster` describes: one HCA per node
+    (``<node> mlx5_0``) under leaves of ``nodes_per_leaf``, as many uplinks per leaf as hosts (1:1),
+    spines of ``leaves_per_spine`` leaves and one core (levels=3), leaves under the core (2), one
+    switch (1).  Switch descriptions ``MF0;leaf01:MQM9700/U1`` name them as the topology.conf does."""
+    from gpucomm.probes.formats.ibnet import write_ibnetdiscover
+
+    if nodes < 1 or nodes > 100_000:
+        raise InputError(f"--nodes {nodes} is out of range", expected="1..100000")
+    width_n = max(2, len(str(nodes)))
+    names = [f"{prefix}{i:0{width_n}d}" for i in range(1, nodes + 1)]
+    switches: List[dict] = []
+    cas: List[dict] = []
+    links: List[dict] = []
+    lid = [0]
+    ports: Dict[str, int] = {}
+
+    def new_switch(name: str) -> str:
+        sid = f"S-0002c90300{len(switches) + 1:06x}"
+        lid[0] += 1
+        switches.append({"id": sid, "description": f"MF0;{name}:MQM9700/U1", "lid": lid[0], "ports": 64})
+        return sid
+
+    def link(a: str, b: str) -> None:
+        pa, pb = ports.get(a, 0) + 1, ports.get(b, 0) + 1
+        ports[a], ports[b] = pa, pb
+        links.append({"a": a, "a_port": pa, "b": b, "b_port": pb, "width": width, "speed": speed})
+
+    def group(children: List[str], per: int, name: str, uplinks_each: List[int]) -> Tuple[List[str], List[int]]:
+        count = (len(children) + per - 1) // per
+        w = max(2, len(str(count)))
+        made, up = [], []
+        for k in range(count):
+            sid = new_switch(f"{name}{k + 1:0{w}d}")
+            made.append(sid)
+            n = 0
+            for c, u in zip(children[k * per:(k + 1) * per], uplinks_each[k * per:(k + 1) * per]):
+                for _ in range(u):
+                    link(c, sid)
+                n += u
+            up.append(n)
+        return made, up
+
+    for i, h in enumerate(names):
+        cid = f"H-0002c90400{i + 1:06x}"
+        lid[0] += 1
+        cas.append({"id": cid, "description": f"{h} {hca}", "lid": lid[0], "ports": 1})
+    host_ids = [c["id"] for c in cas]
+    if levels == 1:
+        core = new_switch("core")
+        for c in host_ids:
+            link(c, core)
+    else:
+        leaves, up = group(host_ids, nodes_per_leaf, "leaf", [1] * len(host_ids))
+        if levels == 3:
+            leaves, up = group(leaves, leaves_per_spine, "spine", up)
+        core = new_switch("core")
+        for sw, u in zip(leaves, up):
+            for _ in range(u):
+                link(sw, core)
+    return write_ibnetdiscover(switches, cas, links, stamp=f"gpucomm synth ({nodes} nodes, {levels}-level fat tree)")
+
+
 def load_cluster(path: str, default_topology: Optional[str] = None):
     """Read and validate a cluster file (YAML or JSON) and every topology it names (the I/O of
     :func:`parse_cluster`, through :mod:`gpucomm.probes.load`).  A fabric input given instead
