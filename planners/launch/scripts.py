@@ -223,11 +223,15 @@ def slurm_script(plan: dict, command: str = "train.py", job_name: str = "gpucomm
              f"#SBATCH --ntasks-per-node={gpn}",
              f"#SBATCH --gpus-per-node={node_gpus or gpn}",
              "#SBATCH --exclusive"]
-    if hosts:
-        lines.append(f"#SBATCH --nodelist={compress_hostlist_ordered(sorted(hosts))}")
     if segment:
         lines.append(f"#SBATCH --segment={segment}")
-    elif switches:
+        if hosts:   # topology/block (Slurm 24.11) refuses --nodelist beside --segment: the plan's hosts as a note
+            lines.append(f"# gpucomm placed the job on {compress_hostlist_ordered(sorted(hosts))}; with --segment "
+                         "Slurm picks the nodes (it refuses --nodelist beside it)")
+            hosts = None
+    elif hosts:
+        lines.append(f"#SBATCH --nodelist={compress_hostlist_ordered(sorted(hosts))}")
+    if switches and not segment:
         lines.append(f"#SBATCH --switches={switches}")
     lines += _header(plan)
     lines.append("set -euo pipefail")
