@@ -249,6 +249,10 @@ def test_cluster_join_domains_health_and_plan(tmp_path):
     assert r.code == 0, r.stderr
     assert "1 node(s) the fabric does not have" in r.stderr
     doc = json.loads(out.read_text())
+    from test_schemas import validate
+
+    validate(doc)
+    validate(doc["fabric"]["document"])
     assert doc["summary"]["nodes"] == 9 and doc["summary"]["classes"] == 2 and doc["summary"]["unhealthy"] == 1
     assert doc["summary"]["nvlink_domains"] == 2
     blocks = doc["fabric"]["document"]["blocks"]

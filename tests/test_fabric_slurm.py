@@ -162,6 +162,9 @@ def test_fleet_probe_through_srun_feeds_cluster_doctor_diff(tmp_path):
                     "--gpucomm", f"{sys.executable} -m gpucomm", "--format", "json")
         assert r.code in (0, 5), r.stderr
         rep = r.json()
+        from test_schemas import validate
+
+        validate(rep)
         assert rep["gathered"] == ["fleet01"] and not rep["failed"] and rep["doctor"]["nodes"] == 1
         doc = __import__("json").loads((out / "fleet01.json").read_text())
         assert doc["schema"] == "gpucomm.topology/v1" and doc["host"]["provenance"] == "live"

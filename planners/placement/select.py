@@ -28,7 +28,6 @@ import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from gpucomm.probes.errors import InputError, NothingToDo, PlanInfeasible
-from gpucomm.probes.formats.slurm_topology import compress_hostlist
 from gpucomm.probes.model import natural_key as _natural
 from gpucomm.probes.model import normalize_bus_id
 
@@ -332,6 +331,7 @@ def select_nodes(cluster, count: int, free: Optional[Sequence[str]] = None, nic_
     allows -- one NVLink domain, else one leaf, else under the lowest switch that has room (its leaves
     taken whole, fullest first) -- and what leaving a leaf costs (``nic_gbps``: one node's rate)."""
     from gpucomm.planners.placement.fabric import leaf_costs
+    from gpucomm.probes.formats.slurm_topology import compress_hostlist
 
     if count < 1:
         raise InputError(f"--nodes {count}", expected="an integer >= 1")
