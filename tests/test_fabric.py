@@ -231,6 +231,19 @@ def test_emit_cluster_feeds_plan_and_select(tmp_path):
     assert none.code == 4 and "only 3" in none.stderr
 
 
+def test_predict_on_the_cluster_sees_the_leaf_uplinks():
+    one = run_cli("predict", "example:hgx-h100", "--cluster", str(EDR), "--nodes", "24", "--format", "json")
+    two = run_cli("predict", "example:hgx-h100", "--cluster", str(EDR), "--nodes", "30", "--format", "json")
+    assert one.code == 0 and two.code == 0, (one.stderr, two.stderr)
+    a, b = one.json(), two.json()
+    from test_schemas import validate
+
+    validate(b)
+    assert "within leaf" in a["cluster"] and "oversubscribed" in b["cluster"]
+    assert a["fabric_gbps"] == 100.0 and b["fabric_gbps"] == pytest.approx(100 * 1120 / 2400, abs=0.1)
+    assert b["rows"][0]["busbw_GBps"] < 0.6 * a["rows"][0]["busbw_GBps"]
+
+
 def test_cluster_join_domains_health_and_plan(tmp_path):
     nodes = tmp_path / "nodes"
     nodes.mkdir()

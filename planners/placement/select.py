@@ -423,3 +423,31 @@ def select_nodes(cluster, count: int, free: Optional[Sequence[str]] = None, nic_
     return {"schema": NODES_SCHEMA, "count": count, "nodes": chosen, "hostlist": compress_hostlist(chosen),
             "span": dict(span, leaves=used_leaves, nvlink_domains=used_domains), "crosses_spine": len(used_leaves) > 1,
             "cost": cost, "candidates": len(cand), "excluded": excluded, "warnings": warnings}
+
+
+def cluster_network(cluster, nodes: int, doc: dict) -> dict:
+    """What one NIC delivers to a job of ``nodes`` nodes of ``cluster`` (picked as :func:`select_nodes`
+    picks them): the slower of the node's NIC and the fabric's host link, times the leaf uplinks' share
+    when the nodes span leaves.  -> {"nodes", "fabric_gbps" (None: the topology's own NIC rate),
+    "note", "selection"}."""
+    from gpucomm.planners.placement.layout import compute_nics
+    from gpucomm.probes.facts import nic_is_rdma, nic_rate_gbps
+
+    sel = select_nodes(cluster, nodes)
+    nics = {n["name"]: n for n in doc.get("nics") or [] if isinstance(n, dict) and n.get("name")}
+    rates = [nic_rate_gbps(n) for n in compute_nics(nics).values() if nic_is_rdma(n)] if nics else []
+    per_nic = max((r for r in rates if r), default=None)
+    link = None
+    if cluster.fabric_doc:
+        hosts = {h["name"]: h for h in cluster.fabric_doc["hosts"]}
+        links = [c["rate_gbps"] for n in sel["nodes"] for c in (hosts.get(n) or {}).get("hcas") or [] if c.get("rate_gbps")]
+        link = min(links) if links else None
+    base = min(x for x in (per_nic, link) if x) if (per_nic or link) else None
+    share = (sel["cost"] or {}).get("uplink_share") or 1.0
+    gbps = round(base * share, 3) if base and (share < 1 or (link and per_nic and link < per_nic)) else None
+    where = sel["span"]["within"]
+    note = (f"--cluster: {nodes} node(s) {sel['hostlist']} within {where}"
+            + (f"; leaf uplinks {1 / share:.2f}:1 oversubscribed: each NIC gets ~{gbps:g} Gb/s" if share < 1 and gbps else "")
+            + (f"; the fabric's host links run {link:g} Gb/s (the node's NIC: {per_nic:g})"
+               if link and per_nic and link < per_nic else ""))
+    return {"nodes": nodes, "fabric_gbps": gbps, "note": note, "selection": sel}
