@@ -15,14 +15,13 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from support import CAPTURES, run_cli
-from test_slurm_daemons import Daemons, _free_port, _wait
+from test_slurm_daemons import Daemons, _free_port, _wait, slurm_conf
 
 pytestmark = pytest.mark.slow
 EDR = next((CAPTURES / "ib-fabric").glob("006_*"))
@@ -30,38 +29,6 @@ AZURE_BLOCKS = next((CAPTURES / "nvl72").glob("004_*"))
 HOST_TOOLS = ("munged", "slurmctld", "slurmd", "srun", "scontrol", "sbatch")
 host_slurm = pytest.mark.skipif(any(shutil.which(t) is None for t in HOST_TOOLS) or os.geteuid() != 0,
                                 reason="slurm-wlm/munge not installed (or not root: slurmd needs it)")
-
-
-def _conf(d: Path, ctld_port: int, slurmd_port: int, sock: Path, plugin: str, nodes: str, extra: str = "") -> str:
-    return f"""ClusterName=gpucommfabric
-SlurmctldHost={socket.gethostname()}(127.0.0.1)
-SlurmctldPort={ctld_port}
-SlurmdPort={slurmd_port}
-AuthType=auth/munge
-AuthInfo=socket={sock}
-CredType=cred/munge
-SlurmUser=root
-SlurmdUser=root
-StateSaveLocation={d / 'state'}
-SlurmdSpoolDir={d / 'spool'}/%n
-SlurmctldPidFile={d / 'slurmctld.pid'}
-SlurmdPidFile={d / 'slurmd'}-%n.pid
-SlurmctldLogFile={d / 'slurmctld.log'}
-SlurmdLogFile={d / 'slurmd'}-%n.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SchedulerType=sched/backfill
-TopologyPlugin=topology/{plugin}
-ReturnToService=2
-MpiDefault=none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-MailProg=/bin/true
-{nodes}
-PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
-{extra}"""
 
 
 class Cluster:
@@ -111,6 +78,16 @@ class Cluster:
         self.daemons.stop()
 
 
+def _show_topology(c: "Cluster", plugin: str, nodes: str) -> str:
+    """Start ``c``'s munged and slurmctld with topology/``plugin`` over ``nodes`` (its topology file
+    written already), and return ``scontrol show topology``."""
+    try:
+        c.start(slurm_conf(c.inner, _free_port(), _free_port(), c.sock, plugin, nodes))
+        return c.run("scontrol", "show", "topology").stdout
+    finally:
+        c.stop()
+
+
 def _errors(log: Path, *words: str) -> list:
     text = log.read_text(errors="replace") if log.exists() else ""
     msgs = [l.split("error:", 1)[-1].split("fatal:", 1)[-1] for l in text.splitlines()
@@ -129,11 +106,7 @@ def test_slurmctld_tree_loads_the_edr_topology(tmp_path):
     from gpucomm.probes.formats.slurm_topology import compress_hostlist
 
     nodes = f"NodeName={compress_hostlist([h['name'] for h in hosts])} NodeAddr=127.0.0.1 CPUs=1 RealMemory=100 State=UNKNOWN"
-    try:
-        c.start(_conf(tmp_path, _free_port(), _free_port(), c.sock, "tree", nodes))
-        out = c.run("scontrol", "show", "topology").stdout
-    finally:
-        c.stop()
+    out = _show_topology(c, "tree", nodes)
     got = {m.group(1): m.group(2) for m in re.finditer(r"SwitchName=(\S+) Level=(\d+)", out)}
     assert got == {"S-ec0d9a0300ec81e0": "1", "S-ec0d9a0300ec8240": "0", "S-ec0d9a0300ec8480": "0",
                    "S-ec0d9a0300f548c0": "0", "S-ec0d9a0300f548e0": "0"}, out
@@ -155,7 +128,7 @@ def test_fleet_probe_through_srun_feeds_cluster_doctor_diff(tmp_path):
 
     old = dict(os.environ)
     try:
-        c.start(_conf(c.d, _free_port(), _free_port(), c.sock, "tree", nodes), slurmds=["fleet01"])
+        c.start(slurm_conf(c.d, _free_port(), _free_port(), c.sock, "tree", nodes), slurmds=["fleet01"])
         os.environ.update(SLURM_CONF=c.env["SLURM_CONF"], MUNGE_SOCKET=c.env["MUNGE_SOCKET"])
         out = tmp_path / "out"
         r = run_cli("fleet", "probe", "--nodelist", "fleet01", "--out-dir", str(out), "--timeout", "120",
@@ -228,12 +201,7 @@ def test_slurm_2411_block_topology_and_segment(chroot, tmp_path):
     c = Cluster(d / "a", root)
     (c.d / "topology.conf").write_text(conf.stdout)
     hosts = sorted(re.findall(r"Nodes=(\S+)", conf.stdout))
-    try:
-        c.start(_conf(c.inner, _free_port(), _free_port(), c.sock, "block",
-                      f"NodeName={','.join(hosts)} NodeAddr=127.0.0.1 CPUs=1 RealMemory=100 State=UNKNOWN"))
-        out = c.run("scontrol", "show", "topology").stdout
-    finally:
-        c.stop()
+    out = _show_topology(c, "block", f"NodeName={','.join(hosts)} NodeAddr=127.0.0.1 CPUs=1 RealMemory=100 State=UNKNOWN")
     from gpucomm.probes.formats.slurm_topology import read_topology_conf
 
     back = read_topology_conf(out, "scontrol")
@@ -267,7 +235,7 @@ def test_slurm_2411_block_topology_and_segment(chroot, tmp_path):
     script = c.d / "job.sh"
     script.write_text(job.stdout.replace("#SBATCH --gpus-per-node=4\n", "").replace("--ntasks-per-node=4", "--ntasks-per-node=1"))
     try:
-        c.start(_conf(c.inner, _free_port(), _free_port(), c.sock, "block", nodes_conf),
+        c.start(slurm_conf(c.inner, _free_port(), _free_port(), c.sock, "block", nodes_conf),
                 slurmds=[f"tray{i}" for i in range(1, 5)])
         res = c.run("sbatch", "--test-only", str(c.inner / "job.sh"), cwd=str(c.d))
         wrong = c.run("sbatch", "--test-only", "--segment=3", str(c.inner / "job.sh"), cwd=str(c.d))
@@ -288,10 +256,6 @@ def test_slurm_topology_yaml_where_slurm_reads_it(chroot):
 
     c = Cluster(d / "y", root)
     (c.d / "topology.yaml").write_text(y.stdout)
-    try:
-        c.start(_conf(c.inner, _free_port(), _free_port(), c.sock, "tree",
-                      f"NodeName={compress_hostlist([h['name'] for h in hosts])} NodeAddr=127.0.0.1 CPUs=1 RealMemory=100"))
-        out = c.run("scontrol", "show", "topology").stdout
-    finally:
-        c.stop()
+    out = _show_topology(c, "tree", f"NodeName={compress_hostlist([h['name'] for h in hosts])} NodeAddr=127.0.0.1 "
+                                    "CPUs=1 RealMemory=100")
     assert "BlockName=nvl01" in out or "SwitchName=" in out, out

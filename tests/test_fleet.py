@@ -140,8 +140,6 @@ def _fake_srun(tmp_path, body: str):
 
 
 def test_run_fleet_gathers_reports_failures_and_timeouts(tmp_path):
-    from gpucomm.probes.fleet import MAGIC  # noqa: F401 - the frames the fake srun prints
-
     doc = run_cli("probe", "example:hgx-h100", "--format", "json").stdout
     (tmp_path / "doc.json").write_text(doc)
     srun = _fake_srun(tmp_path, f"""

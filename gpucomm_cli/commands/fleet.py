@@ -9,7 +9,7 @@ from typing import List, Optional
 
 import typer
 
-from gpucomm.commands.common import usage_error
+from gpucomm.commands.common import out_directory, usage_error
 from gpucomm.exitcodes import ExitCode
 from gpucomm.settings import diag
 
@@ -107,12 +107,7 @@ def probe(
 
     if nodelist is None and partition is None and not os.environ.get("SLURM_JOB_NODELIST"):
         usage_error("outside an allocation give --partition P or --nodelist HOSTS (or run inside salloc/sbatch)")
-    if out_dir.is_symlink():
-        raise InputError("is a symbolic link; not followed", str(out_dir), expected="a directory")
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise InputError(f"cannot write: {e.strerror}", str(out_dir)) from None
+    out_directory(out_dir)
     expected = expected_nodes(nodelist, partition)
     for n in expected or []:
         check_writable(out_dir / f"{n}.json", SETTINGS.force)

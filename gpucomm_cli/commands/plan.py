@@ -9,7 +9,8 @@ from typing import Optional
 
 import typer
 
-from gpucomm.commands.common import TOPO_HELP, from_option, load_topo, pick_source, topo_argument, usage_error
+from gpucomm.commands.common import (TOPO_HELP, from_option, hostlist_option, load_topo, out_directory, pick_source,
+                                     topo_argument, usage_error)
 from gpucomm.settings import diag
 
 EMITS = ("torchrun", "slurm", "rankfile", "env", "wrapper", "json", "nccl-xml", "nccl-graph", "megatron", "deepspeed",
@@ -201,12 +202,7 @@ def plan(
         raise InputError("--gpus is empty", expected="e.g. 0-3")
     host_list = None
     if hosts is not None:
-        from gpucomm.planners.placement.cluster import expand_hostlist
-
-        try:
-            host_list = expand_hostlist(hosts)
-        except ValueError as e:
-            raise InputError(f"--hosts {hosts!r}: {e}", expected="a Slurm hostlist like node[01-04]") from None
+        host_list = hostlist_option(hosts, "--hosts")
         if nodes is None:
             nodes = len(host_list)
     cl = load_cluster(cluster, default_topology=topo) if cluster else None
@@ -337,21 +333,15 @@ def draw_select_nodes(res: dict, console) -> None:
 
 def select_nodes_cmd(topo: Optional[str], nodes: Optional[int], cluster: Optional[str], free: Optional[str],
                      count: Optional[int]) -> None:
-    from gpucomm.planners.placement.cluster import expand_hostlist, load_cluster
+    from gpucomm.planners.placement.cluster import load_cluster
     from gpucomm.planners.placement.select import select_nodes
-    from gpucomm.probes.errors import InputError
     from gpucomm.render.output import emit as emit_doc
 
     if nodes is None or cluster is None:
         usage_error("--nodes N and --cluster FILE go together: gpucomm select --nodes 8 --cluster cluster.yaml")
     if count is not None:
         usage_error("--count picks GPUs of one node; --nodes picks nodes of a cluster: give one", "--count")
-    free_hosts = None
-    if free is not None:
-        try:
-            free_hosts = expand_hostlist(free)
-        except ValueError as e:
-            raise InputError(f"--free {free!r}: {e}", expected="a Slurm hostlist like node[01-40]") from None
+    free_hosts = hostlist_option(free, "--free") if free is not None else None
     cl = load_cluster(cluster, default_topology=topo)
     res = select_nodes(cl, nodes, free_hosts, nic_gbps=_node_nic_gbps(cl.doc(cl.nodes[0])))
     emit_doc(res, table=lambda console: draw_select_nodes(res, console), extra={"list": lambda: res["hostlist"]},
@@ -390,7 +380,6 @@ def synth(
     import yaml
 
     from gpucomm.planners.placement.cluster import synth_cluster, synth_ibnetdiscover
-    from gpucomm.probes.errors import InputError
     from gpucomm.probes.load import load_topology
 
     from gpucomm.render.output import chosen_format, write_text
@@ -417,12 +406,7 @@ def synth(
         from gpucomm.probes.files import check_writable, write_atomic
         from gpucomm.settings import SETTINGS
 
-        if out_dir.is_symlink():
-            raise InputError("is a symbolic link; not followed", str(out_dir), expected="a directory")
-        try:
-            out_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise InputError(f"cannot write: {e.strerror}", str(out_dir)) from None
+        out_directory(out_dir)
         for name in ("topology.conf", "cluster.yaml", "ibnetdiscover.out"):  # all refused before any is written
             check_writable(out_dir / name, SETTINGS.force)
         write_atomic(out_dir / "topology.conf", conf, force=SETTINGS.force)

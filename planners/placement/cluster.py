@@ -33,11 +33,11 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from gpucomm.probes.errors import InputError, PlanInfeasible
 from gpucomm.probes.fabric import SwitchTree, TreeSwitch, parse_topology_conf, tree_from_records
-from gpucomm.probes.formats.slurm_topology import compress_hostlist, count_hostlist, expand_hostlist
+from gpucomm.probes.formats.slurm_topology import compress_hostlist, count_hostlist, expand_hostlist  # noqa: F401 - re-exported
 from gpucomm.probes.limits import MAX_HOSTS
 from gpucomm.probes.model import natural_key as _natural
 
