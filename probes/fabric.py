@@ -693,9 +693,20 @@ def fabric_from_text(text: str, path: str) -> dict:
 
 
 def load_fabric(path: str) -> dict:
-    """Read any fabric input (bounded, detected by content, never by name) -> ``gpucomm.fabric/v1``."""
-    from gpucomm.probes.load import read_text_input
+    """Read any fabric input (bounded, detected by content, never by name; ``-`` is standard input)
+    -> ``gpucomm.fabric/v1``."""
+    from gpucomm.probes.load import decode_text_input, read_text_input
 
+    if path == "-":
+        import sys
+
+        from gpucomm.probes.limits import MAX_INPUT_BYTES
+
+        stream = getattr(sys.stdin, "buffer", None)
+        data = stream.read(MAX_INPUT_BYTES + 1) if stream is not None else sys.stdin.read(MAX_INPUT_BYTES + 1).encode()
+        if len(data) > MAX_INPUT_BYTES:
+            raise InputError(f"standard input is larger than the {MAX_INPUT_BYTES} byte limit", "<stdin>")
+        return fabric_from_text(decode_text_input(data, "<stdin>"), "<stdin>")
     return fabric_from_text(read_text_input(path), path)
 
 

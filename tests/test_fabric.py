@@ -191,7 +191,7 @@ def test_nvlink_domains_give_blocks_yaml_and_kueue():
     assert topos[1]["cluster_default"] is True and topos[0]["cluster_default"] is False
     assert topos[1]["block"]["block_sizes"] == [8] and len(topos[1]["block"]["blocks"]) == 12
     assert topos[0]["tree"]["switches"][0] == {"switch": "S-ec0d9a0300ec81e0", "children":
-                                               "S-ec0d9a0300ec[8240,8480],S-ec0d9a0300f548c0,S-ec0d9a0300f548e0"}
+                                               "S-ec0d9a0300ec8240,S-ec0d9a0300ec8480,S-ec0d9a0300f548c0,S-ec0d9a0300f548e0"}
     bad = run_cli("fabric", str(EDR), "--nvlink-domain", "8", "--block-sizes", "8,24", "--emit", "slurm-block")
     assert bad.code == 1 and "power of two" in bad.stderr
     k = run_cli("fabric", str(EDR), "--nvlink-domain", "8", "--emit", "kueue", "--format", "json")

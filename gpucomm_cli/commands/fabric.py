@@ -80,7 +80,7 @@ def fabric(
     emit: Optional[str] = typer.Option(None, "--emit", help="Print one artefact: slurm (topology.conf: block where "
                                        "NVLink domains are known, else tree), slurm-tree, slurm-block, slurm-yaml "
                                        "(topology.yaml), kueue (Kueue Topology + NFD NodeFeature labels), cluster "
-                                       "(a cluster file for plan --cluster)."),
+                                       "(a cluster file for plan --cluster, JSON)."),
     nvlink_domain: Optional[int] = typer.Option(None, "--nvlink-domain", min=1, help="Consecutive groups of K hosts "
                                                 "(in switch-tree order) share one NVLink domain (NVL72: 18 trays)."),
     block_sizes: Optional[str] = typer.Option(None, "--block-sizes", help="Slurm BlockSizes for slurm-block/"
@@ -118,9 +118,9 @@ def fabric(
         doc = dict(doc, block_sizes=sizes)
     if emit is not None:
         if emit == "cluster":
-            import yaml
+            from gpucomm.probes.model import dumps_json
 
-            text = yaml.safe_dump(pf.cluster_file(doc, node), sort_keys=False)
+            text = dumps_json(pf.cluster_file(doc, node))   # JSON: it holds the whole fabric (YAML reads slowly)
         elif emit == "kueue":
             from gpucomm.planners.launch.k8s import kueue_document, kueue_yaml
             from gpucomm.render.output import chosen_format

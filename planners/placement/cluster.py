@@ -623,14 +623,16 @@ def load_cluster(path: str, default_topology: Optional[str] = None):
     import os
 
     from gpucomm.probes.fabric import FABRIC_SCHEMA, check_fabric_document, detect_fabric, fabric_from_text, load_fabric
-    from gpucomm.probes.load import load_topology, parse_yaml, read_text_input
+    from gpucomm.probes.load import load_topology, parse_json, parse_yaml, read_text_input
 
     text = read_text_input(path)
     kind = detect_fabric(text)
     if kind in ("ib", "slurm"):
         doc = fabric_from_text(text, path)
     else:
-        obj = parse_yaml(text, path, expected="a gpucomm cluster file (nodes:, fabric:)")  # bounded; JSON is YAML
+        expected = "a gpucomm cluster file (nodes:, fabric:)"
+        obj = parse_json(text, path, expected) if text.lstrip("\ufeff \t\r\n").startswith("{") else \
+            parse_yaml(text, path, expected=expected)   # bounded; JSON read as JSON (YAML's loader is slow on MBs)
         doc = check_fabric_document(obj, path) if isinstance(obj, dict) and obj.get("schema") == FABRIC_SCHEMA else None
     if doc is not None:
         from gpucomm.planners.placement.fabric import cluster_file

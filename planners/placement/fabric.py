@@ -164,7 +164,7 @@ def slurm_yaml(doc: dict) -> str:
             s = tree.switches[n]
             rec: dict = {"switch": n}
             if s.switches:
-                rec["children"] = compress_hostlist(s.switches)
+                rec["children"] = ",".join(sorted(s.switches, key=_natural))   # switch names as they are
             if s.nodes:
                 rec["nodes"] = compress_hostlist(s.nodes)
             sw.append(rec)

@@ -375,18 +375,19 @@ def select_nodes(cluster, count: int, free: Optional[Sequence[str]] = None, nic_
                 sw = _best_fit(level_groups, count)
                 if sw is None:
                     continue
-                under = {lf: [h for h in hs if h in set(level_groups[sw])] for lf, hs in leaves.items()}
+                members = set(level_groups[sw])
+                under = {lf: [h for h in hs if h in members] for lf, hs in leaves.items()}
                 under = {lf: hs for lf, hs in under.items() if hs}
-                chosen = []
+                chosen, used = [], set()
                 for lf in sorted(under, key=lambda x: (-len(under[x]), _natural(x))):
                     need = count - len(chosen)
                     if need <= 0:
                         break
-                    rest = [x for x in under if x != lf and len(under[x]) >= need and len(under[x]) < len(under[lf])
-                            and x not in {fab.node_leaf.get(c) for c in chosen}]
-                    if len(under[lf]) > need and rest:
+                    if len(under[lf]) > need and any(x != lf and x not in used and need <= len(under[x]) < len(under[lf])
+                                                     for x in under):
                         continue       # a smaller leaf holds the remainder: keep this one whole for later jobs
                     chosen += under[lf][:need]
+                    used.add(lf)
                 if len(chosen) < count:   # pragma: no cover - the switch has room by construction
                     chosen += [h for h in level_groups[sw] if h not in chosen][:count - len(chosen)]
                 span = {"within": f"level{lvl}", "name": sw}
