@@ -293,6 +293,18 @@ def test_synth_writes_ibnetdiscover_that_reads_back_as_its_topology_conf(tmp_pat
     assert {k: sorted(v.switches) for k, v in back.switches.items()} == {k: sorted(v.switches) for k, v in conf.switches.items()}
 
 
+def test_synth_over_a_real_fabric(tmp_path):
+    r = run_cli("synth", "example:hgx-h100", "--fabric", str(EDR), "--out-dir", str(tmp_path / "c"), "--format", "json")
+    assert r.code == 0, r.stderr
+    assert r.json()["nodes"] == 96 and not (tmp_path / "c" / "ibnetdiscover.out").exists()
+    assert parse_topology_conf((tmp_path / "c" / "topology.conf").read_text()).roots() == ["S-ec0d9a0300ec81e0"]
+    p = run_cli("plan", "--cluster", str(tmp_path / "c" / "cluster.yaml"), "--tp", "8", "--dp", "2", "--pp", "1",
+                "--emit", "slurm")
+    assert p.code == 0 and "#SBATCH --nodelist=gpu[001-002]" in p.stdout, p.stderr
+    both = run_cli("synth", "example:hgx-h100", "--fabric", str(EDR), "-N", "4")
+    assert both.code == 2
+
+
 # --------------------------------------------------------------------------------------------
 # Bad input, and properties of the readers
 @pytest.mark.parametrize("text,words", [

@@ -364,9 +364,12 @@ def _node_nic_gbps(doc: dict) -> Optional[float]:
 def synth(
     topo: Optional[str] = typer.Argument(None, metavar="[TOPO]", show_default=False,
                                          help=TOPO_HELP + " The topology of every node (or --node)."),
-    nodes: int = typer.Option(..., "--nodes", "-N", min=1, help="Number of nodes."),
+    nodes: Optional[int] = typer.Option(None, "--nodes", "-N", min=1, help="Number of nodes (or --fabric)."),
     node: Optional[str] = typer.Option(None, "--node", "--from", metavar="TOPO",
                                        help="Topology of every node, e.g. example:hgx-h100 (the same as TOPO)."),
+    fabric_file: Optional[str] = typer.Option(None, "--fabric", metavar="FILE", help="A real fabric instead of a "
+                                              "synthetic fat tree (ibnetdiscover/iblinkinfo output, topology.conf): "
+                                              "every host of it gets TOPO; the cluster file names FILE."),
     fat_tree: int = typer.Option(3, "--fat-tree", min=1, max=3, help="Levels of the fat tree (1, 2 or 3)."),
     nodes_per_leaf: int = typer.Option(32, "--nodes-per-leaf", min=1, help="Nodes under each leaf switch."),
     leaves_per_spine: int = typer.Option(8, "--leaves-per-spine", min=1, help="Leaf switches under each spine "
@@ -387,18 +390,35 @@ def synth(
     node = pick_source(topo, node)
     if node is None:
         usage_error("give the topology of every node (TOPO or --node), e.g. gpucomm synth example:hgx-h100 -N 64")
+    if (nodes is None) == (fabric_file is None):
+        usage_error("give --nodes N (a synthetic fat tree) or --fabric FILE (a real one), not both")
     doc = load_topology(node)  # the node must load, and gives the uplink speed
     rate = _node_nic_gbps(doc)
     src = node
     if out_dir is not None and not node.startswith("example:"):
         src = os.path.relpath(os.path.abspath(node), os.path.abspath(out_dir))
-    cluster_doc, conf = synth_cluster(nodes, src, fat_tree, nodes_per_leaf, leaves_per_spine, prefix,
-                                      link_gbps=rate or None,
-                                      topology_conf_name="topology.conf" if out_dir is not None else None)
     fmt = chosen_format("yaml", ["yaml", "json", "table", "ibnetdiscover"])
     if fmt not in ("yaml", "json", "table", "ibnetdiscover"):
         usage_error(f"{fmt!r} is not a format of synth (it has yaml, json, ibnetdiscover)", "--format")
-    ibnet = synth_ibnetdiscover(nodes, fat_tree, nodes_per_leaf, leaves_per_spine, prefix)
+    ibnet = None
+    if fabric_file is not None:
+        from gpucomm.planners.placement import fabric as pf
+        from gpucomm.probes.fabric import load_fabric
+
+        if fmt == "ibnetdiscover":
+            usage_error("with --fabric the fabric is FILE itself: no ibnetdiscover is written", "--format")
+        fdoc = load_fabric(fabric_file)
+        conf = pf.slurm(fdoc)
+        hosts = pf.host_order(fdoc)
+        nodes, fat_tree = len(hosts), max((lv["level"] or 0 for lv in fdoc["levels"]), default=1) or 1
+        fsrc = fabric_file if out_dir is None else os.path.relpath(os.path.abspath(fabric_file), os.path.abspath(out_dir))
+        cluster_doc = {"schema": "gpucomm.cluster/v1", "name": f"{nodes}x-{node.split(':')[-1]}",
+                       "nodes": [{"names": pf.compress_hostlist(hosts), "topology": src}], "fabric": {"file": fsrc}}
+    else:
+        cluster_doc, conf = synth_cluster(nodes, src, fat_tree, nodes_per_leaf, leaves_per_spine, prefix,
+                                          link_gbps=rate or None,
+                                          topology_conf_name="topology.conf" if out_dir is not None else None)
+        ibnet = synth_ibnetdiscover(nodes, fat_tree, nodes_per_leaf, leaves_per_spine, prefix)
     if fmt == "ibnetdiscover" and out_dir is None:
         write_text(ibnet)
         return
@@ -407,15 +427,18 @@ def synth(
         from gpucomm.settings import SETTINGS
 
         out_directory(out_dir)
-        for name in ("topology.conf", "cluster.yaml", "ibnetdiscover.out"):  # all refused before any is written
+        names = ("topology.conf", "cluster.yaml") + (("ibnetdiscover.out",) if ibnet is not None else ())
+        for name in names:  # all refused before any is written
             check_writable(out_dir / name, SETTINGS.force)
         write_atomic(out_dir / "topology.conf", conf, force=SETTINGS.force)
-        write_atomic(out_dir / "ibnetdiscover.out", ibnet, force=SETTINGS.force)
+        if ibnet is not None:
+            write_atomic(out_dir / "ibnetdiscover.out", ibnet, force=SETTINGS.force)
         write_atomic(out_dir / "cluster.yaml", yaml.safe_dump(cluster_doc, sort_keys=True), force=SETTINGS.force)
-        diag(f"gpucomm: wrote {out_dir / 'cluster.yaml'}, {out_dir / 'topology.conf'} and {out_dir / 'ibnetdiscover.out'} "
-             f"({nodes} nodes)")
+        diag(f"gpucomm: wrote {', '.join(str(out_dir / n) for n in names)} ({nodes} nodes)")
         summary = {"schema": "gpucomm.synth/v1", "cluster": str(out_dir / "cluster.yaml"), "topology_conf": str(out_dir / "topology.conf"),
-                   "ibnetdiscover": str(out_dir / "ibnetdiscover.out"), "nodes": nodes, "levels": fat_tree}
+                   "nodes": nodes, "levels": min(fat_tree, 3)}
+        if ibnet is not None:
+            summary["ibnetdiscover"] = str(out_dir / "ibnetdiscover.out")
         from gpucomm.probes.model import dumps_json
 
         write_text(dumps_json(summary) if fmt == "json" else yaml.safe_dump(summary, sort_keys=True))

@@ -232,5 +232,5 @@ def leaf_costs(doc: dict) -> Dict[str, dict]:
     return out
 
 
-__all__ = ["slurm", "slurm_tree", "slurm_blocks", "slurm_yaml", "cluster_file", "host_locality",
+__all__ = ["compress_hostlist", "slurm", "slurm_tree", "slurm_blocks", "slurm_yaml", "cluster_file", "host_locality",
            "with_nvlink_domains", "consecutive_domains", "host_order", "leaf_costs", "require_hosts", "FABRIC_SCHEMA"]
