@@ -112,4 +112,67 @@ class SoftwarePath:
         return lib.version_tuple if lib else None
 
 
-__all__ = ["SoftwarePath", "Library", "Plugin", "ITEMS"]
+# NCCL's names of its transports in "NET/<name>" and "Using network <name>" (net_ib.cc "IB",
+# net_socket.cc "Socket"; nccl-rdma-sharp-plugins "IBext"); anything else is a plugin's name
+_NET_KINDS = {"ib": "ib", "ibext": "ib", "socket": "socket"}
+# a plugin's NET name -> its family (aws-ofi-nccl registers "AWS Libfabric", older builds "AWS OFI")
+_PLUGIN_NAMES = {"aws libfabric": "aws-ofi-nccl", "aws ofi": "aws-ofi-nccl", "ofi": "aws-ofi-nccl",
+                 "gpudirecttcpx": "gpudirect-tcpx", "fastrak": "fastrak", "gib": "gib"}
+
+
+def net_kind(name: str) -> tuple:
+    """(ib / socket / plugin, the plugin's family or None) of an NCCL network name."""
+    low = name.strip().lower()
+    base = low.split("_")[0]
+    if base in _NET_KINDS:
+        return _NET_KINDS[base], None
+    return "plugin", _PLUGIN_NAMES.get(low, low.replace(" ", "-"))
+
+
+def _gdr(sw: SoftwarePath) -> tuple:
+    level = (sw.env.get("NCCL_NET_GDR_LEVEL") or "").strip().upper()
+    if level in ("LOC", "0"):
+        return False, "NCCL_NET_GDR_LEVEL=LOC disables GPUDirect RDMA"
+    if sw.gdr is True:
+        return True, f"GPUDirect RDMA: {sw.peermem or 'dma-buf'}"
+    if sw.gdr is False:
+        return False, "no GPUDirect RDMA (no nvidia_peermem, no dma-buf)"
+    return True, "GPUDirect RDMA not probed: assumed"
+
+
+def expected_transport(topo) -> dict:
+    """The inter-node transport NCCL would choose on the node ``topo`` (a Topology) describes:
+    ``{kind: ib/socket/plugin, plugin, gdr, source: probe/assumed, why}`` -- NCCL_NET, then the
+    network plugin NCCL loads (NCCL_NET_PLUGIN / libnccl-net.so), NCCL_IB_DISABLE=1, no RDMA NIC
+    (sockets), else IB verbs (plugin/net.cc tries the plugin, then IB, then sockets)."""
+    sw = topo.software
+    env = sw.env
+    gdr, gwhy = _gdr(sw)
+    net = (env.get("NCCL_NET") or "").strip()
+
+    def out(kind, why, plugin=None, source="probe"):
+        return {"kind": kind, "plugin": plugin, "gdr": None if kind == "socket" else gdr, "source": source, "why": why}
+
+    if net:
+        kind, plugin = net_kind(net)
+        if kind == "plugin" and sw.plugin_loaded is not None:
+            plugin = sw.plugin_loaded.family or plugin
+        return out(kind, f"NCCL_NET={net}" + (f"; {gwhy}" if kind != "socket" else ""), plugin)
+    if sw.plugin_loaded is not None:
+        p = sw.plugin_loaded
+        return out("plugin", f"NCCL loads {p.path}" + (f" ({p.family} {p.version})" if p.version else "") + f"; {gwhy}",
+                   p.family or p.name)
+    if (env.get("NCCL_IB_DISABLE") or "").strip() == "1":
+        return out("socket", "NCCL_IB_DISABLE=1")
+    if topo.nics and not any(n.rdma for n in topo.nics):
+        return out("socket", "no RDMA NIC in the topology and no network plugin: NCCL falls back to its socket "
+                   "transport", source="probe" if sw.known else "assumed")
+    if not sw.known:
+        d = out("ib", "the topology does not record the software path (no plugin, GDR assumed); --transport "
+                "states it", source="assumed")
+        d["gdr"] = True
+        return d
+    return out("ib", f"RDMA NICs and no network plugin; {gwhy}")
+
+
+__all__ = ["expected_transport", "net_kind", "SoftwarePath", "Library", "Plugin", "ITEMS"]

@@ -605,8 +605,20 @@ def build_calibration(topo_doc: Union[Topology, dict], texts: Sequence[tuple[str
                       collective: Optional[str] = None, nodes: Optional[int] = None,
                       gpus_per_node: Optional[int] = None, fabric_gbps: Optional[float] = None) -> dict:
     """The ``gpucomm.calibration/v1`` document of ``gpucomm calibrate`` (no I/O)."""
+    from gpucomm.planners.collectives import transport as tr
+
     topo = Topology.of(topo_doc)
     runs, notes = runs_from_texts(topo, texts, collective=collective, nodes=nodes, gpus_per_node=gpus_per_node)
+    # the transport the runs' own NCCL lines show: one profile describes one transport (calibrate each apart)
+    seen = {}
+    for r in runs:
+        t = tr.from_log({"net": r.run.get("nccl_net")}, r.label)
+        if t is not None:
+            seen.setdefault(t.name, []).append(r.label)
+    if len(seen) > 1:
+        notes.append("the runs show different inter-node transports (" + "; ".join(
+            f"{k}: {', '.join(v[:2])}" for k, v in sorted(seen.items())) + "): a profile describes one; calibrate each "
+            "transport separately")
     layouts = Layouts(topo, fabric_gbps)
     p, fitted, cases = fit(layouts, runs)
     summaries = [_run_summary(c, p) for c in cases]
@@ -616,6 +628,8 @@ def build_calibration(topo_doc: Union[Topology, dict], texts: Sequence[tuple[str
     warn = setup_warning(summaries, med_time)
     if warn:
         notes.append(warn)
+    if len(seen) == 1:
+        notes.insert(0, f"transport: {next(iter(seen))} (the runs' NCCL lines)")
     return document(p, fitted, topo, topology_source, summaries, notes, fabric_gbps=fabric_gbps,
                     residual={"runs": len(summaries), "sizes": sum(s["sizes"] for s in summaries),
                               "median_abs_time_error_pct": _r(med_time)})

@@ -88,20 +88,10 @@ def parse(text: str, source: str = "--transport") -> Transport:
                      expected="ib, ib-nogdr, socket, plugin:NAME or plugin:NAME:nogdr (e.g. plugin:aws-ofi-nccl)")
 
 
-# NCCL's names of its transports in "NET/<name>" and "Using network <name>" (net_ib.cc "IB",
-# net_socket.cc "Socket"; nccl-rdma-sharp-plugins "IBext"); anything else is a plugin's name
-_NET_KINDS = {"ib": "ib", "ibext": "ib", "socket": "socket"}
-# a plugin's NET name -> its family (aws-ofi-nccl registers "AWS Libfabric", older builds "AWS OFI")
-_PLUGIN_NAMES = {"aws libfabric": "aws-ofi-nccl", "aws ofi": "aws-ofi-nccl", "ofi": "aws-ofi-nccl",
-                 "gpudirecttcpx": "gpudirect-tcpx", "fastrak": "fastrak", "gib": "gib"}
-
-
 def _kind_of_net(name: str) -> tuple[str, Optional[str]]:
-    low = name.strip().lower()
-    base = low.split("_")[0]
-    if base in _NET_KINDS:
-        return _NET_KINDS[base], None
-    return "plugin", _PLUGIN_NAMES.get(low, low.replace(" ", "-"))
+    from gpucomm.probes.software import net_kind
+
+    return net_kind(name)
 
 
 def from_log(log: Optional[dict], where: str = "the NCCL log") -> Optional[Transport]:
@@ -125,43 +115,12 @@ def from_log(log: Optional[dict], where: str = "the NCCL log") -> Optional[Trans
 
 
 def from_probe(topo) -> Transport:
-    """What NCCL would choose on a node the probe described (module docstring, step 3 and 4)."""
-    sw = topo.software
-    env = sw.env
-    rdma = [n for n in topo.nics if n.rdma]
-    gdr, gwhy = _gdr(sw)
-    net = (env.get("NCCL_NET") or "").strip()
-    if net:
-        kind, plugin = _kind_of_net(net)
-        if kind == "plugin" and sw.plugin_loaded is not None:
-            plugin = sw.plugin_loaded.family or plugin
-        return Transport(kind, plugin=plugin, gdr=None if kind == "socket" else gdr, source="probe",
-                         why=f"NCCL_NET={net}" + (f"; {gwhy}" if kind != "socket" else ""))
-    if sw.plugin_loaded is not None:
-        p = sw.plugin_loaded
-        return Transport("plugin", plugin=p.family or p.name, gdr=gdr, source="probe",
-                         why=f"NCCL loads {p.path}" + (f" ({p.family} {p.version})" if p.version else "") + f"; {gwhy}")
-    if (env.get("NCCL_IB_DISABLE") or "").strip() == "1":
-        return Transport("socket", gdr=None, source="probe", why="NCCL_IB_DISABLE=1")
-    if topo.nics and not rdma:
-        return Transport("socket", gdr=None, source="probe" if sw.known else "assumed",
-                         why="no RDMA NIC in the topology and no network plugin: NCCL falls back to its socket transport")
-    if not sw.known:
-        return Transport("ib", gdr=True, source="assumed",
-                         why="the topology does not record the software path (no plugin, GDR assumed); "
-                             "--transport states it")
-    return Transport("ib", gdr=gdr, source="probe", why=f"RDMA NICs and no network plugin; {gwhy}")
+    """What NCCL would choose on a node the probe described (module docstring, steps 3 and 4;
+    :func:`gpucomm.probes.software.expected_transport`, which the doctor reads too)."""
+    from gpucomm.probes.software import expected_transport
 
-
-def _gdr(sw) -> tuple[Optional[bool], str]:
-    level = (sw.env.get("NCCL_NET_GDR_LEVEL") or "").strip().upper()
-    if level in ("LOC", "0"):
-        return False, "NCCL_NET_GDR_LEVEL=LOC disables GPUDirect RDMA"
-    if sw.gdr is True:
-        return True, f"GPUDirect RDMA: {sw.peermem or 'dma-buf'}"
-    if sw.gdr is False:
-        return False, "no GPUDirect RDMA (no nvidia_peermem, no dma-buf)"
-    return True, "GPUDirect RDMA not probed: assumed"
+    e = expected_transport(topo)
+    return Transport(e["kind"], plugin=e["plugin"], gdr=e["gdr"], source=e["source"], why=e["why"])
 
 
 def choose(topo, flag: Optional[str] = None, log_transport: Optional[Transport] = None) -> Transport:

@@ -325,8 +325,9 @@ def gdr_record(host: Host, driver: Optional[dict] = None) -> dict:
         return _item(FOUND, f"{loaded} loaded; dma-buf: {dwhy}", **facts)
     if dmabuf:
         return _item(FOUND, f"no peer-memory module, but dma-buf is available ({dwhy})", **facts)
-    if modules is None and host.listdir("/proc") == []:
-        return _item(UNREADABLE, "no /proc/modules to read", **facts)
+    if modules is None:
+        return _item(UNREADABLE, "no /proc/modules to read (and no peer-memory module in sysfs)"
+                     + (f"; dma-buf: {dwhy}" if dmabuf is not None else ""), **facts)
     return _item(ABSENT, f"no nvidia_peermem / nv_peer_mem in /proc/modules and no dma-buf ({dwhy})", **facts)
 
 
