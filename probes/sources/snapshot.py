@@ -39,6 +39,7 @@ MAX_FILE_BYTES = MAX_ARCHIVE_FILE_BYTES
 MAX_TOTAL_BYTES = MAX_ARCHIVE_TOTAL_BYTES
 MAX_READ = MAX_HOST_FILE_BYTES  # the largest file a probe reads is /proc/cpuinfo
 TMP_PREFIX = "gpucomm-load-"
+SOFTWARE_SOURCES = ("driver", "nccl", "netplugin", "gdr", "iommu", "hypervisor", "services")
 META_HOST_KEYS = ("hostname", "os", "kernel", "cpu_vendor", "cpu_model", "cpu_arch", "sockets",
                   "cpus_logical", "cpus_physical", "memory_bytes")
 
@@ -253,6 +254,8 @@ def write_snapshot(host: Optional[Host] = None, out_path=None, collected_at: Opt
                     "sources": [{"name": s["name"], "status": s["status"], "detail": s["detail"]} for s in doc["sources"]]}
             for k in META_HOST_KEYS:
                 meta[k] = doc["host"].get(k)
+            # the software-path sources ran: a file they did not find is absent on the host (sources/swpath.py)
+            meta["software_recorded"] = any(s["name"] in SOFTWARE_SOURCES for s in doc["sources"])
             (stage / "meta.json").write_text(json.dumps(meta, sort_keys=True, indent=2) + "\n", encoding="utf-8")
             files, size = _count(stage)
             if is_tar:

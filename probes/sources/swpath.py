@@ -413,7 +413,8 @@ def services_record(host: Host) -> dict:
         # the unit file is read (not only listed) so that a snapshot carries it
         installed = any(unit in host.list_matching(d, (unit,)) and host.read_text(f"{d}/{unit}") is not None
                         for d in UNIT_DIRS)
-        enabled = unit in host.list_matching("/etc/systemd/system/multi-user.target.wants", (unit,))
+        wants = "/etc/systemd/system/multi-user.target.wants"
+        enabled = unit in host.list_matching(wants, (unit,)) and host.realpath(f"{wants}/{unit}") is not None
         running: Optional[bool] = (f"invocation:{unit}" in running_units) if systemd else None
         evidence = "systemd invocation record" if running else None
         if s["pidfile"]:
@@ -447,6 +448,14 @@ class _Source:
         self.name, self.key, self.fn = name, key, fn
 
     def available(self, host: Host):
+        """A snapshot (or fixture host) whose meta.json does not say ``software_recorded`` holds none of
+        these files because nothing recorded them: not recorded, rather than absent."""
+        if host.confined:
+            from gpucomm.probes.sources.numa import read_meta
+
+            meta = read_meta(host)
+            if meta is not None and not meta.get("software_recorded"):
+                return "not recorded: the snapshot or fixture was made without the software-path sources"
         return True
 
     def collect(self, host: Host) -> dict:
