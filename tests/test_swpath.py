@@ -287,3 +287,16 @@ def test_shipped_transport_constants_are_the_fit_and_most_tables_pass():
     counted = [r for r in rep["rows"] if not r["fitted_default"]]
     ok = [r for r in counted if r["largest_error_pct"] is not None and abs(r["largest_error_pct"]) <= 15]
     assert len(ok) >= 0.7 * len(counted)
+
+
+def test_rings_compare_says_when_the_logs_transport_is_not_the_probes():
+    from gpucomm.planners.collectives.logcompare import transport_vs_probe
+
+    log = parse_nccl_log((EVIDENCE / "polaris_nccl-info_cxi.txt").read_text(encoding="utf-8"), "polaris.log")
+    rec, note = transport_vs_probe(log, load_topology("example:polaris"))   # no plugin recorded: sockets expected
+    assert rec["differs"] and rec["log"]["name"] == "plugin:aws-ofi-nccl" and rec["probe"]["name"] == "socket"
+    assert "the log's inter-node transport is plugin:aws-ofi-nccl" in note
+    pol = load_topology("example:polaris")
+    pol["software"] = load_snapshot(SWPATH / "plugin-slingshot")["software"]
+    rec, note = transport_vs_probe(log, pol)
+    assert not rec["differs"] and note is None

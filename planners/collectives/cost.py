@@ -290,7 +290,11 @@ def graphs(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[i
         top = max(r for _, r, _ in f.nics)
         carrying = used or {name for name, r, _ in f.nics if r >= top / 2}   # the NICs the job's traffic takes
         plain = sorted(n.name for n in topo.nics if n.name in carrying and not n.rdma)
-        if plain and len(plain) == len(carrying):
+        if plain and len(plain) == len(carrying) and transport is not None:
+            notes.append(f"{', '.join(plain)}: not RDMA devices, as far as the topology says: NCCL reaches them "
+                         f"through a net plugin (--transport plugin:NAME, e.g. aws-ofi-nccl) or its TCP socket "
+                         f"transport (--transport socket); the transport line says which is assumed")
+        elif plain and len(plain) == len(carrying):
             notes.append(f"{', '.join(plain)}: not RDMA devices, as far as the topology says: NCCL reaches "
                          f"them through a net plugin (e.g. aws-ofi-nccl; assumed here: the line rate x "
                          f"NET_EFFICIENCY) or, without one, its TCP socket transport (far slower: "

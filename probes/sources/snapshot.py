@@ -255,7 +255,8 @@ def write_snapshot(host: Optional[Host] = None, out_path=None, collected_at: Opt
             for k in META_HOST_KEYS:
                 meta[k] = doc["host"].get(k)
             # the software-path sources ran: a file they did not find is absent on the host (sources/swpath.py)
-            meta["software_recorded"] = any(s["name"] in SOFTWARE_SOURCES for s in doc["sources"])
+            meta["software_recorded"] = any(s["name"] in SOFTWARE_SOURCES and s["status"] != "unavailable"
+                                            for s in doc["sources"])
             (stage / "meta.json").write_text(json.dumps(meta, sort_keys=True, indent=2) + "\n", encoding="utf-8")
             files, size = _count(stage)
             if is_tar:

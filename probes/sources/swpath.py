@@ -448,13 +448,13 @@ class _Source:
         self.name, self.key, self.fn = name, key, fn
 
     def available(self, host: Host):
-        """A snapshot (or fixture host) whose meta.json does not say ``software_recorded`` holds none of
-        these files because nothing recorded them: not recorded, rather than absent."""
+        """A snapshot, fixture host or --sysfs-root tree whose meta.json does not say ``software_recorded``
+        holds none of these files because nothing recorded them: not recorded, rather than absent."""
         if host.confined:
             from gpucomm.probes.sources.numa import read_meta
 
             meta = read_meta(host)
-            if meta is not None and not meta.get("software_recorded"):
+            if not (meta or {}).get("software_recorded"):
                 return "not recorded: the snapshot or fixture was made without the software-path sources"
         return True
 
