@@ -64,7 +64,8 @@ def build_prediction(doc: Union[Topology, dict], collective: str, size: str, nod
         "n_ranks": graph.n_ranks,
         "algo": algo_l,
         "fabric_gbps": fabric_gbps,
-        "transport": transport_record(t, graph.n_nodes, profile is not None and cal_rec is not None, fabric_gbps),
+        "transport": transport_record(t, graph.n_nodes, profile is not None and cal_rec is not None, fabric_gbps,
+                                      graph.type_inter),
         "graph": cost.summary_dict(graph),
         "rows": rows,
         "warnings": list(topo.warnings),
@@ -75,7 +76,7 @@ def build_prediction(doc: Union[Topology, dict], collective: str, size: str, nod
 
 
 def transport_record(t: "tr.Transport", nodes: int, calibrated: bool = False,
-                     fabric_gbps: Optional[float] = None) -> dict:
+                     fabric_gbps: Optional[float] = None, type_inter: Optional[str] = None) -> dict:
     """The ``transport`` record of a prediction: the transport, why, and what sets its efficiency."""
     rec = t.to_dict()
     if nodes <= 1:
@@ -88,6 +89,10 @@ def transport_record(t: "tr.Transport", nodes: int, calibrated: bool = False,
         e = tr.efficiency(t)
         rec["applies"] = (f"{e.net:g} x line rate" + (f", at most {e.cap_gbps:g} Gb/s per NIC" if e.cap_gbps else "")
                           + (f", all_to_all x {e.alltoall:g}" if e.alltoall != 1.0 else "") + f" ({e.note})")
+        if t.gdr and t.kind != "socket" and (type_inter or "").upper() in tr.HOST_BRIDGE_PATHS:
+            rec["applies"] += (f"; GPUDirect RDMA crosses the CPU root complex ({type_inter}): at most "
+                               f"{tr.GDR_HOST_BRIDGE_EFFICIENCY:g} x the GPU's PCIe bandwidth per NIC "
+                               f"(GDR_HOST_BRIDGE_EFFICIENCY)")
     return rec
 
 
@@ -139,7 +144,7 @@ def build_comparison(doc: Union[Topology, dict], text: str, path: str, collectiv
             notes.append(era_note)
         c = compare.compare_run(topo, run, nodes=n, gpus_per_node=gpn, fabric_gbps=fabric_gbps, algo=algo_l,
                                 gpus=gpus, graph=graph, profile=profile or tr.profile(t))
-        c["transport"] = transport_record(t, n, profile is not None, fabric_gbps)
+        c["transport"] = transport_record(t, n, profile is not None, fabric_gbps, graph.type_inter)
         c["graph"] = cost.summary_dict(_with_notes(c["graph"], cal_notes) if cal_notes else c["graph"])
         c["fabric_gbps"] = fabric_gbps
         ignored = ignored_summary(run)
