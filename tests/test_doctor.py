@@ -49,6 +49,16 @@ PLANTED = {
     "pcie-peer-narrow": {("pcie-downtrained", "warning", "GPU2")},
     "nic-pcie-gen": {("pcie-downtrained", "warning", "mlx5_0")},
     "nvlink-down-nvml": {("nvlink-inactive", "error", "GPU0")},
+    # the software path (planners/health/path_rules.py): faults and clean twins
+    "path-clean": set(),
+    "path-gdr-unavailable": {("gdr-unavailable", "warning", "host")},
+    "path-socket-transport": {("socket-transport", "warning", "host")},
+    "path-nccl-version": {("nccl-version", "warning", "NCCL_CROSS_NIC"),
+                          ("nccl-version", "info", "/usr/lib/x86_64-linux-gnu/libnccl.so.2")},
+    "path-vm-clean": set(),
+    "path-vm-p2p": {("vm-p2p", "warning", "host")},
+    "path-nvswitch-clean": set(),
+    "path-fabricmanager-down": {("nvlink-services", "error", "fabricmanager")},
 }
 
 

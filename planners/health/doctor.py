@@ -700,6 +700,12 @@ def check_asymmetric(doc: dict) -> list:
     return out
 
 
+# the software path's rules: planners/health/path_rules.py
+from gpucomm.planners.health import path_rules as _path_rules  # noqa: E402
+
+_path_rules.register(rule, finding)
+
+
 # --------------------------------------------------------------------------------------------
 def run_doctor(doc: dict, rules: Optional[list] = None) -> dict:
     """Run the rules (all by default) over a document; returns the ``gpucomm.doctor/v1`` report
