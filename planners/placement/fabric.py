@@ -40,7 +40,8 @@ def with_nvlink_domains(doc: dict, domains: Dict[str, str], source: str) -> dict
     for h in hosts:
         if h.get("nvlink_domain"):
             members.setdefault(h["nvlink_domain"], []).append(h["name"])
-    order = sorted(members, key=lambda d: _natural(min(members[d], key=_natural)))
+    pos = {h: i for i, h in enumerate(host_order(doc))}     # blocks in switch-tree order of their first host
+    order = sorted(members, key=lambda d: min((pos.get(h, len(pos)), _natural(h)) for h in members[d]))
     width = max(2, len(str(len(order))))
     out["blocks"] = [{"name": f"nvl{i + 1:0{width}d}", "nodes": sorted(members[d], key=_natural), "nvlink_domain": d}
                      for i, d in enumerate(order)]
