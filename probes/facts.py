@@ -372,6 +372,50 @@ def default_nic_gbps(sm: Optional[int], rdma: bool = True) -> float:
     return 400.0 if sm >= 90 else 200.0 if sm >= 80 else 100.0
 
 
+# --------------------------------------------------------------------------------------------
+# InfiniBand link speeds (IBTA; infiniband-diags' dump_linkspeed / iblinkinfo, ibstat's "Rate")
+IB_LANE_GBPS = {"SDR": 2.5, "DDR": 5.0, "QDR": 10.0, "FDR10": 10.0, "FDR": 14.0, "EDR": 25.0,
+                "HDR": 50.0, "NDR": 100.0, "XDR": 200.0}
+"""Nominal Gb/s of one lane per IB speed, as ``ibstat``'s ``Rate`` counts them (4X EDR = 100,
+4X HDR = 200, 4X FDR10 = 40): a link's rate is its width times this."""
+
+IB_LANE_SIGNAL_GBPS = {2.5: "SDR", 5.0: "DDR", 10.0: "QDR", 10.3125: "FDR10", 14.0625: "FDR",
+                       25.78125: "EDR", 53.125: "HDR", 106.25: "NDR", 212.5: "XDR"}
+"""The per-lane signalling rate ``iblinkinfo`` prints (``4X 25.78125 Gbps``) -> the IB speed name."""
+
+
+def ib_speed_name(lane_gbps: Any) -> Optional[str]:
+    """The IB speed of a lane signalling rate as iblinkinfo prints it (``25.78125`` -> ``EDR``;
+    ``53.125`` -> ``HDR``); None when it is none of IBTA's.
+
+    >>> ib_speed_name("25.78125"), ib_speed_name(10.0), ib_speed_name(7)
+    ('EDR', 'QDR', None)
+    """
+    try:
+        v = float(lane_gbps)
+    except (TypeError, ValueError):
+        return None
+    for rate, name in IB_LANE_SIGNAL_GBPS.items():
+        if abs(v - rate) < 1e-3:
+            return name
+    return None
+
+
+def ib_rate_gbps(width: Any, speed: Optional[str]) -> Optional[float]:
+    """A link's nominal rate (Gb/s, as ibstat's ``Rate``) from its width (``4x``, ``4X`` or 4) and
+    speed name (``EDR``); None when either is unknown.
+
+    >>> ib_rate_gbps("4x", "EDR"), ib_rate_gbps(4, "HDR"), ib_rate_gbps("1X", "SDR"), ib_rate_gbps("4x", "???")
+    (100.0, 200.0, 2.5, None)
+    """
+    m = re.fullmatch(r"(\d{1,2})[xX]?", str(width if width is not None else "").strip())
+    w = int(m.group(1)) if m else None
+    lane = IB_LANE_GBPS.get(str(speed or "").upper())
+    if not w or lane is None:
+        return None
+    return float(w) * lane
+
+
 def nic_is_up(nic: dict) -> bool:
     """False when the NIC lists ports and none is ACTIVE (an unplugged or down HCA)."""
     ports = _ports(nic)

@@ -357,6 +357,11 @@ def _from_text(text: str, src_path: str) -> dict:
                          expected="data: save a topology with `--format json -o FILE.json` (or .yaml, .xml)")
     kind = detect_kind(text)
     if kind is None:
+        from gpucomm.probes.fabric import detect_fabric
+
+        if detect_fabric(text) in ("ib", "slurm"):
+            raise InputError("this is a switch fabric (ibnetdiscover/iblinkinfo output or a Slurm topology), not a "
+                             "node's topology", src_path, expected="gpucomm fabric FILE, or plan/select/predict --cluster FILE")
         raise InputError("unrecognised content", src_path,
                          expected="a gpucomm topology (JSON/YAML), a snapshot, `nvidia-smi topo -m` output, "
                                   "an NCCL topology XML or `rocm-smi --showtopo` output")
