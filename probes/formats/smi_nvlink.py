@@ -169,4 +169,19 @@ def apply_nvlink_status(doc: dict, status: dict) -> dict:
     return doc
 
 
-__all__ = ["parse_nvlink_status", "apply_nvlink_status", "gpu_nvlink_records", "looks_like"]
+def nvlink_document(status: dict, path: Optional[str] = None) -> dict:
+    """A parsed ``nvidia-smi nvlink -s`` as a topology document of its GPUs and their links (state and
+    per-link speed; where each link goes is not in this output)."""
+    from gpucomm.probes.model import finalize, new_document, source_record
+
+    doc = apply_nvlink_status(new_document(provenance="nvidia-smi"), status)
+    active = sum(1 for g in status["gpus"].values() for l in g["links"] if l["state"] == "active")
+    total = sum(len(g["links"]) for g in status["gpus"].values())
+    doc["sources"].append(source_record("nvidia-smi", "partial" if status.get("snipped") else "ok",
+                                        f"nvidia-smi nvlink -s capture{' ' + path if path else ''}: "
+                                        f"{len(status['gpus'])} GPU(s), {active} of {total} link(s) active"))
+    warn(doc, "nvidia-smi nvlink -s: GPUs and their NVLink states only (no PCI tree, NICs, or where links go)")
+    return finalize(doc)
+
+
+__all__ = ["parse_nvlink_status", "apply_nvlink_status", "gpu_nvlink_records", "looks_like", "nvlink_document"]
