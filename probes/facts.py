@@ -106,7 +106,8 @@ _ARCH_BY_NAME = [
     (r"MI100", "cdna1", None),
 ]
 # sm of the parts of an architecture that are not its x.0
-_SM_EXCEPTIONS = [(r"A10G|A10\b|A40|A16|A2\b|RTX 30\d\d|RTX A\d+|A6000|A5000|A4000", 86),
+_SM_EXCEPTIONS = [(r"GB300|B300", 103),   # Blackwell Ultra: compute capability 10.3 (captures/k8s/005)
+                  (r"A10G|A10\b|A40|A16|A2\b|RTX 30\d\d|RTX A\d+|A6000|A5000|A4000", 86),
                   (r"T4\b|RTX 20|Quadro RTX|TITAN RTX", 75)]
 _ARCH_BY_SM = [(100, "blackwell"), (90, "hopper"), (89, "ada"), (80, "ampere"), (75, "turing"), (70, "volta"),
                (60, "pascal"), (50, "maxwell"), (30, "kepler")]

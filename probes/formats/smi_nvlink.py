@@ -35,6 +35,7 @@ from gpucomm.probes.model import gpu_record, warn
 EXPECTED = "`nvidia-smi nvlink -s` output: 'GPU <n>: <name> (UUID: ...)' lines followed by 'Link <n>: ...' lines"
 
 _GPU = re.compile(r"^\s*GPU\s+(\d+)\s*:\s*(.*?)\s*$")
+_ECHO = re.compile(r"^\s*(?:[$#]\s*)?(?:sudo\s+)?nvidia-smi\s+nvlink\b")   # the command line pasted above its output
 _UUID = re.compile(r"^(.*?)\s*\(\s*UUID\s*:\s*([^)\s]+)\s*\)\s*$", re.I)
 _LINK = re.compile(r"^\s*Link\s+(\d+)\s*:\s*(.*?)\s*$", re.I)
 _BW = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*GB/s$", re.I)
@@ -68,6 +69,8 @@ def parse_nvlink_status(text: str, path: Optional[str] = None) -> dict:
             continue
         if first_content is None:
             first_content = n
+        if _ECHO.match(line):
+            continue
         m = _GPU.match(line)
         if m:
             idx = int(m.group(1))
@@ -85,6 +88,8 @@ def parse_nvlink_status(text: str, path: Optional[str] = None) -> dict:
             continue
         if _SNIP.match(line):
             out["snipped"] = True
+            if cur is not None and cur["links"]:
+                cur["cut"] = True   # its later links were cut out: its link list is not complete
             cur = None  # links after a snip cannot belong to the GPU before it
             continue
         if _ALL_INACTIVE.search(line):
@@ -156,8 +161,11 @@ def apply_nvlink_status(doc: dict, status: dict) -> dict:
             gpu["name"] = g["name"]
         if not gpu.get("uuid") and g["uuid"]:
             gpu["uuid"] = g["uuid"]
-        if not gpu.get("nvlink"):
+        if not gpu.get("nvlink") and not g.get("cut"):
             gpu["nvlink"] = recs[idx]
+        elif g.get("cut"):
+            warn(doc, f"GPU{idx}: the capture cuts its link list short ({len(g['links'])} link(s) shown); its NVLinks "
+                      "are left unknown")
         inactive = [l["link"] for l in g["links"] if l["state"] == "inactive"]
         if g["all_inactive"]:
             warn(doc, f"GPU{idx}: NVML reports every NVLink inactive")

@@ -1,4 +1,5 @@
-"""Source ``smi``: ``nvidia-smi topo -m`` and ``nvidia-smi nvlink -s`` run through ``host.runner``.
+"""Source ``smi``: ``nvidia-smi topo -m``, ``nvidia-smi nvlink -s`` and (on multi-node NVLink trays)
+``nvidia-imex-ctl -N`` run through ``host.runner``.
 
 On a live node the runner is :class:`gpucomm.probes.sources.host.CommandRunner` (timeout, never a shell); on a
 snapshot it is :class:`gpucomm.probes.sources.host.RecordedRunner` answering from ``commands/*.txt``.  The text is
@@ -20,6 +21,7 @@ from gpucomm.probes.model import new_document, source_record, warn
 
 TOPO = ("nvidia-smi", "topo", "-m")
 NVLINK = ("nvidia-smi", "nvlink", "-s")
+IMEX = ("nvidia-imex-ctl", "-N")   # the IMEX domain of a multi-node NVLink tray
 
 
 def _cache(host: Host) -> dict:
@@ -106,6 +108,18 @@ def collect(host: Host) -> dict:
             status = "partial"
     else:
         detail += f"; {' '.join(NVLINK)}: {why_not(n)}"
+    i = run(host, IMEX)
+    if i.returncode == 0 and i.stdout.strip():
+        # multi-node NVLink trays only: the IMEX domain (a node without IMEX has no such binary, and
+        # its absence is not worth a word)
+        from gpucomm.probes.formats.imex import parse_imex_status
+
+        try:
+            st = parse_imex_status(i.stdout, path=" ".join(IMEX))
+            doc["imex"] = {k: st[k] for k in ("domain_state", "nodes", "connectivity", "not_connected", "timestamp")}
+            detail += f"; imex: domain {st['domain_state'] or 'state unknown'}, {len(st['nodes'])} node(s)"
+        except InputError as e:
+            warn(doc, f"smi: {e}")
     doc["sources"] = [source_record("smi", status if status in ("ok", "partial") else "partial", detail)]
     return doc
 
