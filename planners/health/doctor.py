@@ -1022,7 +1022,7 @@ def _findings_key(report: dict) -> str:
     return repr([(f["severity"], f["rule"], f["subject"], f["message"], f["fix"]) for f in report["findings"]])
 
 
-def doctor_fleet(items, rules: Optional[list] = None) -> dict:
+def doctor_fleet(items, rules: Optional[list] = None, env: Optional[dict] = None) -> dict:
     """The doctor over many nodes, read one at a time: ``items`` yields (name, document[, content
     key, summary]); nodes with the same findings form a **class** (largest first); the **outliers** are the
     nodes outside the largest class when one class is larger than every other.  Memory per node:
@@ -1031,9 +1031,11 @@ def doctor_fleet(items, rules: Optional[list] = None) -> dict:
     names: list = []
     seen: Counter = Counter()
     inputs: list = []
+    fabric_of: dict = {}     # node position -> its (cluster UUID, clique id), for the rack check
+    fabric_by_text: dict = {}
     from gpucomm.planners.health.diff import NodeClasses
 
-    grouped = NodeClasses(lambda doc: run_doctor(doc, rules), _findings_key)   # classes: doctor reports
+    grouped = NodeClasses(lambda doc: run_doctor(doc, rules, env), _findings_key)   # classes: doctor reports
     member, classes, first_member = grouped.member, grouped.classes, grouped.first_member
     for item in items:
         name, doc = item[0], item[1]
@@ -1050,6 +1052,11 @@ def doctor_fleet(items, rules: Optional[list] = None) -> dict:
                            "nics": len(doc.get("nics", []))})
         c = grouped.add(doc, text_key)
         inputs[-1]["class"] = c
+        fab = node_clique(doc) if doc is not None else fabric_by_text.get(text_key)
+        if doc is not None and text_key is not None:
+            fabric_by_text[text_key] = fab
+        if fab is not None:
+            fabric_of[len(names) - 1] = fab
     size = Counter(member)
     order = sorted(range(len(classes)), key=lambda c: (-size[c], first_member[c]))
     number = {c: i + 1 for i, c in enumerate(order)}
@@ -1064,17 +1071,63 @@ def doctor_fleet(items, rules: Optional[list] = None) -> dict:
     unique = len(order) == 1 or (len(order) > 1 and size[order[1]] < size[order[0]])
     outliers = [nm for nm, m in zip(names, member) if m != order[0]] if order and unique else []
     degraded_nodes = sum(size[c] for c in range(len(classes)) if classes[c]["degraded"])
+    across = rack_clique_findings({names[i]: v for i, v in fabric_of.items()}) \
+        if not rules or "fabric-clique" in rules else []
     return {"schema": FLEET_SCHEMA, "nodes": len(names), "checked": list(RULES) if not rules else list(rules),
             "inputs": inputs, "classes": out_classes, "outliers": outliers,
-            "degraded_nodes": degraded_nodes, "degraded": bool(degraded_nodes)}
+            "degraded_nodes": degraded_nodes, "fleet_findings": across,
+            "degraded": bool(degraded_nodes) or any(f["severity"] != "info" for f in across)}
 
 
-def doctor_sources(named_sources, rules: Optional[list] = None) -> dict:
+def node_clique(doc: dict) -> Optional[tuple]:
+    """(cluster UUID, clique id) most of a node's GPUs are attached to, None without a fabric."""
+    from gpucomm.probes.model import fabric_record
+
+    fabs = [fabric_record(g.get("fabric")) for g in doc.get("gpus", []) if isinstance(g, dict)]
+    keys = Counter((f["cluster_uuid"], f["clique_id"]) for f in fabs
+                   if f is not None and _attached(f) and f.get("clique_id") is not None)
+    return keys.most_common(1)[0][0] if keys else None
+
+
+def rack_clique_findings(cliques: dict) -> list:
+    """Across a fleet ({node: (cluster UUID, clique id)}): a tray in another clique than most trays of
+    its NVLink domain (rack), which NCCL then reaches over the network (rule ``fabric-clique``)."""
+    out = []
+    domains: dict = {}
+    for node, (cluster, clique) in cliques.items():
+        domains.setdefault(cluster, []).append((node, clique))
+    for cluster, members in sorted(domains.items()):
+        counts = Counter(c for _, c in members)
+        if len(counts) < 2:
+            continue
+        top, n_top = counts.most_common(1)[0]
+        if n_top * 2 > len(members):
+            for node, c in sorted(members, key=lambda m: _natural(m[0])):
+                if c != top:
+                    out.append(finding(
+                        "fabric-clique", "warning", node,
+                        f"{node} is in clique {c} while {n_top} of the {len(members)} trays of NVLink domain {cluster} "
+                        f"are in clique {top}: NCCL reaches it over the network, not over NVLink",
+                        "If the rack is not meant to be partitioned, have the NMX controller put the tray back into the "
+                        "rack's partition; otherwise schedule it with the trays of its own clique (the "
+                        "nvidia.com/gpu.clique label)."))
+        else:
+            split = "; ".join(f"clique {c}: {_name_list(sorted((n for n, x in members if x == c), key=_natural))}"
+                              for c, _n in counts.most_common())
+            out.append(finding(
+                "fabric-clique", "info", f"domain {cluster}",
+                f"the {len(members)} trays of NVLink domain {cluster} are in {len(counts)} cliques ({split}): NCCL joins "
+                "the cliques over the network", "Schedule multi-node NVLink jobs inside one clique (the "
+                "nvidia.com/gpu.clique label), or have the partitions merged."))
+    return out
+
+
+def doctor_sources(named_sources, rules: Optional[list] = None, env: Optional[dict] = None) -> dict:
     """:func:`doctor_fleet` over (name, source) pairs, each loaded when its turn comes (nodes whose
     texts differ only in host names, collection times and GPU UUIDs are read once)."""
     from gpucomm.planners.health.diff import stream_sources
 
-    return doctor_fleet(stream_sources(named_sources, DOCTOR_VOLATILE_KEYS), rules)
+    return doctor_fleet(stream_sources(named_sources, DOCTOR_VOLATILE_KEYS), rules, env)
 
 
 def parse_rules(spec: Optional[str]) -> Optional[list]:

@@ -66,6 +66,10 @@ def collect(host: Host) -> dict:
     r = run(host, TOPO)
     label = " ".join(TOPO)
     if r.returncode != 0:
+        detail = _imex(host, doc)
+        if detail:   # a tray whose nvidia-smi topo -m is missing but whose IMEX domain answered
+            doc["sources"] = [source_record("smi", "partial", f"{label}: {why_not(r)}{detail}")]
+            return doc
         doc["sources"] = [source_record("smi", "unavailable" if r.returncode is None else "error",
                                         f"{label}: {why_not(r)}")]
         return doc
@@ -108,20 +112,26 @@ def collect(host: Host) -> dict:
             status = "partial"
     else:
         detail += f"; {' '.join(NVLINK)}: {why_not(n)}"
-    i = run(host, IMEX)
-    if i.returncode == 0 and i.stdout.strip():
-        # multi-node NVLink trays only: the IMEX domain (a node without IMEX has no such binary, and
-        # its absence is not worth a word)
-        from gpucomm.probes.formats.imex import parse_imex_status
-
-        try:
-            st = parse_imex_status(i.stdout, path=" ".join(IMEX))
-            doc["imex"] = {k: st[k] for k in ("domain_state", "nodes", "connectivity", "not_connected", "timestamp")}
-            detail += f"; imex: domain {st['domain_state'] or 'state unknown'}, {len(st['nodes'])} node(s)"
-        except InputError as e:
-            warn(doc, f"smi: {e}")
+    detail += _imex(host, doc)
     doc["sources"] = [source_record("smi", status if status in ("ok", "partial") else "partial", detail)]
     return doc
+
+
+def _imex(host: Host, doc: dict) -> str:
+    """``nvidia-imex-ctl -N`` into ``doc["imex"]`` on multi-node NVLink trays; the text to add to the
+    source's detail ('' when there is no IMEX: a node without it has no such binary, not worth a word)."""
+    i = run(host, IMEX)
+    if i.returncode != 0 or not i.stdout.strip():
+        return ""
+    from gpucomm.probes.formats.imex import parse_imex_status
+
+    try:
+        st = parse_imex_status(i.stdout, path=" ".join(IMEX))
+    except InputError as e:
+        warn(doc, f"smi: {e}")
+        return ""
+    doc["imex"] = {k: st[k] for k in ("domain_state", "nodes", "connectivity", "not_connected", "timestamp")}
+    return f"; imex: domain {st['domain_state'] or 'state unknown'}, {len(st['nodes'])} node(s)"
 
 
 class _SmiSource:
@@ -132,7 +142,7 @@ class _SmiSource:
         if _live_mismatch(host):
             return f"nvidia-smi describes this machine, not the tree under {host.root}"
         r = run(host, TOPO)
-        if r.returncode is None:  # missing binary, not recorded, timed out
+        if r.returncode is None and run(host, IMEX).returncode != 0:  # missing binary, not recorded, timed out
             return f"{' '.join(TOPO)}: {why_not(r)}"
         return True  # a non-zero exit is reported by collect() as an error with nvidia-smi's message
 
