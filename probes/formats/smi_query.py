@@ -70,7 +70,9 @@ _PLATFORM_ROWS = {"chassis serial number": "chassis_serial", "slot number": "slo
 
 
 def _indent(s: str) -> int:
-    return len(s.expandtabs(4))
+    """Columns of leading white space (a tab counts 4, as nvidia-smi's levels are 4 spaces)."""
+    e = s.expandtabs(4)
+    return len(e) - len(e.lstrip(" "))
 
 
 def _value(v: str) -> Optional[str]:
