@@ -119,8 +119,10 @@ def looks_like(text: str) -> bool:
     if not isinstance(text, str):
         return False
     head = text[:65536]
-    return bool(re.search(r"(?m)^\s*Domain\s+State\s*:", head) or
-                re.search(r"(?m)^\s*Node\s*#\s*\d{1,6}\s*-\s*\S+\s*-\s*[A-Z]", head) and "Connectivity" in head)
+    # [ \t], not \s, after ^: \s would run over blank lines from every line start (quadratic)
+    return bool(re.search(r"(?m)^[ \t]*Domain[ \t]+State[ \t]*:", head) or
+                re.search(r"(?m)^[ \t]*Node[ \t]*#[ \t]*\d{1,6}[ \t]*-[ \t]*\S+[ \t]*-[ \t]*[A-Z]", head)
+                and "Connectivity" in head)
 
 
 __all__ = ["parse_imex_status", "imex_document", "looks_like", "CODES", "CONNECTED", "EXPECTED"]

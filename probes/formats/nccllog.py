@@ -1087,9 +1087,22 @@ def log_document(parsed: dict, path: Optional[str] = None) -> dict:
     return finalize(doc)
 
 
+_MARKER = re.compile(r"\] NCCL (?:INFO|WARN|TRACE|ABORT)\b")
+
+
 def looks_like(text: str) -> bool:
-    """True when ``text`` holds NCCL debug lines (``host:pid:tid [dev] NCCL INFO``)."""
-    return isinstance(text, str) and _PREFIX.search(text[:65536]) is not None
+    """True when ``text`` holds NCCL debug lines (``host:pid:tid [dev] NCCL INFO``).  Linear: the
+    literal ``] NCCL INFO`` is found first and the prefix checked in a short window before it (the
+    prefix pattern alone, searched over a long line without ``:``, would try every start)."""
+    if not isinstance(text, str):
+        return False
+    head = text[:65536]
+    for i, m in enumerate(_MARKER.finditer(head)):
+        if i >= 20:
+            break
+        if _PREFIX.search(head[max(0, m.start() - 200):m.end() + 1]):
+            return True
+    return False
 
 
 __all__ = ["parse_nccl_log", "load_nccl_log", "log_document", "looks_like", "nccl_bus_id", "SCHEMA"]

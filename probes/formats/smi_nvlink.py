@@ -134,8 +134,9 @@ def looks_like(text: str) -> bool:
     if not isinstance(text, str):
         return False
     head = text[:20000]
-    return bool(re.search(r"(?m)^\s*GPU\s+\d+\s*:", head)) and bool(
-        re.search(r"(?mi)^\s*Link\s+\d+\s*:|all\s+links\s+are\s+inactive", head))
+    # [ \t], not \s, after ^: \s would run over blank lines from every line start (quadratic)
+    return bool(re.search(r"(?m)^[ \t]*GPU[ \t]+\d+[ \t]*:", head)) and bool(
+        re.search(r"(?mi)^[ \t]*Link[ \t]+\d+[ \t]*:|all\s+links\s+are\s+inactive", head))
 
 
 def gpu_nvlink_records(status: dict) -> dict:

@@ -245,11 +245,12 @@ def looks_like(text: str) -> bool:
     if not isinstance(text, str):
         return False
     head = text[:65536]
-    if re.search(r"(?m)^=+NVSMI LOG=+\s*$", head):
+    if re.search(r"(?m)^=+NVSMI LOG=+[ \t]*$", head):
         return True
-    return bool(re.search(r"(?m)^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]\s*$", head)
-                and re.search(r"(?m)^\s+Product Name\s+:", head)) or \
-        bool(re.search(r"(?m)^\s+Fabric\s*$", head) and re.search(r"(?m)^\s+(?:ClusterUUID|CliqueId)\s+:", head))
+    # [ \t], not \s, after ^: \s would run over blank lines from every line start (quadratic)
+    return bool(re.search(r"(?m)^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7][ \t]*$", head)
+                and re.search(r"(?m)^[ \t]+Product Name[ \t]+:", head)) or \
+        bool(re.search(r"(?m)^[ \t]+Fabric[ \t]*$", head) and re.search(r"(?m)^[ \t]+(?:ClusterUUID|CliqueId)[ \t]+:", head))
 
 
 __all__ = ["parse_smi_query", "looks_like", "EXPECTED"]
