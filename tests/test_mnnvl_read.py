@@ -478,3 +478,40 @@ def test_labels_say_when_the_domain_is_unknown_and_cliques_differ():
     split = load_topology(str(FAULTS / "fabric-clique-split.json"))
     d = k8s.labels_document(split)
     assert k8s.GFD_CLIQUE not in d["labels"] and any("2 different cliques" in w for w in d["warnings"])
+
+
+_FUSED_VALUES = st.sampled_from(["", "0", "-1", "0x10", "0x78973abf567f863e", "0xc26640af09ddd935", "zz", "1", "0008:06:00.0",
+                                 "0009:06:00.0", "fffffff:ffff:ff", "0x030200", "0x068000", "arm64", "103", "18", "mlx5_bond_0"])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_mutated_fused_dumps_read_or_refuse_in_one_line(data):
+    """Attribute values of the fused dump replaced (host hashes among them): an InputError of one line,
+    or a document that passes the schema and is written back as a fused XML that reads the same GPUs."""
+    import jsonschema
+
+    from gpucomm.probes.errors import GpucommError
+    from gpucomm.probes.model import schema_path
+
+    text = cap(FUSED).read_text()
+    for _ in range(data.draw(st.integers(1, 5))):
+        spans = [m.span(1) for m in re.finditer(r'="([^"]*)"', text)]
+        a, b = data.draw(st.sampled_from(spans))
+        text = text[:a] + data.draw(_FUSED_VALUES) + text[b:]
+    try:
+        doc = validate_document(parse_nccl_xml(text, "fuzz.xml"), "fuzz.xml")
+    except InputError as e:
+        assert "\n" not in str(e)
+        return
+    schema = json.loads(open(schema_path()).read())
+    assert not list(jsonschema.Draft202012Validator(schema).iter_errors(doc))
+    t = Topology.of(doc)
+    assert len({g.id for g in t.gpus}) == len(t.gpus)
+    try:
+        out = export_nccl_xml(doc)
+    except GpucommError:
+        return
+    again = parse_nccl_xml(out, "again.xml")
+    assert sorted((g.get("host", 0), g["pci_bus_id"]) for g in again["gpus"]) == \
+        sorted((g.get("host", 0), g["pci_bus_id"]) for g in doc["gpus"])

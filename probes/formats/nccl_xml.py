@@ -1268,6 +1268,11 @@ def _graph_from_node(top: _Node, path: Optional[str]) -> dict:
                     if el.attrs.get("dev") is None:
                         warnings.append(f"<{el.tag}> without dev (line {el.line}); ignored")
                     continue
+                if el.tag == "gpu" and not 0 <= dev < 1 << 64:
+                    msg = f"<gpu dev={el.attrs.get('dev')!r}> (line {el.line}) is not a GPU id; ignored"
+                    if msg not in warnings:
+                        warnings.append(msg)
+                    continue
                 if el.tag == "gpu":
                     # NCCL keeps the system id (the host of a multi-node NVLink clique) in bits 56+
                     # (topo.h NCCL_TOPO_ID, search.cc ncclTopoGetXmlFromChannel); the CUDA device below.

@@ -61,6 +61,13 @@ def _live_mismatch(host: Host) -> bool:
     return not isinstance(runner, RecordedRunner) and not is_live_root(host)
 
 
+def _recorded(host: Host) -> bool:
+    runner = host.runner
+    while getattr(runner, "base", None) is not None:
+        runner = runner.base
+    return isinstance(runner, RecordedRunner)
+
+
 def collect(host: Host) -> dict:
     doc = new_document(host.provenance)
     r = run(host, TOPO)
@@ -142,7 +149,9 @@ class _SmiSource:
         if _live_mismatch(host):
             return f"nvidia-smi describes this machine, not the tree under {host.root}"
         r = run(host, TOPO)
-        if r.returncode is None and run(host, IMEX).returncode != 0:  # missing binary, not recorded, timed out
+        if r.returncode is None and not (_recorded(host) and run(host, IMEX).returncode == 0):
+            # missing binary, not recorded, timed out (a snapshot may hold an IMEX domain without topo -m;
+            # a live node without nvidia-smi has no IMEX either: nothing more is run there)
             return f"{' '.join(TOPO)}: {why_not(r)}"
         return True  # a non-zero exit is reported by collect() as an error with nvidia-smi's message
 
