@@ -81,7 +81,9 @@ EXTRA: dict = {
             "index_inferred": _NULL_BOOL, "numa_node": {"maximum": 65535}, "memory_bytes": {"maximum": _MAX_INT},
             "host": _HOST, "local_index": {"type": ["integer", "null"], "minimum": 0, "maximum": 65535},
             "fabric": {"properties": {"clique_id": {"maximum": 0xFFFFFFFF}, "health_mask": {"maximum": 0xFFFFFFFF}}},
-            "platform": {"properties": {k: {"maximum": 255} for k in ("slot", "tray_index", "host_id", "module_id")}}}}},
+            "platform": {"properties": {k: {"maximum": 255} for k in ("slot", "tray_index", "host_id", "module_id")}},
+            "persistence_mode": _NULL_BOOL, "ecc": {"type": ["object", "null"]},
+            "retired_pages": {"type": ["object", "null"]}, "remapped_rows": {"type": ["object", "null"]}}}},
         "nics": {"x-bad": "refuse", "items": {"x-bad": "refuse", "properties": {
             "name": {"x-bad": "refuse"},
             "ports": {"x-bad": "refuse", "items": {"x-bad": "drop", "properties": {
@@ -134,6 +136,8 @@ EXTRA: dict = {
             "host_device": {"type": ["object", "array", "null"]}, "collectives": {"type": ["object", "array", "null"]},
             "process_p2p": {"type": ["object", "array", "null"]}}},
         "nccl_graph": {"type": "object"},
+        "software": {"type": "object", "additionalProperties": {"type": "object", "x-bad": "drop-entry", "properties": {
+            "status": {"type": "string", "enum": ["found", "absent", "unreadable"]}, "why": {"type": ["string", "null"]}}}},
         "planted_fault": _NULL_STR,
     },
 }

@@ -60,6 +60,16 @@ PLANTED = {
                         {("nvlink-inactive", "error", f"GPU{i}") for i in range(4, 8)},
     "imex-domain-down": {("imex-domain", "error", "imex")},
     "mnnvl-disabled": {("mnnvl-settings", "warning", "NCCL_MNNVL_ENABLE")},
+    # the software path (planners/health/path_rules.py): faults and clean twins
+    "path-clean": set(),
+    "path-gdr-unavailable": {("gdr-unavailable", "warning", "host")},
+    "path-socket-transport": {("socket-transport", "warning", "host")},
+    "path-nccl-version": {("nccl-version", "warning", "NCCL_CROSS_NIC"),
+                          ("nccl-version", "info", "/usr/lib/x86_64-linux-gnu/libnccl.so.2")},
+    "path-vm-clean": set(),
+    "path-vm-p2p": {("vm-p2p", "warning", "host")},
+    "path-nvswitch-clean": set(),
+    "path-fabricmanager-down": {("nvlink-services", "error", "fabricmanager")},
 }
 
 

@@ -702,6 +702,12 @@ def check_asymmetric(doc: dict) -> list:
     return out
 
 
+# the software path's rules: planners/health/path_rules.py
+from gpucomm.planners.health import path_rules as _path_rules  # noqa: E402
+
+_path_rules.register(rule, finding)
+
+
 # --------------------------------------------------------------------------------------------
 # Multi-node NVLink (GB200/GB300 NVL72 trays): the fabric, IMEX, NCCL's MNNVL settings
 _FIX_FABRIC = ("Check the GPU's fabric with `nvidia-smi -q | grep -A12 Fabric`: registration is done by the NVLink "
