@@ -47,9 +47,9 @@ import re
 from typing import Any, Callable, Optional
 
 from gpucomm.probes.errors import InputError
-from gpucomm.probes.limits import (MAX_GPUS, MAX_MATRIX_COLUMNS, MAX_NICS, MAX_NVLINKS, MAX_PCI_DEPTH, MAX_SWITCHES,
-                                   MAX_WARNINGS)
-from gpucomm.probes.model import SCHEMA, gpu_id, new_document, nic_id, parse_cpulist, schema_path, warn
+from gpucomm.probes.limits import (MAX_GPUS, MAX_HOST_GPUS, MAX_HOST_NICS, MAX_NICS, MAX_NVLINKS, MAX_PCI_DEPTH,
+                                   MAX_SWITCHES, MAX_WARNINGS)
+from gpucomm.probes.model import SCHEMA, gpu_id, host_of, new_document, nic_id, parse_cpulist, schema_path, warn
 
 _TYPES = {"gpus": list, "nics": list, "switches": list, "links": list, "numa_nodes": list,
           "sources": list, "warnings": list, "matrix": dict, "host": dict}
@@ -66,6 +66,8 @@ _PCIE = {"type": ["object", "null"], "properties": {k: {"type": ["integer", "nul
                                                    for k in ("gen", "width", "max_gen", "max_width")}}
 _IDS = {"type": ["object", "null"], "additionalProperties": _NULL_STR}
 _CPULIST = {"type": ["string", "null"], "x-cpulist": True}
+_MAX_HOST_ID = 65535
+_HOST = {"type": "integer", "minimum": 0, "maximum": _MAX_HOST_ID}   # hosts[].id of a device's host
 
 # Fields gpucomm reads beyond (or more strictly than) the shipped schema, in the schema's dialect.
 # "x-bad": what a wrong value means -- "refuse" (the document is broken), "drop" (the list item
@@ -84,7 +86,12 @@ EXTRA: dict = {
             "cpu_affinity": _CPULIST, "pcie": _PCIE, "p2p": {"type": ["object", "null"], "additionalProperties": _NULL_STR},
             "gpu_numa_id": _NULL_INT, "id": _NULL_STR, "sm": {"type": ["integer", "null"], "minimum": 0},
             "gdr": _NULL_INT, "nccl_rank": _NULL_INT, "pci_ids": _IDS, "pci_device_id": _NULL_STR, "raw_parent": _NULL_STR,
-            "index_inferred": _NULL_BOOL, "numa_node": {"maximum": 65535}, "memory_bytes": {"maximum": _MAX_INT}}}},
+            "index_inferred": _NULL_BOOL, "numa_node": {"maximum": 65535}, "memory_bytes": {"maximum": _MAX_INT},
+            "host": _HOST, "local_index": {"type": ["integer", "null"], "minimum": 0, "maximum": 65535},
+            "fabric": {"properties": {"clique_id": {"maximum": 0xFFFFFFFF}, "health_mask": {"maximum": 0xFFFFFFFF}}},
+            "platform": {"properties": {k: {"maximum": 255} for k in ("slot", "tray_index", "host_id", "module_id")}},
+            "persistence_mode": _NULL_BOOL, "ecc": {"type": ["object", "null"]},
+            "retired_pages": {"type": ["object", "null"]}, "remapped_rows": {"type": ["object", "null"]}}}},
         "nics": {"x-bad": "refuse", "items": {"x-bad": "refuse", "properties": {
             "name": {"x-bad": "refuse"},
             "ports": {"x-bad": "refuse", "items": {"x-bad": "drop", "properties": {
@@ -94,13 +101,13 @@ EXTRA: dict = {
             "operstate": _NULL_STR, "cpu_affinity": _CPULIST, "id": _NULL_STR, "sys_image_guid": _NULL_STR,
             "gdr": _NULL_INT, "nccl_dev": _NULL_INT, "nccl_busid": _NULL_STR, "raw_parent": _NULL_STR,
             "nccl_attrs": {"type": ["object", "null"], "additionalProperties": _NULL_STR},
-            "numa_node": {"maximum": 65535}}}},
+            "numa_node": {"maximum": 65535}, "host": _HOST}}},
         "switches": {"x-bad": "refuse", "items": {"x-bad": "refuse", "properties": {
             "id": {"x-bad": "refuse"}, "kind": {"type": ["string", "null"], "enum": ["pcie", "nvswitch", "host_bridge", None]},
             "numa_node": _NULL_INT, "vendor": _NULL_STR, "device": _NULL_STR, "class": _NULL_STR,
             "subsystem_vendor": _NULL_STR, "subsystem_device": _NULL_STR, "domain": _NULL_STR, "raw_parent": _NULL_STR,
             "gen": {"type": ["integer", "null"], "minimum": 0}, "width": {"type": ["integer", "null"], "minimum": 0},
-            "pcie": _PCIE, "bcm_gen": _NULL_INT,
+            "pcie": _PCIE, "bcm_gen": _NULL_INT, "host": _HOST,
             "acs": {"type": ["object", "null"], "additionalProperties": {"type": "array", "items": {"type": "string"}}}}}},
         "links": {"x-bad": "refuse", "items": {"x-bad": "refuse", "properties": {
             "a": {"x-bad": "refuse"}, "b": {"x-bad": "refuse"},
@@ -111,7 +118,11 @@ EXTRA: dict = {
         "numa_nodes": {"x-bad": "refuse", "items": {"x-bad": "refuse", "properties": {
             "id": {"x-bad": "refuse", "minimum": 0, "maximum": 65535}, "cpus": {"x-cpulist": True},
             "distances": {"items": {"x-bad": "drop", "minimum": 0}},
-            "arch": _NULL_STR, "vendor": _NULL_STR, "familyid": _NULL_INT, "modelid": _NULL_INT}}},
+            "arch": _NULL_STR, "vendor": _NULL_STR, "familyid": _NULL_INT, "modelid": _NULL_INT, "host": _HOST}}},
+        "hosts": {"x-bad": "refuse", "items": {"x-bad": "refuse", "properties": {
+            "id": {"x-bad": "refuse", "maximum": _MAX_HOST_ID}}}},
+        "imex": {"properties": {"nodes": {"items": {"x-bad": "drop", "properties": {
+            "index": {"x-bad": "drop", "maximum": 65535}}}}}},
         "sources": {"x-bad": "refuse", "items": {"x-bad": "drop", "properties": {
             "name": {"x-bad": "drop"}, "status": {"x-bad": "drop"}, "detail": {"type": ["string", "null"]}}}},
         "warnings": {"x-bad": "refuse", "items": {"x-bad": "drop"}},
@@ -133,13 +144,15 @@ EXTRA: dict = {
             "host_device": {"type": ["object", "array", "null"]}, "collectives": {"type": ["object", "array", "null"]},
             "process_p2p": {"type": ["object", "array", "null"]}}},
         "nccl_graph": {"type": "object"},
+        "software": {"type": "object", "additionalProperties": {"type": "object", "x-bad": "drop-entry", "properties": {
+            "status": {"type": "string", "enum": ["found", "absent", "unreadable"]}, "why": {"type": ["string", "null"]}}}},
         "planted_fault": _NULL_STR,
     },
 }
 
 _SPEC: Optional[dict] = None
 _NV_CELL = re.compile(r"^NV(\d+)$")
-_CPU_ID = re.compile(r"^CPU\d{1,5}$")
+_CPU_ID = re.compile(r"^(?:\d{1,5}/)?CPU\d{1,5}$")
 
 
 def _merge(base: dict, extra: dict) -> dict:
@@ -389,17 +402,19 @@ class _Validator:
             by_index[idx] = i
             b = g.get("pci_bus_id")
             if isinstance(b, str) and b:
-                if b.lower() in by_bus:
-                    raise InputError(f"gpus[{i}] (GPU{idx}) and gpus[{by_bus[b.lower()]}] share PCI bus id {b}",
-                                     self.path, expected="one bus id per GPU")
-                by_bus[b.lower()] = i
+                key = (host_of(g), b.lower())   # hosts of one NVLink domain share bus ids
+                if key in by_bus:
+                    raise InputError(f"gpus[{i}] (GPU{idx}) and gpus[{by_bus[key]}] share PCI bus id {b}"
+                                     + (f" on host {key[0]}" if key[0] else ""),
+                                     self.path, expected="one bus id per GPU and host")
+                by_bus[key] = i
         for i, g in enumerate(gpus):
             if isinstance(g.get("nvlink"), list) and len(g["nvlink"]) > MAX_NVLINKS:
                 self.note(f"gpus[{i}].nvlink", f"lists {len(g['nvlink'])} NVLinks, more than the {MAX_NVLINKS} a GPU "
                                                "can have; treated as unknown")
                 g["nvlink"] = []
         self.unique(gpus, "gpus", "uuid")
-        self.unique([n for n in doc.get("nics") or [] if isinstance(n, dict)], "nics", "name")
+        self.unique([n for n in doc.get("nics") or [] if isinstance(n, dict)], "nics", "name", per_host=True)
         self.unique_records(doc, "switches", "id")
         self.unique_records(doc, "numa_nodes", "id")
         self.pci_tree(doc)
@@ -455,16 +470,18 @@ class _Validator:
             keep.append(l)
         links[:] = keep
 
-    def unique(self, items: list, key: str, field: str) -> None:
-        """Refuse two ``key`` items with one ``field`` value (UUIDs, NIC names)."""
+    def unique(self, items: list, key: str, field: str, per_host: bool = False) -> None:
+        """Refuse two ``key`` items with one ``field`` value (UUIDs; NIC names, ``per_host``: the hosts
+        of a multi-host document each have their mlx5_0)."""
         seen: dict = {}
         for i, it in enumerate(items):
             v = it.get(field)
             if isinstance(v, str) and v:
-                if v in seen:
-                    raise InputError(f"{key}[{i}].{field} {_short(v)} is also {key}[{seen[v]}]'s", self.path,
+                k = (host_of(it), v) if per_host else v
+                if k in seen:
+                    raise InputError(f"{key}[{i}].{field} {_short(v)} is also {key}[{seen[k]}]'s", self.path,
                                      expected=f"one {field} per {'GPU' if key == 'gpus' else 'NIC'}")
-                seen[v] = i
+                seen[k] = i
 
     def unique_records(self, doc: dict, key: str, field: str) -> None:
         """Switches / NUMA nodes: an exact copy of an earlier record is dropped with a note, two
@@ -479,12 +496,13 @@ class _Validator:
             if v is None or isinstance(v, (dict, list)):
                 keep.append(it)
                 continue
+            v = (host_of(it), v)   # the hosts of a multi-host document share NUMA ids and bus ids
             if v in seen:
                 j, first = seen[v]
                 if it == first:
-                    self.note(f"{key}[{i}]", f"a copy of {key}[{j}] ({field} {_short(v)}); dropped")
+                    self.note(f"{key}[{i}]", f"a copy of {key}[{j}] ({field} {_short(v[1])}); dropped")
                     continue
-                raise InputError(f"{key}[{i}].{field} {_short(v)} is also {key}[{j}]'s", self.path,
+                raise InputError(f"{key}[{i}].{field} {_short(v[1])} is also {key}[{j}]'s", self.path,
                                  expected=f"one record per {field}")
             seen[v] = (i, it)
             keep.append(it)
@@ -502,9 +520,7 @@ class _Validator:
                 if isinstance(r, dict) and (key != "gpus" or isinstance(r.get("index"), int)) and \
                         (key != "nics" or isinstance(r.get("name"), str)):
                     rid = id_of(r)
-                    devices[rid] = f"{key}[{i}]"
-                    if isinstance(r.get("pci_bus_id"), str):
-                        devices.setdefault(r["pci_bus_id"].lower(), f"{key}[{i}]")
+                    devices[rid] = devices[rid.lower()] = f"{key}[{i}]"
                     where[rid], parent[rid] = f"{key}[{i}]", r.get("parent")
         for i, s in enumerate(doc.get("switches") or []):
             if not isinstance(s, dict) or not isinstance(s.get("id"), str):
@@ -548,22 +564,26 @@ class _Validator:
         """A GPU or NIC on a NUMA node the document does not have, distances of the wrong length:
         treated as unknown, with a note."""
         nodes = [n for n in doc.get("numa_nodes") or [] if isinstance(n, dict)]
-        ids = {n.get("id") for n in nodes}
         if not nodes:
             return
+        ids: dict = {}   # host -> its NUMA ids (the hosts of a multi-host document each have their own)
+        for n in nodes:
+            ids.setdefault(host_of(n), set()).add(n.get("id"))
         for key in ("gpus", "nics"):
             for i, r in enumerate(doc.get(key) or []):
                 v = r.get("numa_node") if isinstance(r, dict) else None
-                if isinstance(v, int) and not isinstance(v, bool) and v not in ids:
+                have = ids.get(host_of(r), set())
+                if isinstance(v, int) and not isinstance(v, bool) and v not in have and have:
                     r["numa_node"] = None
                     self.note(f"{key}[{i}].numa_node", f"NUMA node {v} is not in this document's numa_nodes "
-                                                      f"({', '.join(str(x) for x in sorted(ids, key=str)[:8])}); "
+                                                      f"({', '.join(str(x) for x in sorted(have, key=str)[:8])}); "
                                                       "treated as unknown")
         for i, n in enumerate(doc.get("numa_nodes") or []):
             d = n.get("distances") if isinstance(n, dict) else None
-            if isinstance(d, list) and d and len(d) != len(nodes):
+            count = len(ids.get(host_of(n), ())) if isinstance(n, dict) else 0
+            if isinstance(d, list) and d and len(d) != count:
                 n["distances"] = None
-                self.note(f"numa_nodes[{i}].distances", f"has {len(d)} entries for {len(nodes)} NUMA nodes; "
+                self.note(f"numa_nodes[{i}].distances", f"has {len(d)} entries for {count} NUMA nodes; "
                                                          "treated as unknown")
 
     def messages(self) -> list:
@@ -582,12 +602,20 @@ def _caps(doc: dict, path: str) -> None:
     for key, limit in (("gpus", MAX_GPUS), ("nics", MAX_NICS), ("switches", MAX_SWITCHES)):
         v = doc.get(key)
         if isinstance(v, list) and len(v) > limit:
-            raise InputError(f"{len(v)} {key}, more than the limit of {limit} per node", path,
-                             expected=f"at most {limit} {key} (README: Limits)")
+            raise InputError(f"{len(v)} {key}, more than the limit of {limit} per document", path,
+                             expected=f"at most {limit} {key} (docs/LIMITS.md)")
+    for key, limit in (("gpus", MAX_HOST_GPUS), ("nics", MAX_HOST_NICS)):
+        per: dict = {}
+        for r in doc.get(key) if isinstance(doc.get(key), list) else []:
+            h = host_of(r)
+            per[h] = per.get(h, 0) + 1
+            if per[h] > limit:
+                raise InputError(f"more than {limit} {key} on " + (f"host {h}" if h else "the node"), path,
+                                 expected=f"at most {limit} {key} per host (docs/LIMITS.md)")
     m = doc.get("matrix")
-    if isinstance(m, dict) and len(m) > MAX_MATRIX_COLUMNS:
-        raise InputError(f"a matrix of {len(m)} rows, more than the limit of {MAX_MATRIX_COLUMNS}", path,
-                         expected="at most one row per GPU and NIC (README: Limits)")
+    if isinstance(m, dict) and len(m) > MAX_GPUS + MAX_NICS:
+        raise InputError(f"a matrix of {len(m)} rows, more than the limit of {MAX_GPUS + MAX_NICS}", path,
+                         expected="at most one row per GPU and NIC (docs/LIMITS.md)")
 
 
 def _cap_warnings(doc: dict) -> None:
