@@ -4,8 +4,8 @@ A bound is far above any real machine or file, so that only a broken or hostile 
 past a bound gpucomm stops with exit status 1 and one line naming the file and the limit (inputs),
 or leaves the item out with a warning (what a probe reads or runs on a live node).
 
->>> MAX_GPUS, MAX_NICS, MAX_HOSTS, MAX_NODES, MAX_DEPTH, MAX_PCI_DEPTH, MAX_CPUS
-(16, 64, 16384, 4096, 64, 32, 16384)
+>>> MAX_HOST_GPUS, MAX_GPUS, MAX_HOST_NICS, MAX_HOSTS, MAX_NODES, MAX_DEPTH, MAX_PCI_DEPTH, MAX_CPUS
+(16, 72, 64, 16384, 4096, 64, 32, 16384)
 """
 from __future__ import annotations
 
@@ -50,18 +50,25 @@ MAX_ARCHIVE_HEADER_BYTES = 64 * 1024
 # What the planners answer in seconds, measured (docs/LIMITS.md): NCCL itself holds 640 devices of a
 # kind (NCCL_TOPO_MAX_NODES), but reproducing its channel search and ours on a 32-GPU PCIe node with
 # 16 NICs takes minutes, and a 640-GPU node never finishes.
-MAX_GPUS = 16
-"""GPUs in one node: the largest single-OS GPU nodes (DGX-2/HGX-2, a2-megagpu-16g) have 16."""
+MAX_HOST_GPUS = 16
+"""GPUs on one host: the largest single-OS GPU nodes (DGX-2/HGX-2, a2-megagpu-16g) have 16."""
 
-MAX_NICS = 64
-"""NICs (RDMA devices and network interfaces) in one node: the captures hold up to 62 (an SR-IOV
+MAX_GPUS = 72
+"""GPUs in one document: one host, or the hosts of one multi-node NVLink domain NCCL fuses (an
+NVL72 rack: 18 trays of 4)."""
+
+MAX_HOST_NICS = 64
+"""NICs (RDMA devices and network interfaces) on one host: the captures hold up to 62 (an SR-IOV
 node); a DGX has ~12."""
+
+MAX_NICS = 192
+"""NICs in one document (the hosts of an NVL72 domain have ~10 each)."""
 
 MAX_SWITCHES = 4096
 """PCIe switches and host bridges in one node."""
 
-MAX_MATRIX_COLUMNS = MAX_GPUS + MAX_NICS
-"""Columns of an ``nvidia-smi topo -m`` matrix (GPUs and NICs)."""
+MAX_MATRIX_COLUMNS = MAX_HOST_GPUS + MAX_HOST_NICS
+"""Columns of an ``nvidia-smi topo -m`` matrix (GPUs and NICs of one host)."""
 
 MAX_PCI_DEPTH = 32
 """Levels of a node's PCI tree below a CPU (host bridge, then nested switches); real machines have
