@@ -6,8 +6,9 @@
 * :func:`write_atomic` writes to a temporary file in the target's directory and renames it into
   place: the target is never opened, so a failed write leaves it as it was (``show t.json -o
   t.json`` cannot truncate its own input).  A final symbolic link is never followed, and an
-  existing file is replaced only with ``force``.  Character devices and FIFOs (``/dev/null``, a
-  named pipe) are written as streams.
+  existing file is replaced only with ``force``, and never one this run read as an input (it is
+  being read).  Character devices and FIFOs (``/dev/null``, a named pipe) are written as streams;
+  a FIFO nobody reads is refused at once instead of waiting for a reader.
 """
 from __future__ import annotations
 

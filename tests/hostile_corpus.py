@@ -17,6 +17,13 @@ and byte bombs, JSON/YAML structure (depth, digits, aliases, tags), wrong types 
 topology documents, tool captures past the device limits, snapshot archives and directories,
 Slurm hostlists and topology.conf, a misbehaving nvidia-smi, nccl-tests output and NCCL logs, and
 output paths (symlinks, existing files, directories).
+
+The second round (issue 29, :data:`ROUND2`) adds long lines through every reader, integers in
+YAML's other spellings, deep PCI trees, CPU lists and --free ranges of many wide ranges, sizes at
+the documented bounds, planted meaning errors, calibration profiles, and what reaches a terminal
+(escape sequences in names, floods of warnings, FIFOs, NCCL_PROTO, nesting, snapshots on standard
+input, outputs that are inputs); each of its cases runs within ROUND2_TIME seconds, ROUND2_AS bytes
+of address space and ROUND2_RSS bytes of peak resident memory (read with wait4), docs/LIMITS.md.
 """
 from __future__ import annotations
 
@@ -1138,6 +1145,7 @@ class Outcome:
     stderr: str
     seconds: float
     problems: List[str]
+    rss: int = 0          # peak resident memory of the run, bytes
 
 
 def _limit_memory(limit: int = MEMORY_LIMIT) -> Callable[[], None]:
@@ -1291,7 +1299,7 @@ def run_case(case: Case, scratch: Path) -> Outcome:
         elif code == 0 and not _kept_and_added(before.get(p), after.get(p)):
             problems.append(f"--save lost what {p} held")
     shutil.rmtree(tmp, ignore_errors=True)
-    return Outcome(case, code, err, secs, problems)
+    return Outcome(case, code, err, secs, problems, rss)
 
 
 def run_all(cases: List[Case], scratch: Path, jobs: int = 2, progress: Optional[Callable] = None) -> List[Outcome]:
@@ -1337,7 +1345,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         bad += bool(o.problems)
         mark = "FAIL" if o.problems else "ok  "
         first = o.stderr.strip().splitlines()[-1][:150] if o.stderr.strip() else ""
-        print(f"{mark} {o.seconds:6.2f}s exit {o.code} {o.case.id}  {'; '.join(o.problems)}  | {first}", flush=True)
+        print(f"{mark} {o.seconds:6.2f}s {o.rss / 2 ** 20:5.0f}MiB exit {o.code} {o.case.id}  {'; '.join(o.problems)}  "
+              f"| {first}", flush=True)
 
     scratch = Path(a.out) / "_run"
     scratch.mkdir(exist_ok=True)
