@@ -242,7 +242,8 @@ def plan(
                                   "no NCCL_GRAPH_FILE; `gpucomm rings TOPO --format nccl-graph` writes one anyway")
         else:
             text = result["launch"][emit]
-        write_text(text if text.endswith("\n") else text + "\n")
+        # a script (#!) is written executable: torchrun/mpirun start ./gpucomm-rank.sh, sbatch and users the rest
+        write_text(text if text.endswith("\n") else text + "\n", executable=text.startswith("#!"))
     else:
         emit_doc(result, table=lambda console: draw_plan(result, console), allowed=["table", "json", "yaml"])
     for w in result.get("warnings", []):

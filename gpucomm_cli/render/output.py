@@ -85,13 +85,14 @@ def _plain_width() -> int:
     return int(os.environ.get("COLUMNS", "0") or 0) or 240
 
 
-def write_text(text: str) -> None:
-    """Write data to -o FILE (atomically; see the module docstring) or stdout."""
+def write_text(text: str, executable: bool = False) -> None:
+    """Write data to -o FILE (atomically; see the module docstring; ``executable``: a script,
+    written with the execute bits) or stdout."""
     out = output_file()
     if out is not None:
         from gpucomm.probes.files import write_atomic
 
-        write_atomic(out, text, force=SETTINGS.force)
+        write_atomic(out, text, force=SETTINGS.force, executable=executable)
     else:
         sys.stdout.write(text)
         sys.stdout.flush()
