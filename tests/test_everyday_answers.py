@@ -3,13 +3,22 @@ each checked the way the user would meet it (the launch file runs, the tool it i
 the exit code says what happened)."""
 from __future__ import annotations
 
+import argparse
+import contextlib
+import hashlib
+import io
 import os
 import stat
 import subprocess
+import sys
+import types
 
 import pytest
 
-from support import run_cli
+from gpucomm.planners.placement import models as ms
+from gpucomm.probes.errors import PlanInfeasible
+
+from support import ROOT, run_cli
 
 
 # ============================================================================================
@@ -38,3 +47,263 @@ def test_data_files_are_not_executable(tmp_path):
     out = tmp_path / "ranks.txt"
     assert run_cli("plan", "example:hgx-h100", "--tp", "8", "--emit", "rankfile", "-o", str(out)).code == 0
     assert not stat.S_IMODE(out.stat().st_mode) & 0o111
+
+
+# ============================================================================================
+# 2. plan --model recommends only layouts Megatron accepts: Megatron-LM's real validate_args and
+#    core_transformer_config_from_args (-> Megatron-Core's TransformerConfig), tag core_v0.16.1
+#    (fixtures/megatron-lm/core_v0.16.1/SOURCES.md), over the installed megatron-core==0.16.1
+MEGATRON_LM = ROOT / "fixtures" / "megatron-lm" / "core_v0.16.1"
+MEGATRON_LM_BLOBS = {"arguments": "46f3c28b1dae1ac20535fe1c92a8fc3bb59c9270",
+                     "argument_utils": "b9f7c7b22d159cd1b0bc797578e54e4a85983fcc",
+                     "training_config": "27c3f384c2f53771b843d8837417058e5897045d",
+                     "common_config": "d1096e91154cc706c18b7409208a62376ae2be6d",
+                     "resilience_config": "dd0bd716521b83fd546d104300f1af35d7dd3e95"}
+
+
+def _git_blob(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def test_vendored_megatron_lm_files_are_the_released_ones():
+    for name, blob in MEGATRON_LM_BLOBS.items():
+        assert _git_blob((MEGATRON_LM / f"{name}.py.txt").read_bytes()) == blob, name
+
+
+class MegatronLM:
+    """Megatron-LM's argument parser and checks, loaded from the released files over megatron-core."""
+
+    def __init__(self):
+        self.arch = 9   # compute capability major of the plan's GPUs (get_device_arch_version)
+        pkg = types.ModuleType("megatron.training")
+        pkg.__path__ = []
+        utils = types.ModuleType("megatron.training.utils")
+        utils.print_rank_0 = utils.warn_rank_0 = lambda message, rank=None: None
+        utils.is_rank0 = lambda: False
+
+        def update_use_dist_ckpt(args):   # megatron/training/utils.py, verbatim
+            args.use_dist_ckpt = args.ckpt_format != "torch"
+
+        utils.update_use_dist_ckpt = update_use_dist_ckpt
+        utils.get_device_arch_version = lambda: self.arch
+        self.saved = {k: sys.modules.get(k) for k in ["megatron.training", "megatron.training.utils"]
+                      + [f"megatron.training.{n}" for n in MEGATRON_LM_BLOBS]}
+        sys.modules["megatron.training"] = pkg
+        sys.modules["megatron.training.utils"] = utils
+        for name in ("argument_utils", "common_config", "resilience_config", "training_config", "arguments"):
+            mod = types.ModuleType(f"megatron.training.{name}")
+            mod.__package__ = "megatron.training"
+            mod.__file__ = str(MEGATRON_LM / f"{name}.py.txt")
+            sys.modules[mod.__name__] = mod
+            exec(compile((MEGATRON_LM / f"{name}.py.txt").read_text(), mod.__file__, "exec", dont_inherit=True),
+                 mod.__dict__)
+        self.arguments = sys.modules["megatron.training.arguments"]
+        self.parser = argparse.ArgumentParser(allow_abbrev=False)
+        self.arguments.add_megatron_arguments(self.parser)
+
+    def close(self):
+        for k, v in self.saved.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
+
+    def check(self, flags: list, world: int, env: dict, arch: int = 9):
+        """Parse ``flags`` as pretrain_gpt.py does and run validate_args, then build Megatron-Core's
+        TransformerConfig from them; raises what Megatron raises."""
+        import warnings
+
+        self.arch = arch
+        # this machine has no Transformer Engine, which RoPE fusion (on by default) needs
+        args = self.parser.parse_args([str(f) for f in flags] + ["--no-rope-fusion"])
+        args.rank, args.world_size = 0, world
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+                warnings.simplefilter("ignore")
+                self.arguments.validate_args(args)
+                cfg = self.arguments.core_transformer_config_from_args(args)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        # what the layers and the schedule then divide (megatron.core.utils.divide asserts):
+        # ColumnParallelLinear's MLP width over tp, sequence parallelism's split of seq/cp over tp,
+        # and the micro-batch calculator's gbs over mbs*dp (num_microbatches_calculator)
+        from megatron.core.num_microbatches_calculator import ConstantNumMicroBatchesCalculator
+        from megatron.core.utils import divide
+
+        divide(cfg.ffn_hidden_size, cfg.tensor_model_parallel_size)
+        if cfg.num_moe_experts:
+            divide(cfg.moe_ffn_hidden_size, cfg.expert_tensor_parallel_size)
+        if cfg.sequence_parallel:
+            divide(args.seq_length // cfg.context_parallel_size, cfg.tensor_model_parallel_size)
+        ConstantNumMicroBatchesCalculator(args.global_batch_size, args.micro_batch_size, args.data_parallel_size,
+                                          False, 1)
+        return args, cfg
+
+
+def _megatron_lm():
+    try:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import torch  # noqa: F401
+            from megatron.core.transformer import TransformerConfig  # noqa: F401
+    except Exception:  # noqa: BLE001 - no torch or no megatron-core: not checkable here
+        return None
+    return True
+
+
+needs_megatron_lm = pytest.mark.skipif(_megatron_lm() is None, reason="torch and megatron-core not installed")
+
+
+@pytest.fixture(scope="module")
+def megatron_lm():
+    m = MegatronLM()
+    yield m
+    m.close()
+
+
+def _flags(megatron: dict) -> list:
+    out = []
+    for flag, value in megatron["args"]:
+        out.append(flag)
+        if value is not None:
+            out.append(str(value))
+    return out
+
+
+def _megatron_env(plan_env: dict) -> dict:
+    return {k: v["value"] for k, v in plan_env.items() if k == "CUDA_DEVICE_MAX_CONNECTIONS"}
+
+
+SWEEP_MODELS = ["llama-8b", "llama-70b", "llama-405b,gbs=2048", "llama-8b,seq=4096,gbs=96,mbs=2",
+                "layers=24,hidden=2048,heads=16,kv_heads=4,experts=8,topk=2,seq=4096",
+                "layers=30,hidden=3072,heads=24,kv_heads=6,ffn=8192,seq=6144,gbs=480"]
+SWEEP_NODES = [1, 2, 3, 4, 6, 16]
+
+
+@needs_megatron_lm
+@pytest.mark.parametrize("model", SWEEP_MODELS)
+def test_every_candidate_passes_megatrons_validate_args(megatron_lm, model):
+    """Every layout the planner would consider (even and uneven pipelines) for presets and custom
+    models on 1..16 nodes of 8 GPUs: Megatron-LM's validate_args and Megatron-Core's config accept
+    the emitted arguments."""
+    m = ms.parse_model_spec(model)
+    checked = 0
+    for nodes in SWEEP_NODES:
+        for uneven in (False, True):
+            for axes in ms.candidate_axes(m, nodes * 8, 8, {}, uneven_pp=uneven):
+                p = dict(axes, order="tp-cp-ep-dp-pp")
+                flags = _flags(ms.megatron_arguments(p, m))
+                env = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if axes["tp"] > 1 or axes["cp"] > 1 else {}
+                try:
+                    megatron_lm.check(flags, nodes * 8, env)
+                except Exception as e:  # noqa: BLE001 - Megatron raises AssertionError/ValueError/...
+                    pytest.fail(f"{model} on {nodes} nodes {axes}: Megatron refuses: {type(e).__name__}: {e}")
+                checked += 1
+    assert checked > 20
+
+
+@needs_megatron_lm
+@pytest.mark.parametrize("model", SWEEP_MODELS[:3] + SWEEP_MODELS[4:])
+def test_megatron_refusal_says_what_megatron_says(megatron_lm, model):
+    """Both ways: over every factorization of 16 and 24 GPUs (tp | 8), our refusal is None exactly
+    where Megatron accepts."""
+    m = ms.parse_model_spec(model)
+    for total in (16, 24):
+        for tp in (1, 2, 4, 8):
+            for pp in (p for p in range(1, total // tp + 1) if (total // tp) % p == 0):
+                for cp in (c for c in (1, 2, 4) if (total // tp // pp) % c == 0):
+                    dp = total // (tp * pp * cp)
+                    for ep in ([e for e in (1, 2, 4, 8) if (tp * cp * dp) % (e * tp) == 0] if m["experts"] else [1]):
+                        axes = {"tp": tp, "cp": cp, "dp": dp, "pp": pp, "ep": ep, "etp": tp}
+                        ours = ms.megatron_refusal(m, axes)
+                        p = dict(axes, order="tp-cp-ep-dp-pp")
+                        try:
+                            flags = _flags(ms.megatron_arguments(p, m))
+                        except PlanInfeasible as e:
+                            assert ours is not None and ours in str(e)
+                            flags = _flags(ms.megatron_arguments(p, None)) + _model_flags(m)
+                        try:
+                            megatron_lm.check(flags, total, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"})
+                            theirs = None
+                        except Exception as e:  # noqa: BLE001
+                            theirs = f"{type(e).__name__}: {e}"
+                        assert (ours is None) == (theirs is None), (model, axes, ours, theirs)
+
+
+def _model_flags(m: dict) -> list:
+    """The model's flags alone (for a layout our planner refuses, to hear Megatron refuse it too)."""
+    flags = _flags(ms.megatron_arguments({"tp": 1, "cp": 1, "ep": 1, "dp": 1, "pp": 1, "etp": 1,
+                                          "order": "tp-cp-ep-dp-pp"}, dict(m, gbs=m["mbs"])))
+    i = flags.index("--num-layers")
+    out = flags[i:]
+    j = out.index("--global-batch-size")
+    out[j + 1] = str(m["gbs"])
+    if m["experts"]:
+        out += ["--num-experts", str(m["experts"]), "--moe-router-topk", str(m["topk"])]
+    return out
+
+
+def test_the_issues_plan_is_valid_for_megatron():
+    """plan example:hgx-h100 --nodes 3 --model llama-70b used to rank tp8/pp3 first and write 80
+    layers over pp=3 with nothing else: Megatron refuses that.  Now an uneven pipeline says where
+    the layers go, or another layout is chosen."""
+    r = run_cli("plan", "example:hgx-h100", "--nodes", "3", "--model", "llama-70b", "--emit", "megatron")
+    assert r.code == 0, r.stderr
+    args = _bash_array(r.stdout)
+    pp = int(args[args.index("--pipeline-model-parallel-size") + 1])
+    if 80 % pp:
+        first = int(args[args.index("--decoder-first-pipeline-num-layers") + 1])
+        last = int(args[args.index("--decoder-last-pipeline-num-layers") + 1])
+        assert (80 - first - last) % (pp - 2 or 1) == 0 and first > 0 and last > 0
+    # the model's own shape, not Megatron's defaults (learned positions, tied embeddings, GeLU, LayerNorm)
+    for flag in ("--position-embedding-type", "--untie-embeddings-and-output-weights", "--swiglu", "--normalization",
+                 "--num-query-groups", "--ffn-hidden-size", "--vocab-size", "--rotary-base", "--disable-bias-linear"):
+        assert flag in args, flag
+    assert args[args.index("--position-embedding-type") + 1] == "rope"
+    assert args[args.index("--rotary-base") + 1] == "500000"
+
+
+@needs_megatron_lm
+@pytest.mark.parametrize("nodes,model,extra", [
+    (3, "llama-70b", []), (1, "llama-8b", ["--tp", "4", "--pp", "2"]),
+    (4, "llama-70b,gbs=64", ["--tp", "8", "--pp", "4", "--vpp", "2"]), (2, "llama-8b", ["--tp", "4", "--cp", "2"]),
+    (2, "layers=24,hidden=2048,heads=16,kv_heads=4,experts=8,seq=4096", ["--tp", "2", "--ep", "4"])])
+def test_emitted_megatron_arguments_and_env_pass_megatron(megatron_lm, nodes, model, extra):
+    """End to end: the plan's --emit megatron array with the plan's own env (CUDA_DEVICE_MAX_CONNECTIONS)."""
+    r = run_cli("plan", "example:hgx-h100", "--nodes", str(nodes), "--model", model, *extra, "--format", "json")
+    assert r.code == 0, r.stderr
+    plan = r.json()
+    megatron_lm.check(_flags(plan["megatron"]), plan["world_size"], _megatron_env(plan["env"]))
+
+
+def _bash_array(text: str) -> list:
+    r = subprocess.run(["bash", "-c", text + '\nprintf "%s\\n" "${MEGATRON_PARALLEL_ARGS[@]}"'],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.split("\n")[:-1]
+
+
+# ============================================================================================
+# 3. Explicit sizes get the same infeasible verdict as ranked ones
+def test_explicit_sizes_that_do_not_fit_are_infeasible_unless_forced(tmp_path):
+    ranked = run_cli("plan", "example:hgx-h100", "--nodes", "2", "--model", "llama-70b", "--emit", "slurm")
+    given = run_cli("plan", "example:hgx-h100", "--nodes", "2", "--tp", "8", "--pp", "2", "--model", "llama-70b",
+                    "--emit", "slurm")
+    assert ranked.code == given.code == 4 and given.stdout == ""
+    assert "does not fit on 16 GPUs" in given.stderr and "--force" in given.stderr
+    out = tmp_path / "job.sbatch"
+    forced = run_cli("plan", "example:hgx-h100", "--nodes", "2", "--tp", "8", "--pp", "2", "--model", "llama-70b",
+                     "--emit", "slurm", "--force", "-o", str(out))
+    assert forced.code == 0, forced.stderr
+    assert "# WARNING: planned with --force although it does not fit: llama-70b does not fit" in out.read_text()
+    forced_ranked = run_cli("plan", "example:hgx-h100", "--nodes", "2", "--model", "llama-70b", "--force",
+                            "--emit", "torchrun")
+    assert forced_ranked.code == 0 and "does not fit" in forced_ranked.stdout

@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 
 from gpucomm.commands.common import TOPO_HELP, from_option, load_topo, pick_source, topo_argument, usage_error
-from gpucomm.settings import diag
+from gpucomm.settings import SETTINGS, diag
 
 EMITS = ("torchrun", "slurm", "rankfile", "env", "wrapper", "json", "nccl-xml", "nccl-graph", "megatron", "deepspeed",
          "hostfile", "machinefile", "gres")
@@ -220,7 +220,8 @@ def plan(
                              top=top, gpus_per_node=gpus_per_node, gpus=gpu_list, cluster=cl, command=command,
                              topo_file_path=topo_file_path, port=port, hosts=host_list, etp=etp, vpp=vpp,
                              torch_version=installed_torch_version(), calibration=cal,
-                             calibration_source=calibration, nccl_graph=nccl_graph or emit == "nccl-graph")
+                             calibration_source=calibration, nccl_graph=nccl_graph or emit == "nccl-graph",
+                             force=SETTINGS.force)
     if emit is not None:
         from gpucomm.probes.model import dumps_json
 
@@ -352,7 +353,6 @@ def synth(
         usage_error(f"{fmt!r} is not a format of synth (it has yaml, json)", "--format")
     if out_dir is not None:
         from gpucomm.probes.files import check_writable, write_atomic
-        from gpucomm.settings import SETTINGS
 
         if out_dir.is_symlink():
             raise InputError("is a symbolic link; not followed", str(out_dir), expected="a directory")

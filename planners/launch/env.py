@@ -28,6 +28,8 @@ from gpucomm.planners.placement.layout import NodeView, SMI_TO_NCCL_LEVEL, _natu
 from gpucomm.probes.facts import nic_active_ports, nic_is_rdma
 
 DEFAULT_TOPO_FILE = "/etc/gpucomm/nccl-topo.xml"
+# Megatron-LM asks for CUDA_DEVICE_MAX_CONNECTIONS=1 with TP or CP on GPUs before Blackwell (sm 100)
+MEGATRON_ANY_CONNECTIONS_SM = 100
 _CONSUMER_RE = re.compile(r"GeForce|\bRTX\s*[2-5]0[5-9]0|\bGTX\b|TITAN", re.I)
 _PATH_ORDER = ["LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS"]
 
@@ -151,6 +153,16 @@ def build_env(plan: dict, view: NodeView, *, topo_file_path: str = DEFAULT_TOPO_
     _set(env, "CUDA_VISIBLE_DEVICES", cvd,
          "every rank sees all of the node's plan GPUs (keeps CUDA IPC/P2P, nccl#1066) in local-rank order, "
          "so cuda:LOCAL_RANK is the GPU the plan chose")
+
+    # ---- Megatron-LM: TP/CP overlap relies on one CUDA work queue before Blackwell
+    par = plan.get("parallelism") or {}
+    if par.get("tp", 1) > 1 or par.get("cp", 1) > 1:
+        sms = [view.topo.gpu(g).sm for g in local_gpus]
+        if not sms or any(sm is None or sm < MEGATRON_ANY_CONNECTIONS_SM for sm in sms):
+            _set(env, "CUDA_DEVICE_MAX_CONNECTIONS", "1",
+                 "tensor/context parallelism: one hardware work queue keeps communication kernels in issue order "
+                 "so they overlap with compute; Megatron-LM refuses TP or CP without it before Blackwell "
+                 "(validate_args)")
 
     # ---- network
     used = []

@@ -36,6 +36,8 @@ def _header(plan: dict) -> List[str]:
         f" tp={p['tp']} cp={p['cp']} ep={p['ep']} dp={p['dp']} pp={p['pp']} (Megatron order {p['order']})",
         f"# {plan['mesh']['device_mesh']['code']}",
     ]
+    if plan.get("forced"):
+        lines.append(f"# WARNING: planned with --force although it does not fit: {plan['forced']}")
     return lines
 
 
