@@ -136,7 +136,7 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
     plan["traffic"] = traffic
     switches = traffic["leaf_switches"] if traffic and traffic.get("leaf_switches") else None
     plan["megatron"] = model_specs.megatron_arguments(plan["parallelism"], mspec, vpp)
-    plan["deepspeed"] = model_specs.deepspeed_config(plan["parallelism"], mspec)
+    plan["deepspeed"] = model_specs.deepspeed_config(plan["parallelism"], mspec, plan["warnings"])
     launch.build_launch(plan, command=command, all_cpus=view.all_cpus, node_gpus=len(topo.gpus),
                         switches=switches, port=port, n_cores=len(set(placement.core_map(view).values())) or None,
                         torch_version=torch_version, view=placement.node_view(topo))

@@ -6,12 +6,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import importlib.util
 import io
+import json
 import os
 import stat
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -307,3 +310,59 @@ def test_explicit_sizes_that_do_not_fit_are_infeasible_unless_forced(tmp_path):
     forced_ranked = run_cli("plan", "example:hgx-h100", "--nodes", "2", "--model", "llama-70b", "--force",
                             "--emit", "torchrun")
     assert forced_ranked.code == 0 and "does not fit" in forced_ranked.stdout
+
+
+# ============================================================================================
+# 4. DeepSpeed: no ZeRO 2/3 with pipeline parallelism; a real batch without --model
+def test_deepspeed_never_gets_zero_2_or_3_with_pipeline_parallelism():
+    r = run_cli("plan", "example:hgx-h100", "--nodes", "2", "--tp", "4", "--pp", "2", "--model", "llama-8b,zero=3",
+                "--emit", "deepspeed")
+    assert r.code == 0, r.stderr
+    cfg = json.loads(r.stdout)
+    assert cfg["zero_optimization"]["stage"] <= 1
+    assert "pipeline engine refuses ZeRO 2 and 3" in r.stderr
+    # without pipeline parallelism the requested stage stays
+    r = run_cli("plan", "example:hgx-h100", "--nodes", "2", "--tp", "8", "--model", "llama-8b,zero=3",
+                "--emit", "deepspeed")
+    assert json.loads(r.stdout)["zero_optimization"]["stage"] == 3
+
+
+def test_deepspeeds_pipeline_engine_still_refuses_zero_2_and_3():
+    """The rule above is DeepSpeed's own (deepspeed/runtime/pipe/engine.py), in the installed version."""
+    spec = importlib.util.find_spec("deepspeed")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("deepspeed not installed")
+    src = Path(list(spec.submodule_search_locations)[0], "runtime", "pipe", "engine.py").read_text()
+    assert "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism" in src
+    assert ms.DEEPSPEED_PIPELINE_MAX_ZERO == 1
+
+
+def test_deepspeed_without_a_model_has_a_real_batch():
+    r = run_cli("plan", "example:hgx-h100", "--tp", "8", "--emit", "deepspeed")
+    assert r.code == 0, r.stderr
+    cfg = json.loads(r.stdout)
+    assert cfg["train_batch_size"] == ms.RUN_DEFAULTS["gbs"] and cfg["gradient_accumulation_steps"] == 1024
+    assert "--model ...,gbs=N" in r.stderr
+
+
+@pytest.mark.parametrize("nodes,extra", [(1, ["--tp", "8"]), (2, ["--tp", "4", "--pp", "2"]), (3, ["--tp", "8"]),
+                                         (2, ["--tp", "2", "--pp", "2", "--model", "llama-8b,zero=2,gbs=96"]),
+                                         (4, ["--model", "llama-70b,zero=3"])])
+def test_deepspeed_accepts_every_emitted_config(monkeypatch, nodes, extra):
+    """DeepSpeed's own DeepSpeedConfig reads each config with the plan's data-parallel world."""
+    dc = pytest.importorskip("deepspeed.runtime.config")
+    monkeypatch.setattr(dc.dist, "get_rank", lambda *a, **k: 0)   # no process group in this test
+    r = run_cli("plan", "example:hgx-h100", "--nodes", str(nodes), *extra, "--format", "json")
+    assert r.code == 0, r.stderr
+    plan = r.json()
+    dp = plan["parallelism"]["dp"] * plan["parallelism"]["cp"]
+
+    class MPU:
+        def get_data_parallel_world_size(self):
+            return dp
+
+    c = dc.DeepSpeedConfig(plan["deepspeed"], mpu=MPU())
+    assert c.train_batch_size == c.train_micro_batch_size_per_gpu * c.gradient_accumulation_steps * dp
+    assert c.train_batch_size >= ms.RUN_DEFAULTS["gbs"] or "gbs=" in " ".join(extra)
+    if plan["parallelism"]["pp"] > 1:
+        assert c.zero_optimization_stage < 2

@@ -243,6 +243,9 @@ def plan(
                                   "no NCCL_GRAPH_FILE; `gpucomm rings TOPO --format nccl-graph` writes one anyway")
         else:
             text = result["launch"][emit]
+            if emit == "deepspeed" and model is None:
+                diag(f"gpucomm: note: no --model: train_batch_size {result['deepspeed']['train_batch_size']} is gpucomm's "
+                     "default global batch (a multiple of the data-parallel size); set yours with --model ...,gbs=N")
         # a script (#!) is written executable: torchrun/mpirun start ./gpucomm-rank.sh, sbatch and users the rest
         write_text(text if text.endswith("\n") else text + "\n", executable=text.startswith("#!"))
     else:

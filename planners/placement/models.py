@@ -786,23 +786,37 @@ def megatron_arguments(parallelism: dict, model: Optional[dict] = None, vpp: Opt
     return {"args": args, "notes": notes}
 
 
-def deepspeed_config(parallelism: dict, model: Optional[dict] = None) -> dict:
+# DeepSpeed's PipelineEngine (deepspeed/runtime/pipe/engine.py) asserts a ZeRO stage below 2:
+# "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism".
+DEEPSPEED_PIPELINE_MAX_ZERO = 1
+
+
+def deepspeed_config(parallelism: dict, model: Optional[dict] = None, notes: Optional[List[str]] = None) -> dict:
     """A DeepSpeed config (``ds_config.json``) consistent with the plan: DeepSpeed's batch rule
     ``train_batch_size = train_micro_batch_size_per_gpu * gradient_accumulation_steps * data-parallel
     size`` with the plan's dp (DeepSpeed counts dp*cp ranks as data parallel when no sequence/context
     engine is used, so the plan's dp is what it divides by), ZeRO stage and precision from
-    ``--model`` (defaults: micro-batch 1, no accumulation, ZeRO-1, bf16)."""
+    ``--model`` (defaults: :data:`RUN_DEFAULTS`' global batch, micro-batch 1, ZeRO-1, bf16; without
+    a model the global batch is the default rounded up to a multiple of dp).  With pipeline
+    parallelism the ZeRO stage is at most 1 (DeepSpeed's pipeline engine refuses 2 and 3).
+    What was changed from the request is said in ``notes``."""
+    notes = notes if notes is not None else []
     dp = parallelism["dp"] * parallelism["cp"]
-    mbs = (model or {}).get("mbs", 1)
-    gbs = (model or {}).get("gbs", mbs * dp)
+    mbs = (model or {}).get("mbs", RUN_DEFAULTS["mbs"])
+    gbs = model["gbs"] if model is not None else -(-RUN_DEFAULTS["gbs"] // (mbs * dp)) * mbs * dp
     if gbs % (mbs * dp):
         raise PlanInfeasible(f"global batch {gbs} is not a multiple of micro-batch*dp = {mbs * dp}")
-    dtype = (model or {}).get("dtype", "bf16")
+    dtype = (model or {}).get("dtype", RUN_DEFAULTS["dtype"])
+    zero = min(3, (model or {}).get("zero", RUN_DEFAULTS["zero"]))
+    if parallelism["pp"] > 1 and zero > DEEPSPEED_PIPELINE_MAX_ZERO:
+        notes.append(f"DeepSpeed config: ZeRO stage {DEEPSPEED_PIPELINE_MAX_ZERO} instead of {zero}: DeepSpeed's "
+                     f"pipeline engine refuses ZeRO 2 and 3 with pipeline parallelism (pp={parallelism['pp']})")
+        zero = DEEPSPEED_PIPELINE_MAX_ZERO
     cfg = {
         "train_batch_size": gbs,
         "train_micro_batch_size_per_gpu": mbs,
         "gradient_accumulation_steps": gbs // (mbs * dp),
-        "zero_optimization": {"stage": min(3, (model or {}).get("zero", 1))},
+        "zero_optimization": {"stage": zero},
         "bf16": {"enabled": dtype in ("bf16", "bfloat16")},
         "fp16": {"enabled": dtype in ("fp16", "float16")},
         "gradient_clipping": 1.0,
