@@ -366,3 +366,87 @@ def test_deepspeed_accepts_every_emitted_config(monkeypatch, nodes, extra):
     assert c.train_batch_size >= ms.RUN_DEFAULTS["gbs"] or "gbs=" in " ".join(extra)
     if plan["parallelism"]["pp"] > 1:
         assert c.zero_optimization_stage < 2
+
+
+# ============================================================================================
+# 8. Inputs that are not what they seem; flag values out of range are usage errors everywhere
+NT_HEADER = ("#                                                              out-of-place                       in-place\n"
+             "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
+             "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)\n")
+NT_ROWS = [(1048576, 262144, 40.1, 26.15, 45.76), (4194304, 1048576, 60.2, 69.67, 121.9),
+           (16777216, 4194304, 120.4, 139.3, 243.8), (67108864, 16777216, 300.5, 223.3, 390.8),
+           (268435456, 67108864, 900.1, 298.2, 521.9)]
+
+
+def _nt_row(size, count, t, alg, bus, tag=None) -> str:
+    left = f"{size:12d}  {count:12d}     float     sum      -1"
+    right = f"  {t:7.1f}  {alg:6.2f}  {bus:6.2f}       0  {t:7.1f}  {alg:6.2f}  {bus:6.2f}       0"
+    if tag:   # Open MPI --tag-output: one tag per write; nccl-tests writes a row in several printf calls
+        return f"{tag}{left}{tag}{right}{tag}\n"
+    return f"{left}{right}\n"
+
+
+def test_open_mpi_tags_anywhere_in_a_row_are_stripped(tmp_path):
+    tag = "[1,0]<stdout>:"
+    text = "".join(tag + line + "\n" for line in
+                   ("# nThread 1 nGpus 1 minBytes 1048576 maxBytes 268435456 step: 4(factor) warmup iters: 5 "
+                    "iters: 20 agg iters: 1 validation: 1 graph: 0",) + tuple(NT_HEADER.splitlines()))
+    text += "".join(_nt_row(*r, tag=tag) for r in NT_ROWS)
+    f = tmp_path / "tagged.txt"
+    f.write_text(text)
+    from gpucomm.probes.formats.nccltests import parse_nccltests
+
+    run = parse_nccltests(text, str(f))
+    assert [r["size_bytes"] for r in run["rows"]] == [r[0] for r in NT_ROWS]
+    assert not any("skipped" in w for w in run["warnings"])
+    r = run_cli("predict", "example:hgx-h100", "--compare", str(f))
+    assert r.code == 0, r.stderr
+
+
+def test_a_file_of_two_tables_is_not_one_run(tmp_path):
+    """README.md quotes a predict table and a --compare table: their rows used to merge into one run
+    (a 7,228% median error with exit 0)."""
+    two = NT_HEADER + "".join(_nt_row(*r) for r in NT_ROWS) + "\nsome prose\n" + NT_HEADER + \
+        "".join(_nt_row(*r) for r in NT_ROWS[:2])
+    f = tmp_path / "two.md"
+    f.write_text(two)
+    r = run_cli("predict", "example:hgx-h100", "--compare", str(f))
+    assert r.code == 1 and "second table" in r.stderr and f"{f}:" in r.stderr and "Traceback" not in r.stderr
+    readme = ROOT / "README.md"
+    if readme.exists():
+        assert run_cli("predict", "example:hgx-h100", "--compare", str(readme)).code == 1
+
+
+@pytest.mark.parametrize("args", [
+    ("predict", "example:hgx-h100", "--size", "-5"), ("predict", "example:hgx-h100", "--size", "0"),
+    ("predict", "example:hgx-h100", "--size", "1K:0"), ("predict", "example:hgx-h100", "--nodes", "0"),
+    ("predict", "example:hgx-h100", "--nodes", "99999999999999999999"),
+    ("predict", "example:hgx-h100", "--fabric-gbps", "0"), ("predict", "example:hgx-h100", "--fabric-gbps", "nan"),
+    ("predict", "example:hgx-h100", "--gpus", "0,x"), ("rings", "example:hgx-h100", "--nodes", "0"),
+    ("rings", "example:hgx-h100", "--gpus", "a-b"), ("trees", "example:hgx-h100", "--nodes", "1000001"),
+    ("plan", "example:hgx-h100", "--nodes", "0"), ("plan", "example:hgx-h100", "--nodes", "100000000"),
+    ("plan", "example:hgx-h100", "--gpus", "x"), ("select", "example:hgx-h100", "-k", "2", "--free", "x"),
+    ("select", "example:hgx-h100", "-k", "0"), ("synth", "example:hgx-h100", "-N", "100000000"),
+    ("calibrate", "example:hgx-h100", "x.txt", "--nodes", "0"),
+    ("calibrate", "example:hgx-h100", "x.txt", "--fabric-gbps", "-1"),
+    ("bench", "collective", "--iters", "0"), ("bench", "collective", "--sizes", "-1"),
+    ("bench", "collective", "--timeout", "0"), ("bench", "p2p", "--size", "0"), ("bench", "p2p", "--warmup", "-1"),
+])
+def test_flag_values_out_of_range_are_usage_errors(args):
+    r = run_cli(*args)
+    assert r.code == 2, (r.code, r.stderr)
+    assert "Traceback" not in r.stderr
+
+
+# ============================================================================================
+# 10. NCCL's model figure and the data sheet's NVLink bandwidth, each labelled as what it is
+def test_show_and_labels_name_the_nccl_and_the_spec_sheet_figures():
+    r = run_cli("show", "example:hgx-h100")
+    assert r.code == 0, r.stderr
+    assert "NCCL model 370.8 GB/s, spec 450 GB/s/dir" in r.stdout
+    labels = run_cli("probe", "example:hgx-h100", "--format", "k8s-labels").json()["labels"]
+    pre = "feature.node.kubernetes.io/gpucomm-"
+    assert labels[pre + "nvlink.gpu-nccl-GBps"] == "370.8" and labels[pre + "nvlink.gpu-spec-GBps"] == "450"
+    assert pre + "nvlink.gpu-GBps" not in labels
+    b200 = run_cli("probe", "example:dgx-b200", "--format", "k8s-labels").json()["labels"]
+    assert b200[pre + "nvlink.gpu-spec-GBps"] == "900"

@@ -96,10 +96,15 @@ def calibrate(
 
     Formats: table (summary; default on a terminal), json (the profile; default with -o FILE), yaml.
     Use the profile with predict/plan/rings --calibration PROFILE.json (docs/CALIBRATION.md)."""
+    from gpucomm.commands.common import flag_value, max_nodes
     from gpucomm.planners.collectives.calibrate import SETUP_WARNING, build_calibration
     from gpucomm.probes.load import load_topology
+    from gpucomm.probes.units import MAX_FABRIC_GBPS
     from gpucomm.render.output import emit
 
+    flag_value("--nodes", nodes, lo=1, hi=max_nodes())
+    flag_value("--gpus-per-node", gpus_per_node, lo=1)
+    flag_value("--fabric-gbps", fabric_gbps, above=0, hi=MAX_FABRIC_GBPS)
     doc = load_topology(topo)
     texts = read_run_texts(runs)
     cal = build_calibration(doc, texts, topo, collective=collective, nodes=nodes, gpus_per_node=gpus_per_node,

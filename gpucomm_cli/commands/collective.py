@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from gpucomm.commands.common import TOPO_HELP, from_option, load_topo, topo_argument, usage_error
+from gpucomm.commands.common import TOPO_HELP, flag_value, from_option, load_topo, max_nodes, topo_argument, usage_error
 from gpucomm.probes import units
 from gpucomm.settings import diag
 
@@ -198,7 +198,8 @@ def rings(
     ch = (channels or "").strip().lower()
     if ch != "auto" and not (ch.isascii() and ch.isdigit() and 1 <= int(ch) <= 64):
         usage_error(f"{channels!r} is not auto or a channel count 1-64", "--channels")
-    gpu_list = parse_gpu_list(gpus)
+    gpu_list = flag_value("--gpus", gpus, parse=parse_gpu_list)
+    flag_value("--nodes", nodes, lo=1, hi=max_nodes())
     graph_text = _graph_file_text(compare) if compare else None
     log = None
     if compare and graph_text is None:
@@ -352,7 +353,8 @@ def trees(
     from gpucomm.probes.errors import InputError
     from gpucomm.render.output import emit
 
-    gpu_list = parse_gpu_list(gpus)
+    gpu_list = flag_value("--gpus", gpus, parse=parse_gpu_list)
+    flag_value("--nodes", nodes, lo=1, hi=max_nodes())
     if gpu_list is not None and gpus_per_node is not None and gpus_per_node != len(gpu_list):
         raise InputError(f"--gpus lists {len(gpu_list)} GPUs but --gpus-per-node is {gpus_per_node}")
     log = None

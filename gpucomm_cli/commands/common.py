@@ -9,7 +9,8 @@
 Only typer/click are imported here (``gpucomm --help`` start-up time)."""
 from __future__ import annotations
 
-from typing import NoReturn, Optional, Tuple
+import math
+from typing import Callable, NoReturn, Optional, Tuple, TypeVar
 
 import typer
 
@@ -31,6 +32,50 @@ def usage_error(message: str, param: Optional[str] = None) -> NoReturn:
     if param:
         raise BadParameter(message, ctx=ctx, param_hint=f"'{param}'")
     raise UsageError(message, ctx=ctx)
+
+
+T = TypeVar("T")
+
+
+def flag_value(flag: str, value: T, *, lo: Optional[float] = None, hi: Optional[float] = None,
+               above: Optional[float] = None, parse: Optional[Callable] = None):
+    """The one check of a flag's value, for every command: ``parse(value)`` when given (its
+    InputError/ValueError becomes a usage error), then the range -- ``lo <= x <= hi`` and ``x > above``,
+    finite.  Anything else exits 2 naming the flag, as click's own ``min=`` does (README "Exit codes":
+    a flag value out of range is a usage error, an input file that is wrong is exit 1).  None passes
+    (a flag not given).
+
+    >>> flag_value("--nodes", 4, lo=1)
+    4
+    """
+    if value is None:
+        return None
+    if parse is not None:
+        from gpucomm.probes.errors import InputError
+
+        try:
+            value = parse(value)
+        except (InputError, ValueError) as e:
+            text = str(e)
+            usage_error(text[len(flag) + 1:] if text.startswith(flag + " ") else text, flag)
+    nums = value if isinstance(value, (list, tuple)) else [value]
+    for x in nums:
+        if isinstance(x, bool) or not isinstance(x, (int, float)):
+            continue
+        if not math.isfinite(x):
+            usage_error(f"{x} is not a finite number", flag)
+        if (lo is not None and x < lo) or (hi is not None and x > hi) or (above is not None and x <= above):
+            rng = ([f">= {lo:g}"] if lo is not None else []) + ([f"> {above:g}"] if above is not None else []) \
+                + ([f"<= {hi:g}"] if hi is not None else [])
+            usage_error(f"{x if isinstance(x, int) else format(x, 'g')} is out of range (must be {' and '.join(rng)})", flag)
+    return value
+
+
+def max_nodes() -> int:
+    """The most nodes a --nodes may name: the most hosts a cluster may have (probes/limits.py)."""
+    from gpucomm.probes.limits import MAX_HOSTS
+
+    return MAX_HOSTS
 
 
 def topo_argument(live: bool = True):

@@ -9,7 +9,8 @@ from typing import Optional
 
 import typer
 
-from gpucomm.commands.common import TOPO_HELP, from_option, load_topo, pick_source, topo_argument, usage_error
+from gpucomm.commands.common import (TOPO_HELP, flag_value, from_option, load_topo, max_nodes, pick_source, topo_argument,
+                                     usage_error)
 from gpucomm.settings import SETTINGS, diag
 
 EMITS = ("torchrun", "slurm", "rankfile", "env", "wrapper", "json", "nccl-xml", "nccl-graph", "megatron", "deepspeed",
@@ -196,7 +197,8 @@ def plan(
     topo = pick_source(topo, src)
     if topo is None and cluster is None:
         usage_error("give a topology (TOPO, - for standard input) or --cluster FILE: gpucomm plan TOPO --tp 8 ...")
-    gpu_list = parse_index_list(gpus, "--gpus")
+    flag_value("--nodes", nodes, lo=1, hi=max_nodes())
+    gpu_list = flag_value("--gpus", gpus, parse=lambda t: parse_index_list(t, "--gpus"))
     if gpus is not None and not gpu_list:
         raise InputError("--gpus is empty", expected="e.g. 0-3")
     host_list = None
@@ -298,7 +300,7 @@ def select(
 
     if policy not in ("gpucomm", "gpuallocator"):
         usage_error(f"{policy!r} is not a policy (gpucomm or gpuallocator)", "--policy")
-    free_list = parse_index_list(free, "--free")
+    free_list = flag_value("--free", free, parse=parse_index_list)
     doc, _ = load_topo(topo, src)
     res = select_gpus(doc, count, free_list, compare=True)
     if policy == "gpuallocator":
@@ -339,6 +341,7 @@ def synth(
 
     from gpucomm.render.output import chosen_format, write_text
 
+    flag_value("--nodes", nodes, lo=1, hi=max_nodes())
     node = pick_source(topo, node)
     if node is None:
         usage_error("give the topology of every node (TOPO or --node), e.g. gpucomm synth example:hgx-h100 -N 64")

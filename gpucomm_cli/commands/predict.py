@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from gpucomm.commands.common import from_option, load_topo, topo_argument
+from gpucomm.commands.common import flag_value, from_option, load_topo, max_nodes, topo_argument
 from gpucomm.probes import units
 from gpucomm.settings import diag
 
@@ -147,7 +147,10 @@ def predict(
     from gpucomm.probes.load import read_text_input
     from gpucomm.render.output import emit
 
-    gpu_list = parse_gpu_list(gpus)
+    gpu_list = flag_value("--gpus", gpus, parse=parse_gpu_list)
+    flag_value("--nodes", nodes, lo=1, hi=max_nodes())
+    flag_value("--fabric-gbps", fabric_gbps, above=0, hi=units.MAX_FABRIC_GBPS)
+    flag_value("--size", size, parse=lambda t: units.parse_sizes(t, "--size", minimum=1))
     cal = read_calibration(calibration) if calibration is not None else None
     if compare_file is not None:
         for flag, value in (("--size", size), ("--dtype", dtype)):

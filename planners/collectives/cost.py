@@ -33,7 +33,7 @@ from typing import Iterable, Optional, Sequence, Union
 from gpucomm.probes import facts
 from gpucomm.probes.errors import InputError, NothingToDo, PlanInfeasible, TopologyError
 from gpucomm.probes.topology import Topology
-from gpucomm.probes.units import busbw_factor, normalize_collective
+from gpucomm.probes.units import MAX_FABRIC_GBPS, busbw_factor, normalize_collective
 from gpucomm.planners.collectives import timing
 from gpucomm.planners.nccl.tuning import (ALGOS, SPEEDS_INTER, SPEEDS_INTRA, CommGraph, _ladder, allowed_algos,
                                            nccl_choice, path_rank, tuning_table)
@@ -229,7 +229,7 @@ def graphs(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[i
     if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1 or nodes > 1_000_000:
         raise InputError(f"--nodes {nodes!r}: must be a positive integer")
     if fabric_gbps is not None and (isinstance(fabric_gbps, bool) or not isinstance(fabric_gbps, (int, float))
-                                    or not math.isfinite(fabric_gbps) or fabric_gbps <= 0 or fabric_gbps > 1e6):
+                                    or not math.isfinite(fabric_gbps) or fabric_gbps <= 0 or fabric_gbps > MAX_FABRIC_GBPS):
         raise InputError(f"--fabric-gbps {fabric_gbps!r}: must be a positive number of Gb/s")
     topo = Topology.of(doc)
     n_doc = len(topo.gpus)
