@@ -450,3 +450,38 @@ def test_show_and_labels_name_the_nccl_and_the_spec_sheet_figures():
     assert pre + "nvlink.gpu-GBps" not in labels
     b200 = run_cli("probe", "example:dgx-b200", "--format", "k8s-labels").json()["labels"]
     assert b200[pre + "nvlink.gpu-spec-GBps"] == "900"
+
+
+# ============================================================================================
+# 7. doctor: NVIDIA GPUs without a driver answer are a finding; a rule that could not run is not "checked"
+def test_doctor_finds_a_driverless_node_and_does_not_call_its_nvlinks_checked(tmp_path):
+    import shutil
+
+    host = tmp_path / "hgx-h100"
+    shutil.copytree(ROOT / "fixtures" / "hosts" / "hgx-h100", host, symlinks=True)
+    (host / "nvml.json").unlink()
+    for f in (host / "commands").iterdir():     # no nvidia-smi output recorded
+        f.unlink()
+    r = run_cli("doctor", str(host))
+    assert r.code == 5, r.stdout + r.stderr
+    assert "error gpu-driver" in r.stdout and "neither NVML nor nvidia-smi answered" in r.stdout
+    assert "no problems found" not in r.stdout
+    checked = next(ln for ln in r.stdout.splitlines() if ln.startswith("checked: "))
+    assert "nvlink-inactive" not in checked and "mig-enabled" not in checked
+    assert "not checked: nvlink-inactive" in r.stdout
+    rep = run_cli("doctor", str(host), "--format", "json").json()
+    assert "nvlink-inactive" not in rep["checked"]
+    assert {n["rule"] for n in rep["not_checked"]} >= {"nvlink-inactive", "mig-enabled"}
+    assert rep["degraded"] and rep["findings"][0]["rule"] == "gpu-driver"
+    from jsonschema import validate as js_validate   # the report is a valid gpucomm.doctor/v1 document
+
+    js_validate(rep, json.loads((ROOT / "planners" / "schema" / "doctor.schema.json").read_text()))
+
+
+def test_doctor_with_a_driver_checks_every_rule():
+    rep = run_cli("doctor", "example:hgx-h100", "--format", "json").json()
+    assert rep["not_checked"] == [] and "nvlink-inactive" in rep["checked"] and not rep["findings"]
+    # a capture without NICs: the RDMA rules could not run, and say so
+    cap = run_cli("doctor", "example:a100-pcie-4x-nvbridge", "--format", "json").json()
+    assert all(n["reason"] for n in cap["not_checked"])
+    assert not set(cap["checked"]) & {n["rule"] for n in cap["not_checked"]}

@@ -47,7 +47,7 @@ def doctor(
     rules: Optional[str] = typer.Option(None, "--rules", help="Comma list of rules to run (default: all): "
                                         "pcie-downtrained, nvlink-inactive, ib-port-down, ib-rate-low, "
                                         "nic-numa-mismatch, p2p-blocked, cpu-affinity-mismatch, measured-bw-low, "
-                                        "mig-enabled, matrix-asymmetric."),
+                                        "mig-enabled, matrix-asymmetric, gpu-driver."),
 ) -> None:
     """Find degraded or misconfigured links: PCIe down-trained, NVLink down, IB ports down or slow, GPU/NIC
     NUMA mismatches, ACS/IOMMU blocking P2P, MIG. Exits 5 when it finds errors or warnings."""
@@ -72,8 +72,13 @@ def doctor(
 
         c = report["counts"]
         summary = f"{plural(c['error'], 'error')}, {plural(c['warning'], 'warning')}, {c['info']} info"
+        skipped = report.get("not_checked") or []
+        not_checked = "not checked: " + "; ".join(f"{n['rule']} ({n['reason']})" for n in skipped)
         if not report["findings"]:
-            console.print(f"gpucomm doctor: {title}: no problems found ({len(report['checked'])} rules checked)")
+            console.print(f"gpucomm doctor: {title}: no problems found by the {plural(len(report['checked']), 'rule')} "
+                          f"checked" + (f"; {len(skipped)} could not run" if skipped else ""), soft_wrap=True)
+            if skipped:
+                console.print(escape(not_checked), soft_wrap=True)
             return
         t = Table(title=f"gpucomm doctor: {title} -- {summary}", show_lines=True, title_justify="left")
         t.add_column("severity", no_wrap=True)
@@ -91,6 +96,8 @@ def doctor(
 
         print_table(console, t, narrow=lines)
         console.print(f"checked: {', '.join(report['checked'])}")
+        if skipped:
+            console.print(escape(not_checked), soft_wrap=True)
 
     emit(report, table=table)
     raise typer.Exit(int(ExitCode.DEGRADED) if report["degraded"] else int(ExitCode.OK))
