@@ -21,14 +21,17 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
                     command: str = "train.py", topo_file_path: Optional[str] = None, port: int = 29500,
                     hosts: Optional[List[str]] = None, etp: Optional[int] = None, vpp: Optional[int] = None,
                     torch_version: Optional[str] = None, calibration: Optional[dict] = None,
-                    calibration_source: Optional[str] = None, nccl_graph: bool = False, force: bool = False) -> dict:
+                    calibration_source: Optional[str] = None, nccl_graph: bool = False, force: bool = False,
+                    nccl_xml: bool = False) -> dict:
     """Everything ``gpucomm plan`` computes, as the ``gpucomm.plan/v1`` document (no I/O): the
     factorization (given, or ranked for ``model``), the rank layout, env settings with reasons, launch
     artefacts, and with ``cluster`` the host order and cross-switch traffic.  ``calibration``: a
     ``gpucomm.calibration/v1`` document that times the collectives of ``model``'s estimate.
     ``nccl_graph``: set NCCL_GRAPH_FILE (file ``nccl-graph.xml``) where our rings beat NCCL's search.
     A ``model`` that does not fit in GPU memory is PlanInfeasible, whether the sizes were ranked or
-    given; ``force`` plans it anyway, with the reason in ``forced`` (and in the launch files)."""
+    given; ``force`` plans it anyway, with the reason in ``forced`` (and in the launch files).
+    ``nccl_xml``: ``files['nccl-topo.xml']`` always (the XML NCCL detects by itself where the host's
+    own tree serves, the VM skeleton where it does not; each says which in a comment)."""
     order = placement.parse_order(order)
     mspec = model_specs.parse_model_spec(model)
     hosts_pool = None
@@ -130,6 +133,8 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
             plan["warnings"].append("GPU memory unknown: memory fit not checked")
     plan["candidates"] = candidates
     penv.build_env(plan, view, topo_file_path=topo_file_path or penv.DEFAULT_TOPO_FILE, nccl_graph=nccl_graph)
+    if nccl_xml and "nccl-topo.xml" not in plan["files"]:
+        plan["files"]["nccl-topo.xml"] = penv.pinned_topo_xml(view)
     traffic = None
     if nodes > 1 or cluster is not None:
         traffic = traffic_report(plan, cluster.fabric if cluster is not None else None)

@@ -485,3 +485,87 @@ def test_doctor_with_a_driver_checks_every_rule():
     cap = run_cli("doctor", "example:a100-pcie-4x-nvbridge", "--format", "json").json()
     assert all(n["reason"] for n in cap["not_checked"])
     assert not set(cap["checked"]) & {n["rule"] for n in cap["not_checked"]}
+
+
+# ============================================================================================
+# 6. plan --emit nccl-xml emits the XML NCCL should load, and says whether NCCL finds it by itself
+EXAMPLES_WITH_GPUS = sorted(p.stem for p in (ROOT / "probes" / "examples").glob("*.json")
+                            if p.stem not in ("index", "cpu-only"))
+VM_XMLS = ["azure-ndv2-topo.xml", "azure-ndv4-topo.xml", "azure-ndv5-topo.xml", "aws-p4d-24xl-topo.xml"]
+
+
+def _emitted_xml(src: str, tmp_path) -> str:
+    out = tmp_path / "topo.xml"
+    r = run_cli("plan", src, "--emit", "nccl-xml", "-o", str(out))
+    assert r.code == 0, (src, r.stderr)
+    text = out.read_text()
+    assert text.startswith("<!-- gpucomm: ") and "<system" in text
+    return text
+
+
+@pytest.mark.parametrize("name", EXAMPLES_WITH_GPUS)
+def test_nccl_xml_of_every_example(name, tmp_path):
+    text = _emitted_xml(f"example:{name}", tmp_path)
+    # the comment says what the plan does: NCCL_TOPO_FILE where NCCL would not find the topology itself
+    env = run_cli("plan", f"example:{name}", "--format", "json").json()["env"]
+    if "NCCL_TOPO_FILE" in env:
+        assert "NCCL would NOT find it on its own" in text
+    else:
+        assert "NCCL would find the same on its own" in text
+    from gpucomm.probes.load import load_topology   # and it reads back: the same GPUs
+
+    back = load_topology(str(tmp_path / "topo.xml"))
+    assert len(back["gpus"]) == len(load_topology(f"example:{name}")["gpus"])
+
+
+@pytest.mark.parametrize("name", VM_XMLS)
+def test_nccl_xml_of_vm_topology_files(name, tmp_path):
+    text = _emitted_xml(str(ROOT / "fixtures" / "captures" / "ncclxml" / name), tmp_path)
+    assert "NCCL would NOT find this on its own" in text
+
+
+def test_nccl_xml_of_a_flat_vm_snapshot(tmp_path):
+    from support import vm_flat_doc
+
+    f = tmp_path / "vm.json"
+    f.write_text(json.dumps(vm_flat_doc()))
+    text = _emitted_xml(str(f), tmp_path)
+    assert "NCCL would NOT find it on its own" in text and "ffff:ff:01.0" in text
+
+
+def test_nccl_xml_without_bus_ids_says_so_and_writes_nothing(tmp_path):
+    cap = ROOT / "fixtures" / "captures" / "topo" / "86_h100-x8_9nic_azure-nd-h100-v5.txt"
+    out = tmp_path / "topo.xml"
+    r = run_cli("plan", str(cap), "--emit", "nccl-xml", "-o", str(out))
+    assert r.code == 1 and "no PCI bus ids" in r.stderr and "PCIe tree" not in r.stderr
+    assert not out.exists()
+
+
+def _ncclsim_binary(tmp_path):
+    env = os.environ.get("NCCLSIM_BIN")
+    if env and os.access(env, os.X_OK):
+        return env
+    import shutil
+
+    src = Path(os.environ.get("NCCLSIM_SRC", ROOT.parent / "shared" / "tools" / "ncclsim"))
+    if shutil.which("g++") is None or not (src / "nccl" / "src").is_dir():
+        pytest.skip("needs NCCLSIM_BIN, or g++ and the NCCL sources of ncclsim (../shared/tools/ncclsim)")
+    sys.path.insert(0, str(ROOT / "tools"))
+    import ncclsim_goldens as G  # noqa: E402
+
+    return str(G.build_ncclsim(tmp_path / "ncclsim", src))
+
+
+@pytest.mark.slow
+def test_ncclsim_loads_every_nccl_xml_we_emit(tmp_path):
+    """NCCL's own topology code (ncclsim) loads each emitted file without a warning."""
+    binary = _ncclsim_binary(tmp_path)
+    inputs = [f"example:{n}" for n in EXAMPLES_WITH_GPUS] + \
+        [str(ROOT / "fixtures" / "captures" / "ncclxml" / n) for n in VM_XMLS]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
+    env["NCCL_DEBUG"] = "WARN"
+    for i, src in enumerate(inputs):
+        out = tmp_path / f"{i}.xml"
+        assert run_cli("plan", src, "--emit", "nccl-xml", "-o", str(out)).code == 0, src
+        p = subprocess.run([binary, str(out)], capture_output=True, text=True, env=env, timeout=300)
+        assert p.returncode == 0 and "WARN" not in p.stdout + p.stderr, (src, (p.stdout + p.stderr)[-400:])

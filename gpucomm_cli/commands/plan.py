@@ -223,7 +223,7 @@ def plan(
                              topo_file_path=topo_file_path, port=port, hosts=host_list, etp=etp, vpp=vpp,
                              torch_version=installed_torch_version(), calibration=cal,
                              calibration_source=calibration, nccl_graph=nccl_graph or emit == "nccl-graph",
-                             force=SETTINGS.force)
+                             force=SETTINGS.force, nccl_xml=emit == "nccl-xml")
     if emit is not None:
         from gpucomm.probes.model import dumps_json
 
@@ -234,10 +234,7 @@ def plan(
 
             text = env_shell(result)
         elif emit == "nccl-xml":
-            text = (result.get("files") or {}).get("nccl-topo.xml")
-            if text is None:
-                raise NothingToDo("this topology shows its PCIe tree: NCCL needs no NCCL_TOPO_FILE "
-                                  "(only VMs with a flat PCIe tree get one)")
+            text = result["files"]["nccl-topo.xml"]
         elif emit == "nccl-graph":
             text = (result.get("files") or {}).get("nccl-graph.xml")
             if text is None:

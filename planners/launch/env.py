@@ -51,9 +51,12 @@ def cuda_indices(view: NodeView) -> Dict[int, int]:
 def flat_pcie(view: NodeView) -> bool:
     """True when the visible PCIe tree hides the GPU/NIC pairing, as in VMs: no PCIe switch is
     visible, no GPU is PIX/PXB to any NIC, and either there are several GPUs and NICs (real HGX-class
-    boards always have switches) or sysfs reports NUMA node -1."""
+    boards always have switches) or sysfs reports NUMA node -1.  Never for GPUs on C2C (Grace
+    Hopper/Blackwell): each hangs off its own CPU, which is the real tree, not a VM's flattening."""
     doc = view.doc
     if not view.nics or view.gpu_count < 2:
+        return False
+    if any(g.get("c2c") for g in view.gpus):
         return False
     if any(s.get("kind") == "pcie" for s in doc.get("switches") or [] if isinstance(s, dict)):
         return False
@@ -127,10 +130,54 @@ def topo_skeleton(view: NodeView) -> dict:
 
 
 def topo_file_text(view: NodeView) -> Optional[str]:
-    """The skeleton as NCCL topology XML (:func:`gpucomm.probes.formats.nccl_xml.export_nccl_xml`)."""
+    """The skeleton as NCCL topology XML (:func:`gpucomm.probes.formats.nccl_xml.export_nccl_xml`),
+    with a comment saying why NCCL needs it."""
     from gpucomm.probes.formats.nccl_xml import export_nccl_xml
 
-    return export_nccl_xml(topo_skeleton(view))
+    return xml_comment(
+        "gpucomm: the topology NCCL should load on this host (NCCL_TOPO_FILE). NCCL would NOT find it on its "
+        "own: the visible PCIe tree is flat (a VM), so NCCL could not tell which NIC is next to which GPU; here "
+        "each GPU and its NIC share a bridge, so NCCL uses GPUDirect RDMA and the right NIC per GPU.") \
+        + export_nccl_xml(topo_skeleton(view))
+
+
+def xml_comment(text: str) -> str:
+    """An XML comment line NCCL's parser skips (xml.cc xmlSkipComment) and XML allows: no ``--``
+    inside, no tabs (NCCL skips only spaces and newlines before a tag)."""
+    body = " ".join(text.replace("--", "- -").split())
+    return f"<!-- {body} -->\n"
+
+
+def pinned_topo_xml(view: NodeView) -> str:
+    """The topology XML NCCL itself detects on the host of ``view`` (:func:`gpucomm.planners.nccl.pinning.pin`:
+    every value NCCL reads from the host written in), with a comment saying that NCCL finds the same
+    on its own and which values were assumed.  InputError when the GPUs' PCI bus ids are unknown
+    (an ``nvidia-smi topo -m`` capture): NCCL matches a topology file's GPUs by bus id."""
+    from gpucomm.planners.nccl.pinning import pin
+    from gpucomm.probes.errors import InputError
+
+    topo = view.topo
+    if any(not g.pci_bus_id for g in topo.gpus):
+        raise InputError("the input has no PCI bus ids for its GPUs (an nvidia-smi topo -m capture prints none), "
+                         "and NCCL matches the GPUs of a topology file by bus id: no NCCL_TOPO_FILE can be written",
+                         expected="a snapshot (gpucomm snapshot), a live probe on the node, or an NCCL topology dump")
+    from gpucomm.probes.formats.nccl_xml import STATIC_SKELETON
+
+    text = pin(topo)
+    assumed = list(topo.assumptions)
+    if any(isinstance(s, dict) and s.get("name") == "nccl-xml" and STATIC_SKELETON in str(s.get("detail"))
+           for s in topo.doc.get("sources") or []):
+        note = ("gpucomm: the topology NCCL should load on this host, from a static topology file (NCCL_TOPO_FILE) "
+                "as cloud providers ship for VMs, values NCCL reads from the host written in. NCCL would NOT find "
+                "this on its own: such a VM shows NCCL a flat PCIe tree; keep NCCL_TOPO_FILE pointing at a file "
+                "like this one.")
+    else:
+        note = ("gpucomm: the topology NCCL detects by itself on this host (its PCIe tree, GPUs and NICs, values "
+                "NCCL reads from the host written in). NCCL would find the same on its own: NCCL_TOPO_FILE is not "
+                "needed here; the file pins what NCCL sees (for ncclsim, or to keep it when the host changes).")
+    if assumed:
+        note += " Assumed where the input did not say: " + "; ".join(assumed) + "."
+    return xml_comment(note) + text
 
 
 def build_env(plan: dict, view: NodeView, *, topo_file_path: str = DEFAULT_TOPO_FILE, nccl_graph: bool = False) -> dict:
