@@ -24,8 +24,17 @@ _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b|\[[0-9;]*m")
 
 
 def read_text_input(path: str) -> str:
-    """Read a text input (a regular file of at most MAX_INPUT_BYTES), rejecting binary junk and
-    wrong encodings with a one-line error."""
+    """Read a text input (a regular file of at most MAX_INPUT_BYTES, or a shipped capture named
+    ``example:<file name>``), rejecting binary junk and wrong encodings with a one-line error."""
+    if path.startswith("example:"):
+        from gpucomm.probes.examples import capture_path, example_path
+
+        found = capture_path(path)
+        if found is None:
+            example_path(path.split(":", 1)[1])   # names what exists
+            raise InputError("is a bundled machine, not a text file", path,
+                             expected="a file, or example:<capture file name> (gpucomm examples)")
+        path = found
     try:
         if stat.S_ISDIR(os.stat(path).st_mode):
             raise InputError("is a directory but not a snapshot", path, expected="a snapshot with meta.json or sys/")
@@ -328,8 +337,11 @@ def load_topology_text(src: str, text: Optional[str] = None) -> tuple:
     if src == STDIN:
         return _load_stdin(), None
     if src.startswith("example:"):
-        from gpucomm.probes.examples import load_example
+        from gpucomm.probes.examples import capture_path, load_example
 
+        cap = capture_path(src)
+        if cap is not None:        # a shipped capture (an nvidia-smi topo -m output)
+            return load_topology_text(cap)
         return finalize(load_example(src.split(":", 1)[1])), None
     src_path = src
     from gpucomm.probes.validate import validate_document

@@ -569,3 +569,61 @@ def test_ncclsim_loads_every_nccl_xml_we_emit(tmp_path):
         assert run_cli("plan", src, "--emit", "nccl-xml", "-o", str(out)).code == 0, src
         p = subprocess.run([binary, str(out)], capture_output=True, text=True, env=env, timeout=300)
         assert p.returncode == 0 and "WARN" not in p.stdout + p.stderr, (src, (p.stdout + p.stderr)[-400:])
+
+
+# ============================================================================================
+# 12. A wheel user can follow the README's tour: the captures it reads ship as example:<file name>
+README_CAPTURES = ["09_h100-x8_1node_allreduce_cluster01.txt", "005_polaris_2n_all_gather_nccl221_env5.txt",
+                   "010_polaris_2n_all_reduce_nccl221_env5.txt", "015_polaris_2n_alltoall_nccl221_env5.txt",
+                   "025_polaris_8n_all_reduce_nccl221_env5.txt", "18_h100-sxm-x8_9nic_tabs.txt"]
+
+
+def test_shipped_captures_are_the_fixtures_byte_for_byte():
+    r = subprocess.run([sys.executable, str(ROOT / "fixtures" / "pack_examples.py"), "--check"], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    listed = {c["name"] for c in run_cli("examples", "--format", "json").json()["captures"]}
+    assert listed == {f"example:{n}" for n in README_CAPTURES}
+
+
+def test_the_tour_with_example_captures():
+    r = run_cli("predict", "example:hgx-h100", "--compare", "example:09_h100-x8_1node_allreduce_cluster01.txt")
+    assert r.code == 0 and "median |error| over 10 sizes" in r.stdout, r.stderr
+    runs = [f"example:{n}" for n in README_CAPTURES[1:4]]
+    c = run_cli("calibrate", "example:polaris", *runs, "--format", "json")
+    assert c.code == 0 and "net_gbps_per_nic" in c.json()["fitted"], c.stderr
+    m = run_cli("show", "example:18_h100-sxm-x8_9nic_tabs.txt", "--format", "matrix")
+    assert m.code == 0 and "NV18" in m.stdout
+    bad = run_cli("predict", "example:hgx-h100", "--compare", "example:hgx-h100")
+    assert bad.code == 1 and "not a text file" in bad.stderr
+
+
+@pytest.mark.slow
+def test_a_wheel_user_runs_the_tour_from_another_directory(tmp_path):
+    """Built wheel, installed alone into a folder, run from outside the checkout: the README's
+    --compare and calibrate steps work with the shipped captures."""
+    from test_layout import build_wheel
+
+    wheel = build_wheel(tmp_path / "build")
+    site = tmp_path / "site"
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = dict(os.environ, PYTHONPATH=str(site))
+
+    def gpucomm(*args):
+        return subprocess.run([sys.executable, "-m", "gpucomm", *args], capture_output=True, text=True, cwd=elsewhere,
+                              env=env, timeout=300)
+
+    where = subprocess.run([sys.executable, "-c", "import gpucomm; print(gpucomm.__file__)"], capture_output=True,
+                           text=True, cwd=elsewhere, env=env, timeout=60).stdout
+    assert where.startswith(str(site)), where
+    p = gpucomm("predict", "example:hgx-h100", "--compare", "example:09_h100-x8_1node_allreduce_cluster01.txt")
+    assert p.returncode == 0 and "# summary:" in p.stdout, p.stderr
+    c = gpucomm("calibrate", "example:polaris", *[f"example:{n}" for n in README_CAPTURES[1:4]], "-o", "polaris.json")
+    assert c.returncode == 0, c.stderr
+    p8 = gpucomm("predict", "example:polaris", "--compare", "example:025_polaris_8n_all_reduce_nccl221_env5.txt",
+                 "--calibration", "polaris.json")
+    assert p8.returncode == 0 and "# summary:" in p8.stdout, p8.stderr
