@@ -627,3 +627,79 @@ def test_a_wheel_user_runs_the_tour_from_another_directory(tmp_path):
     p8 = gpucomm("predict", "example:polaris", "--compare", "example:025_polaris_8n_all_reduce_nccl221_env5.txt",
                  "--calibration", "polaris.json")
     assert p8.returncode == 0 and "# summary:" in p8.stdout, p8.stderr
+
+
+# ============================================================================================
+# 13. RoCE: NCCL_IB_GID_INDEX from the GID table the probe reads; dual-port cards and NCCL_CROSS_NIC=0
+GIDS_V1V2 = [("fe80:0000:0000:0000:ba59:9fff:fe00:0001", "IB/RoCE v1"),
+             ("fe80:0000:0000:0000:ba59:9fff:fe00:0001", "RoCE v2"),
+             ("0000:0000:0000:0000:0000:ffff:0a00:0101", "IB/RoCE v1"),
+             ("0000:0000:0000:0000:0000:ffff:0a00:0101", "RoCE v2")]
+
+
+def test_the_ib_probe_reads_the_gid_table(tmp_path):
+    from gpucomm.probes.sources import ib
+    from gpucomm.probes.sources.host import Host
+    from support import NIC_ETH, SysfsTree
+
+    t = SysfsTree(tmp_path)
+    t.numa(0, "0-3")
+    hb = t.host_bridge("pci0000:17")
+    rp = t.bridge(hb, "0000:17:01.0", numa=0)
+    nic = t.device(rp, "0000:18:00.0", NIC_ETH, vendor="0x15b3", device="0x1021", numa=0)
+    attrs = {"link_layer": "Ethernet", "rate": "200 Gb/sec (4X HDR)"}
+    for i, (gid, typ) in enumerate(GIDS_V1V2):
+        attrs[f"gids/{i}"] = gid
+        attrs[f"gid_attrs/types/{i}"] = typ
+    attrs["gids/4"] = "0000:0000:0000:0000:0000:0000:0000:0000"
+    t.ib(nic, "mlx5_0", ports={1: attrs}, netdev="ens1np0")
+    doc = ib.collect(Host(root=tmp_path))
+    gids = doc["nics"][0]["ports"][0]["gids"]
+    assert [(g["index"], g["type"]) for g in gids] == [(0, "IB/RoCE v1"), (1, "RoCE v2"), (2, "IB/RoCE v1"),
+                                                       (3, "RoCE v2")]
+    from gpucomm.planners.nccl.gid import nccl_gid_index
+
+    assert nccl_gid_index(gids) == 3
+
+
+def _roce_doc(gid_sets):
+    from support import hgx_doc
+
+    doc = hgx_doc()
+    for n, gids in zip(doc["nics"], gid_sets):
+        n["link_layer"] = "Ethernet"
+        for p in n["ports"]:
+            p["link_layer"] = "Ethernet"
+            if gids is not None:
+                p["gids"] = [{"index": i, "gid": g, "type": t} for i, (g, t) in enumerate(gids)]
+    return doc
+
+
+def test_roce_plans_set_nccl_ib_gid_index(tmp_path):
+    from gpucomm.planners.plan import build_full_plan
+
+    plan = build_full_plan(_roce_doc([GIDS_V1V2] * 8), nodes=2, tp=8)
+    assert plan["env"]["NCCL_IB_GID_INDEX"]["value"] == "3"
+    # one NIC with its IPv4 RoCE v2 address elsewhere: no single index, said so
+    other = GIDS_V1V2[:3] + [("0000:0000:0000:0000:0000:ffff:0a00:0102", "IB/RoCE v1"),
+                             ("0000:0000:0000:0000:0000:ffff:0a00:0102", "RoCE v2")]      # NCCL picks 4 there
+    plan = build_full_plan(_roce_doc([GIDS_V1V2] * 7 + [other]), nodes=2, tp=8)
+    assert "NCCL_IB_GID_INDEX" not in plan["env"] and any("GID tables differ" in w for w in plan["warnings"])
+    plan = build_full_plan(_roce_doc([None] * 8), nodes=2, tp=8)
+    assert "NCCL_IB_GID_INDEX" not in plan["env"] and any("without a GID table" in w for w in plan["warnings"])
+    ib_plan = build_full_plan(__import__("support").hgx_doc(), nodes=2, tp=8)   # InfiniBand: NCCL uses GID 0
+    assert "NCCL_IB_GID_INDEX" not in ib_plan["env"]
+
+
+def test_dual_port_cards_warn_that_cross_nic_0_does_not_hold():
+    from gpucomm.planners.plan import build_full_plan
+    from support import hgx_doc
+
+    doc = hgx_doc()
+    for i, n in enumerate(doc["nics"]):
+        n["sys_image_guid"] = f"b859:9f03:00d5:2a{i // 2:02x}"    # two devices (ports) per card
+    plan = build_full_plan(doc, nodes=2, tp=8)
+    assert plan["env"]["NCCL_CROSS_NIC"]["value"] == "0"
+    assert any("NCCL_CROSS_NIC=0 does not hold on dual-port cards" in w for w in plan["warnings"])
+    single = build_full_plan(hgx_doc(), nodes=2, tp=8)
+    assert not any("dual-port" in w for w in single["warnings"])

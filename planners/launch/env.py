@@ -262,6 +262,15 @@ def build_env(plan: dict, view: NodeView, *, topo_file_path: str = DEFAULT_TOPO_
             _set(env, "NCCL_CROSS_NIC", "0",
                  "rail-aligned plan: local rank i uses the same-rail NIC on every node, so rings and trees "
                  "can stay on one rail (nccl#1591)")
+            dual = dual_port_cards(view, rdma_used)
+            if dual:
+                warnings.append(
+                    "NCCL_CROSS_NIC=0 does not hold on dual-port cards (" + ", ".join(dual[:4])
+                    + (" ..." if len(dual) > 4 else "") + "; ConnectX-7/BlueField-3 with both ports cabled): NCCL "
+                    "fuses the ports of one card into one virtual NIC (NCCL_IB_MERGE_NICS, default on) and spreads "
+                    "channels over both, so traffic crosses rails whenever the two ports sit on different rails; "
+                    "cable both ports of a card to the same rail, or set NCCL_IB_MERGE_NICS=0")
+        roce_gid_index(env, warnings, view, rdma_used)
         front = _front_end_netdev(view, set(used), warnings)
         if front:
             _set(env, "NCCL_SOCKET_IFNAME", "=" + front,
@@ -354,6 +363,60 @@ def build_env(plan: dict, view: NodeView, *, topo_file_path: str = DEFAULT_TOPO_
     plan["files"] = files
     plan["warnings"] = list(dict.fromkeys(warnings))
     return plan
+
+
+def dual_port_cards(view: NodeView, names: List[str]) -> List[str]:
+    """The plan's RDMA NICs that are one port of a card with two or more active ports: a device with
+    several active ports, or devices sharing a ``sys_image_guid`` (one ASIC, one device per port, as
+    ConnectX-7 and BlueField-3 show them) -- what NCCL fuses into one virtual NIC."""
+    by_card: Dict[str, List[str]] = {}
+    out = []
+    for name, n in view.nics.items():
+        if not nic_is_rdma(n):
+            continue
+        if len(nic_active_ports(n)) > 1 and name in names:
+            out.append(name)
+        card = n.get("sys_image_guid")
+        if card:
+            by_card.setdefault(card, []).append(name)
+    for members in by_card.values():
+        if len(members) > 1:
+            out += [m for m in members if m in names and m not in out]
+    return sorted(out, key=_natural)
+
+
+def roce_gid_index(env: dict, warnings: List[str], view: NodeView, names: List[str]) -> None:
+    """NCCL_IB_GID_INDEX for the plan's RoCE NICs: the index NCCL's own choice gives on each active
+    port (:func:`gpucomm.planners.nccl.gid.nccl_gid_index`: RoCE v2, IPv4-mapped), set when every
+    port agrees so that all ranks use the same one; a warning when they differ or the GID tables are
+    unknown."""
+    from gpucomm.planners.nccl.gid import nccl_gid_index
+
+    picks: Dict[str, int] = {}
+    unknown = []
+    for name in names:
+        n = view.nics.get(name) or {}
+        for p in n.get("ports") or []:
+            if not isinstance(p, dict) or p.get("link_layer") != "Ethernet" or str(p.get("state")).upper() != "ACTIVE":
+                continue
+            if p.get("gids"):
+                picks[f"{name}:{p.get('port')}"] = nccl_gid_index(p["gids"])
+            else:
+                unknown.append(name)
+    if picks and len(set(picks.values())) == 1:
+        idx = next(iter(picks.values()))
+        _set(env, "NCCL_IB_GID_INDEX", str(idx),
+             f"RoCE: GID {idx} is the RoCE v2 IPv4-mapped entry of every plan NIC's GID table, the one NCCL's own "
+             "choice finds (net_ib ncclIbGetGidIndex); pinned so every rank uses it, also where a container does "
+             "not map the whole table")
+    elif picks:
+        first = ", ".join(f"{k}: {v}" for k, v in sorted(picks.items())[:4])
+        warnings.append(f"RoCE GID tables differ between the plan's NICs ({first}): NCCL_IB_GID_INDEX is one number "
+                        "for every NIC, so it is not set; give each port its RoCE v2 IPv4 address at the same index")
+    if unknown:
+        warnings.append("RoCE NIC(s) " + ", ".join(sorted(set(unknown), key=_natural)[:4]) + " without a GID table in "
+                        "this topology: NCCL_IB_GID_INDEX not set (NCCL picks RoCE v2 IPv4 itself); probe or snapshot "
+                        "the node to read ports/N/gids, or check with show_gids")
 
 
 GRAPH_GAIN = 1.05   # NCCL_GRAPH_FILE only for at least 5% more ring bandwidth than NCCL's own search
