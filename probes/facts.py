@@ -515,5 +515,8 @@ def assumption(kind: str, **kw: Any) -> str:
                 "says which; NCCL's tuning adds it to every network step)")
     if kind == "sm":
         return (f"GPU compute capability unknown: sm{kw['sm']} assumed ({kw['why']}; NCCL's per-link NVLink "
-                f"bandwidth, PCIe generation and tuning of that class)")
+                f"bandwidth, PCIe generation and tuning of that class; --gpu MODEL names the GPU)")
+    if kind == "gpu-model":
+        return (f"GPU model {kw['model']} (sm{kw['sm']}) from --gpu for {kw['count']} GPU(s) the topology does not "
+                "name")
     raise ValueError(kind)

@@ -452,7 +452,9 @@ def test_fabric_gbps_sets_delivered_rate_not_nccls_choice():
     plain = cost.summarize(doc, nodes=2)
     sock = cost.summarize(doc, nodes=2, fabric_gbps=cost.SOCKET_TRANSPORT_GBPS)
     assert (sock.channels, sock.bw_intra, sock.bw_inter) == (plain.channels, plain.bw_intra, plain.bw_inter)
-    assert sock.node_net_bw == pytest.approx(2 * cost.SOCKET_TRANSPORT_GBPS / 8)
+    # the same NICs carry the job (here the one NCCL's rings use), each delivering the fabric rate
+    assert sock.node_net_bw / sock.nic_bw == pytest.approx(plain.node_net_bw / plain.nic_bw)
+    assert sock.node_net_bw == pytest.approx(cost.SOCKET_TRANSPORT_GBPS / 8)
     assert sock.node_net_bw < plain.node_net_bw
     a, b = predict(plain, "all_reduce", [1 << 30])[0], predict(sock, "all_reduce", [1 << 30])[0]
     assert (a["algorithm"], a["protocol"], a["nccl_time_us"]) == (b["algorithm"], b["protocol"], b["nccl_time_us"])

@@ -703,3 +703,60 @@ def test_dual_port_cards_warn_that_cross_nic_0_does_not_hold():
     assert any("NCCL_CROSS_NIC=0 does not hold on dual-port cards" in w for w in plan["warnings"])
     single = build_full_plan(hgx_doc(), nodes=2, tp=8)
     assert not any("dual-port" in w for w in single["warnings"])
+
+
+# ============================================================================================
+# 9. --gpu MODEL where the topology does not name the GPU, said in the first line; --fabric-gbps
+#    moves every algorithm that crosses nodes
+B200_SMI = ROOT / "fixtures" / "captures" / "topo" / "48_b200-x8_2nic_tabs.txt"
+
+
+def _busbw(r) -> float:
+    return float(r.stdout.strip().splitlines()[-1].split()[-2])
+
+
+def test_gpu_model_of_a_capture_that_lacks_it():
+    assumed = run_cli("predict", str(B200_SMI))
+    assert assumed.code == 0, assumed.stderr
+    assert assumed.stdout.splitlines()[0].startswith("# GPU compute capability unknown: sm90 assumed")
+    given = run_cli("predict", str(B200_SMI), "--gpu", "B200")
+    assert given.stdout.splitlines()[0] == "# GPU model B200 (sm100) from --gpu for 8 GPU(s) the topology does not name"
+    real = run_cli("predict", "example:dgx-b200")
+    assert abs(_busbw(given) - _busbw(real)) < 0.01 * _busbw(real) and _busbw(assumed) < 0.7 * _busbw(real)
+    # the topology's own model wins where it has one (and the first line stays the command's own)
+    h100 = run_cli("predict", "example:hgx-h100", "--gpu", "B200")
+    assert h100.stdout.splitlines()[0].startswith("# gpucomm predict:")
+    assert _busbw(h100) == _busbw(run_cli("predict", "example:hgx-h100"))
+
+
+@pytest.mark.parametrize("cmd", [["rings"], ["trees"], ["paths"], ["plan"], ["select", "-k", "4"],
+                                 ["predict", "--compare", "example:09_h100-x8_1node_allreduce_cluster01.txt"]])
+def test_every_command_that_models_the_gpu_takes_gpu(cmd):
+    r = run_cli(cmd[0], str(B200_SMI), *cmd[1:], "--gpu", "B200")
+    assert r.code in (0, 5), (cmd, r.stderr)
+    assert "GPU model B200 (sm100) from --gpu" in r.stdout.splitlines()[0], (cmd, r.stdout[:300])
+    assert run_cli(cmd[0], str(B200_SMI), *cmd[1:], "--gpu", "Z9000").code == 2
+
+
+def test_calibrate_takes_gpu():
+    runs = [f"example:{n}" for n in README_CAPTURES[1:4]]
+    r = run_cli("calibrate", "example:polaris", *runs, "--gpu", "A100")
+    assert r.code == 0 and r.stdout.startswith("# gpucomm calibrate:"), r.stderr   # polaris names its GPUs
+
+
+@pytest.mark.parametrize("algo", ["auto", "ring", "tree", "nvls"])
+def test_fabric_gbps_moves_every_algorithm_across_nodes(algo):
+    slow = run_cli("predict", "example:hgx-h100", "--nodes", "2", "--algo", algo, "--fabric-gbps", "100")
+    mid = run_cli("predict", "example:hgx-h100", "--nodes", "2", "--algo", algo, "--fabric-gbps", "150")
+    default = run_cli("predict", "example:hgx-h100", "--nodes", "2", "--algo", algo)
+    assert slow.code == mid.code == default.code == 0
+    # 8 x 400G NICs by default; 8 x 100 and 8 x 150 Gb/s are slower for every algorithm
+    assert _busbw(slow) < _busbw(mid) < 0.95 * _busbw(default), (algo, _busbw(slow), _busbw(mid), _busbw(default))
+
+
+def test_half_the_network_slows_a_two_node_nvls_tree():
+    """The issue's case: 8 x 200 Gb/s instead of 8 x 400 left the 2-node NVLS-tree prediction as it was
+    (the fabric was spread over all 10 NICs of the node, management and storage ports included)."""
+    half = run_cli("predict", "example:hgx-h100", "--nodes", "2", "--fabric-gbps", "200")
+    full = run_cli("predict", "example:hgx-h100", "--nodes", "2")
+    assert "nvls_tree" in half.stdout.splitlines()[-1] and _busbw(half) < 0.95 * _busbw(full)

@@ -7,6 +7,7 @@ from typing import List, Optional
 
 import typer
 
+from gpucomm.commands.common import gpu_option
 from gpucomm.settings import SETTINGS, diag
 
 
@@ -87,6 +88,7 @@ def calibrate(
                                                 "(default: from the file)."),
     fabric_gbps: Optional[float] = typer.Option(None, "--fabric-gbps", help="What one NIC delivers, in Gb/s, "
                                                 "when the topology has no NIC (see predict --fabric-gbps)."),
+    gpu: Optional[str] = gpu_option(),
 ) -> None:
     """Fit a calibration profile (gpucomm.calibration/v1) from measured runs: the per-NIC rate, the all_to_all
     and point-to-point efficiencies, fabric congestion over node counts, intra-node efficiencies, NCCL's latency
@@ -96,7 +98,7 @@ def calibrate(
 
     Formats: table (summary; default on a terminal), json (the profile; default with -o FILE), yaml.
     Use the profile with predict/plan/rings --calibration PROFILE.json (docs/CALIBRATION.md)."""
-    from gpucomm.commands.common import flag_value, max_nodes
+    from gpucomm.commands.common import flag_value, gpu_note_line, max_nodes, with_gpu_model
     from gpucomm.planners.collectives.calibrate import SETUP_WARNING, build_calibration
     from gpucomm.probes.load import load_topology
     from gpucomm.probes.units import MAX_FABRIC_GBPS
@@ -105,12 +107,14 @@ def calibrate(
     flag_value("--nodes", nodes, lo=1, hi=max_nodes())
     flag_value("--gpus-per-node", gpus_per_node, lo=1)
     flag_value("--fabric-gbps", fabric_gbps, above=0, hi=MAX_FABRIC_GBPS)
-    doc = load_topology(topo)
+    doc = with_gpu_model(load_topology(topo), gpu)
     texts = read_run_texts(runs)
     cal = build_calibration(doc, texts, topo, collective=collective, nodes=nodes, gpus_per_node=gpus_per_node,
                             fabric_gbps=fabric_gbps)
     default = "json" if SETTINGS.output and SETTINGS.output != "-" else "table"
-    emit(cal, extra={"table": lambda: calibration_text(cal)}, allowed=["table", "json", "yaml"], default=default)
+    note = gpu_note_line(doc, "# ")
+    emit(cal, extra={"table": lambda: (note + "\n" if note else "") + calibration_text(cal)},
+         allowed=["table", "json", "yaml"], default=default)
     if default == "json" and (SETTINGS.format or "json") == "json":
         diag(f"gpucomm: calibration of {len(cal['runs'])} run(s) written to {SETTINGS.output} (fitted: "
              f"{', '.join(cal['fitted'])}; median |time error| on those runs "

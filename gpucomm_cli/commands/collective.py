@@ -10,7 +10,8 @@ from typing import Optional
 
 import typer
 
-from gpucomm.commands.common import TOPO_HELP, flag_value, from_option, load_topo, max_nodes, topo_argument, usage_error
+from gpucomm.commands.common import (TOPO_HELP, flag_value, from_option, gpu_note_line, gpu_option, load_topo, max_nodes,
+                                     topo_argument, usage_error)
 from gpucomm.probes import units
 from gpucomm.settings import diag
 
@@ -184,6 +185,7 @@ def rings(
     calibration: Optional[str] = typer.Option(None, "--calibration", metavar="PROFILE.json",
                                               help="A calibration profile (gpucomm calibrate): add what NCCL's "
                                               "rings achieve on this machine (bus bandwidth, a 1 GiB all_reduce)."),
+    gpu: Optional[str] = gpu_option(),
 ) -> None:
     """Ring channels maximising total bus bandwidth, with NCCL's own choice for comparison.
 
@@ -206,7 +208,7 @@ def rings(
         from gpucomm.probes.formats.nccllog import load_nccl_log
 
         log = load_nccl_log(compare)
-    doc, _ = load_topo(topo, src)
+    doc, _ = load_topo(topo, src, gpu=gpu)
     out = rings_report(doc, gpus=gpu_list, channels=channels, nodes=nodes, log=log)
     if graph_text is not None:
         from gpucomm.planners.nccl.graphfile import compare_ring_graph
@@ -223,6 +225,9 @@ def rings(
         from gpucomm.render.plain import Table
 
         multi = out["nodes"] > 1
+        note = gpu_note_line(doc)
+        if note:
+            console.print(note, soft_wrap=True, markup=False)
         t = Table(title=f"Rings: {plural(len(out['channels']), 'channel')}, {out['total_bw_GBps']:g} GB/s total "
                         f"({'%d nodes' % out['nodes'] if multi else '1 node'}, GPUs "
                         f"{','.join(map(str, out['gpus']))})", title_justify="left")
@@ -344,6 +349,7 @@ def trees(
                                                 help="GPUs per node (default: all; the first G by index)."),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU indices used per node, e.g. 0,1,2,3 or 0-3."),
     compare: Optional[str] = typer.Option(None, "--compare", metavar="LOG", help=COMPARE_HELP),
+    gpu: Optional[str] = gpu_option(),
 ) -> None:
     """NCCL's double binary trees across nodes (chains inside a node), two tree channels per ring.
 
@@ -362,13 +368,16 @@ def trees(
         from gpucomm.probes.formats.nccllog import load_nccl_log
 
         log = load_nccl_log(compare)
-    doc, _ = load_topo(topo, src)
+    doc, _ = load_topo(topo, src, gpu=gpu)
     out = trees_report(doc, nodes=nodes, gpus_per_node=gpus_per_node, gpus=gpu_list, log=log)
 
     def table(console) -> None:
         from gpucomm.render.plain import Table
 
         gpn = out["gpus_per_node"]
+        note = gpu_note_line(doc)
+        if note:
+            console.print(note, soft_wrap=True, markup=False)
         t = Table(title=f"Trees: {plural(len(out['channels']), 'channel')}, {plural(out['nranks'], 'rank')} "
                         f"({out['nodes']} x {gpn}), pattern {out['pattern']}, depth {out['depth']}",
                   title_justify="left")

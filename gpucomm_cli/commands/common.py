@@ -93,6 +93,34 @@ def pick_source(topo: Optional[str], src: Optional[str]) -> Optional[str]:
     return topo if topo is not None else src
 
 
+GPU_HELP = ("The GPU model where the topology does not name it (an nvidia-smi topo -m capture, an NCCL XML "
+            "skeleton), e.g. B200, H100, A100, or sm90: it sets NVLink bandwidth and NCCL's tuning. Without it such "
+            "GPUs are assumed (the first line of the result says which).")
+
+
+def gpu_option():
+    return typer.Option(None, "--gpu", metavar="MODEL", help=GPU_HELP)
+
+
+def with_gpu_model(doc: dict, gpu: Optional[str]) -> dict:
+    """The document with ``--gpu MODEL`` applied (a model gpucomm does not know is a usage error)."""
+    if gpu is None:
+        return doc
+    from gpucomm.probes.load import apply_gpu_model, gpu_model_sm
+
+    flag_value("--gpu", gpu, parse=gpu_model_sm)
+    return apply_gpu_model(doc, gpu)
+
+
+def gpu_note_line(doc: dict, prefix: str = "") -> Optional[str]:
+    """The first line of a result whose GPU model the topology does not give: given with --gpu, or
+    assumed (``prefix``: ``# `` for outputs whose lines are comments)."""
+    from gpucomm.probes.load import gpu_model_note
+
+    note = gpu_model_note(doc)
+    return f"{prefix}{note}" if note else None
+
+
 def probe_this_node(sysfs_root=None) -> dict:
     from gpucomm.probes.sources.host import Host
     from gpucomm.probes.sources.probe import probe_host
@@ -101,13 +129,14 @@ def probe_this_node(sysfs_root=None) -> dict:
 
 
 def load_topo(topo: Optional[str], src: Optional[str] = None, live: bool = True,
-              missing: str = "give a topology (TOPO, or - for standard input)") -> Tuple[dict, Optional[str]]:
-    """(document, the input's name or None for this node)."""
+              missing: str = "give a topology (TOPO, or - for standard input)",
+              gpu: Optional[str] = None) -> Tuple[dict, Optional[str]]:
+    """(document, the input's name or None for this node); ``gpu``: --gpu MODEL (:func:`with_gpu_model`)."""
     chosen = pick_source(topo, src)
     if chosen is None:
         if not live:
             usage_error(missing)
-        return probe_this_node(), None
+        return with_gpu_model(probe_this_node(), gpu), None
     from gpucomm.probes.load import load_topology
 
-    return load_topology(chosen), chosen
+    return with_gpu_model(load_topology(chosen), gpu), chosen

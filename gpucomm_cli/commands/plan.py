@@ -9,8 +9,8 @@ from typing import Optional
 
 import typer
 
-from gpucomm.commands.common import (TOPO_HELP, flag_value, from_option, load_topo, max_nodes, pick_source, topo_argument,
-                                     usage_error)
+from gpucomm.commands.common import (TOPO_HELP, flag_value, from_option, gpu_note_line, gpu_option, load_topo, max_nodes,
+                                     pick_source, topo_argument, usage_error, with_gpu_model)
 from gpucomm.settings import SETTINGS, diag
 
 EMITS = ("torchrun", "slurm", "rankfile", "env", "wrapper", "json", "nccl-xml", "nccl-graph", "megatron", "deepspeed",
@@ -33,10 +33,12 @@ def _fmt_s(x: Optional[float]) -> str:
     return f"{x * 1e3:.2f} ms" if x < 1 else f"{x:.2f} s"
 
 
-def draw_plan(plan: dict, console) -> None:
+def draw_plan(plan: dict, console, note: Optional[str] = None) -> None:
     from gpucomm.render.tables import plural, print_table
     from gpucomm.render.plain import Table
 
+    if note:
+        console.print(note, soft_wrap=True, markup=False)
     p = plan["parallelism"]
     console.print(f"gpucomm plan: {plural(plan['nodes'], 'node')} x {plural(plan['gpus_per_node'], 'GPU')} = "
                   f"{plural(plan['world_size'], 'rank')}; "
@@ -179,6 +181,7 @@ def plan(
     nccl_graph: bool = typer.Option(False, "--nccl-graph", help="Also search our rings (one node) and set "
                                     "NCCL_GRAPH_FILE where they beat NCCL's own ring search by 5% or more "
                                     "(--emit nccl-graph writes the file; implied by it)."),
+    gpu: Optional[str] = gpu_option(),
 ) -> None:
     """Rank mapping, groups, env and launch configs for TP/PP/DP/CP/EP on a node or a cluster.
 
@@ -212,7 +215,7 @@ def plan(
         if nodes is None:
             nodes = len(host_list)
     cl = load_cluster(cluster, default_topology=topo) if cluster else None
-    doc = load_topology(topo) if (topo and cl is None) else None
+    doc = with_gpu_model(load_topology(topo), gpu) if (topo and cl is None) else None
     cal = None
     if calibration is not None:
         from gpucomm.commands.calibrate import read_calibration
@@ -248,16 +251,19 @@ def plan(
         # a script (#!) is written executable: torchrun/mpirun start ./gpucomm-rank.sh, sbatch and users the rest
         write_text(text if text.endswith("\n") else text + "\n", executable=text.startswith("#!"))
     else:
-        emit_doc(result, table=lambda console: draw_plan(result, console), allowed=["table", "json", "yaml"])
+        note = gpu_note_line(doc) if doc is not None else None
+        emit_doc(result, table=lambda console: draw_plan(result, console, note), allowed=["table", "json", "yaml"])
     for w in result.get("warnings", []):
         diag(f"gpucomm: warning: {w}")
 
 
 # ============================================================================================
-def draw_select(res: dict, console) -> None:
+def draw_select(res: dict, console, note: Optional[str] = None) -> None:
     from gpucomm.render.tables import print_table
     from gpucomm.render.plain import Table
 
+    if note:
+        console.print(note, soft_wrap=True, markup=False)
     d = res["details"]
     console.print(f"gpucomm select: {res['count']} of free GPUs {res['free']} -> {res['gpus']}  "
                   f"(CUDA_VISIBLE_DEVICES={','.join(map(str, res['gpus']))})")
@@ -286,6 +292,7 @@ def select(
     free: Optional[str] = typer.Option(None, "--free", help="Free GPU indices, e.g. 0,1,3 or 0-3,6 (default: all)."),
     policy: str = typer.Option("gpucomm", "--policy", help="gpucomm (default) or gpuallocator (NVIDIA "
                                "go-gpuallocator's best-effort policy, as the Kubernetes device plugin)."),
+    gpu: Optional[str] = gpu_option(),
 ) -> None:
     """The best K of the free GPUs (for schedulers and device plugins).
 
@@ -298,14 +305,14 @@ def select(
     if policy not in ("gpucomm", "gpuallocator"):
         usage_error(f"{policy!r} is not a policy (gpucomm or gpuallocator)", "--policy")
     free_list = flag_value("--free", free, parse=parse_index_list)
-    doc, _ = load_topo(topo, src)
+    doc, _ = load_topo(topo, src, gpu=gpu)
     res = select_gpus(doc, count, free_list, compare=True)
     if policy == "gpuallocator":
         ga = res.get("gpuallocator")
         if not ga or not ga.get("gpus"):
             raise InputError("go-gpuallocator's policy returns no devices for this request")
         res = dict(res, policy="gpuallocator", gpus=ga["gpus"], devices=ga["devices"], details=ga["details"])
-    emit_doc(res, table=lambda console: draw_select(res, console),
+    emit_doc(res, table=lambda console: draw_select(res, console, gpu_note_line(doc)),
              extra={"list": lambda: ",".join(str(g) for g in res["gpus"])},
              allowed=["table", "json", "yaml", "list"])
     for w in res.get("warnings", []):

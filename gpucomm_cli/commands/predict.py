@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from gpucomm.commands.common import flag_value, from_option, load_topo, max_nodes, topo_argument
+from gpucomm.commands.common import flag_value, from_option, gpu_note_line, gpu_option, load_topo, max_nodes, topo_argument
 from gpucomm.probes import units
 from gpucomm.settings import diag
 
@@ -132,6 +132,7 @@ def predict(
     calibration: Optional[str] = typer.Option(None, "--calibration", metavar="PROFILE.json",
                                               help="A calibration profile (gpucomm calibrate): its fitted network, "
                                               "latency and protocol parameters replace the defaults."),
+    gpu: Optional[str] = gpu_option(),
 ) -> None:
     """Predict time, algbw and busbw of a collective (nccl-tests formulas), per size.
 
@@ -158,22 +159,28 @@ def predict(
                 raise InputError(f"{flag} and --compare exclude each other: --compare predicts the file's sizes "
                                  "and types")
         text = read_text_input(compare_file)
-        doc, _ = load_topo(topo, src)
+        doc, _ = load_topo(topo, src, gpu=gpu)
         rep = build_comparison(doc, text, compare_file, collective=collective, nodes=nodes,
                                gpus_per_node=gpus_per_node, fabric_gbps=fabric_gbps, algo=algo, gpus=gpu_list,
                                calibration=cal, calibration_source=calibration)
-        emit(rep, extra={"table": lambda: compare_table_text(rep)}, allowed=["table", "json", "yaml"])
+        emit(rep, extra={"table": lambda: _noted(doc, compare_table_text(rep))}, allowed=["table", "json", "yaml"])
         topo_warnings = set(doc.get("warnings") or [])
         for w in rep["warnings"]:   # skipped runs matter; topology warnings only with --verbose, as below
             diag(f"gpucomm: warning: {w}", verbose_only=w in topo_warnings)
         return
-    doc, _ = load_topo(topo, src)
+    doc, _ = load_topo(topo, src, gpu=gpu)
     pred = build_prediction(doc, collective or "all_reduce", size or "1GiB", nodes=1 if nodes is None else nodes,
                             gpus_per_node=gpus_per_node, fabric_gbps=fabric_gbps, algo=algo, gpus=gpu_list,
                             dtype=dtype or "float", calibration=cal, calibration_source=calibration)
-    emit(pred, extra={"table": lambda: table_text(pred)}, allowed=["table", "json", "yaml"])
+    emit(pred, extra={"table": lambda: _noted(doc, table_text(pred))}, allowed=["table", "json", "yaml"])
     for w in pred["warnings"]:
         diag(f"gpucomm: warning: {w}", verbose_only=True)
+
+
+def _noted(doc: dict, text: str) -> str:
+    """``text`` after the line that says where the GPU model came from, when the topology has none."""
+    note = gpu_note_line(doc, "# ")
+    return f"{note}\n{text}" if note else text
 
 
 def register(app: typer.Typer) -> None:

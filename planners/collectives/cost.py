@@ -277,6 +277,10 @@ def graphs(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[i
     if ref.get("fallback"):
         notes.append("NCCL's search finds no ring here and falls back to 1 channel at 0.1 GB/s")
     used = {n for r in ref.get("rings") or [] if isinstance(r, dict) for n in r.get("nets") or []}
+    if multi_ref and fabric_gbps is not None:
+        # --fabric-gbps says what each NIC delivers, not which NICs carry the job: the same ones as without it
+        top = max(r for _, r, _ in f.nics)
+        n_nics = len(used) if used else len([r for _, r, _ in f.nics if r >= top / 2])
     if multi_ref and used and fabric_gbps is None:
         n_nics = len(used)   # the NICs NCCL's rings leave and enter the node through
         nic_bw = min(r for name, r, _ in f.nics if name in used) if any(nm in used for nm, _, _ in f.nics) else nic_bw
