@@ -760,3 +760,45 @@ def test_half_the_network_slows_a_two_node_nvls_tree():
     half = run_cli("predict", "example:hgx-h100", "--nodes", "2", "--fabric-gbps", "200")
     full = run_cli("predict", "example:hgx-h100", "--nodes", "2")
     assert "nvls_tree" in half.stdout.splitlines()[-1] and _busbw(half) < 0.95 * _busbw(full)
+
+
+# ============================================================================================
+# 11. Narrow terminals and pipes: 80 columns fit, values stay whole, prose wraps
+NARROW_CASES = [
+    ("doctor", "example:hgx-h100-degraded"),
+    ("calibrate", "example:polaris", *[f"example:{n}" for n in README_CAPTURES[1:4]]),
+    ("plan", "example:hgx-h100", "--nodes", "2", "--model", "llama-70b", "--force"),
+    ("plan", "example:hgx-h100", "--nodes", "2", "--tp", "8"),
+    ("predict", "example:hgx-h100", "--compare", "example:09_h100-x8_1node_allreduce_cluster01.txt"),
+]
+
+
+@pytest.mark.parametrize("args", NARROW_CASES, ids=lambda a: a[0])
+def test_80_columns_fit(args, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    r = run_cli(*args)
+    assert r.code in (0, 5), r.stderr
+    for line in r.stdout.splitlines():
+        if len(line) > 80:
+            # only a value nobody may break (an env value, a path) is longer than the line, alone on it
+            assert len(line.split()) <= 2 and "=" in line or line.strip().startswith(("example:", "/")), line
+
+
+def test_calibrate_never_cuts_run_names(tmp_path, monkeypatch):
+    long = tmp_path / ("a-very-long-directory-name-" * 3) / "005_polaris_2n_all_gather_nccl221_env5.txt"
+    long.parent.mkdir(parents=True)
+    long.write_bytes((ROOT / "probes" / "examples" / "captures" / long.name).read_bytes())
+    for width in ("200", "80"):
+        monkeypatch.setenv("COLUMNS", width)
+        r = run_cli("calibrate", "example:polaris", str(long))
+        assert r.code == 0, r.stderr
+        assert any(ln.strip().startswith(f"{long}:") for ln in r.stdout.splitlines()), (width, r.stdout)
+
+
+def test_doctor_through_a_pipe_without_columns_uses_the_list_layout(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    p = subprocess.run([sys.executable, "-m", "gpucomm", "doctor", "example:hgx-h100-degraded"], capture_output=True,
+                       text=True, env=env, cwd=tmp_path, timeout=120)
+    assert p.returncode == 5, p.stderr
+    assert "error ib-port-down mlx5_5/1" in p.stdout and "┃" not in p.stdout
+    assert max(len(ln) for ln in p.stdout.splitlines()) <= 80

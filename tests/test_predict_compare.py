@@ -91,7 +91,8 @@ def test_captures_match_calibration_table(name, topo_files, calibration):
 
 
 @pytest.mark.parametrize("name", [c[0] for c in calib.CASES])
-def test_table_summary_line_prints_the_calibration_figures(name, topo_files, calibration):
+def test_table_summary_line_prints_the_calibration_figures(name, topo_files, calibration, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")    # the summary line whole (narrower output wraps its prose)
     r = run_cli(*_args(name, topo_files))
     assert r.code == 0, r.stderr
     cal = calibration[name]

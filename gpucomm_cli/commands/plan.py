@@ -35,18 +35,23 @@ def _fmt_s(x: Optional[float]) -> str:
 
 def draw_plan(plan: dict, console, note: Optional[str] = None) -> None:
     from gpucomm.render.tables import plural, print_table
-    from gpucomm.render.plain import Table
+    from gpucomm.render.plain import Table, print_prose
 
     if note:
-        console.print(note, soft_wrap=True, markup=False)
+        print_prose(console, note)
     p = plan["parallelism"]
-    console.print(f"gpucomm plan: {plural(plan['nodes'], 'node')} x {plural(plan['gpus_per_node'], 'GPU')} = "
-                  f"{plural(plan['world_size'], 'rank')}; "
-                  f"tp={p['tp']} cp={p['cp']} ep={p['ep']} dp={p['dp']} pp={p['pp']} (order {p['order']})"
-                  + (f"; expert layers etp={p['etp']} ep={p['ep']} edp={p['edp']}" if p["ep"] > 1 or p["etp"] != p["tp"]
-                     else ""))
-    console.print(f"  torch: {plan['mesh']['device_mesh']['code']};  DeepSpeed axes "
-                  f"{plan['mesh']['deepspeed_axes']} dims {plan['mesh']['deepspeed_dims']}")
+    print_prose(console, f"gpucomm plan: {plural(plan['nodes'], 'node')} x {plural(plan['gpus_per_node'], 'GPU')} = "
+                         f"{plural(plan['world_size'], 'rank')}; "
+                         f"tp={p['tp']} cp={p['cp']} ep={p['ep']} dp={p['dp']} pp={p['pp']} (order {p['order']})"
+                         + (f"; expert layers etp={p['etp']} ep={p['ep']} edp={p['edp']}"
+                            if p["ep"] > 1 or p["etp"] != p["tp"] else ""), rest="  ")
+    torch = f"  torch: {plan['mesh']['device_mesh']['code']};"   # code to copy: one line, whole
+    deepspeed = f"DeepSpeed axes {plan['mesh']['deepspeed_axes']} dims {plan['mesh']['deepspeed_dims']}"
+    if len(torch) + 2 + len(deepspeed) <= console.width:
+        console.print(f"{torch}  {deepspeed}", soft_wrap=True, highlight=False, markup=False)
+    else:
+        console.print(torch, soft_wrap=True, highlight=False, markup=False)
+        console.print(f"  {deepspeed}", soft_wrap=True, highlight=False, markup=False)
     if plan.get("candidates"):
         t = Table(title="Candidate factorizations (best first)")
         for c in ("#", "tp", "cp", "ep", "dp", "pp", "micro-batches", "step", "comm", "bubble", "memory/GPU", "fits"):
@@ -92,9 +97,9 @@ def draw_plan(plan: dict, console, note: Optional[str] = None) -> None:
         t.add_row("step", "", "", "", "", _fmt_s(e["step_time_s"]))
         print_table(console, t)
         m = e["memory"]
-        console.print(f"  memory per GPU: {_fmt_bytes(m['per_gpu_bytes'])} (weights+optimizer "
-                      f"{_fmt_bytes(m['weights_optimizer_bytes'])}, activations {_fmt_bytes(m['activation_bytes'])}) "
-                      f"of {_fmt_bytes(m['capacity_bytes'])}")
+        print_prose(console, f"memory per GPU: {_fmt_bytes(m['per_gpu_bytes'])} (weights+optimizer "
+                             f"{_fmt_bytes(m['weights_optimizer_bytes'])}, activations "
+                             f"{_fmt_bytes(m['activation_bytes'])}) of {_fmt_bytes(m['capacity_bytes'])}", "  ")
     if plan.get("traffic") and plan["traffic"].get("by_level"):
         tr = plan["traffic"]
         t = Table(title="Traffic between nodes" + (f" (fabric {tr['fabric']}, {tr['leaf_switches']} leaf switches)"
@@ -110,10 +115,10 @@ def draw_plan(plan: dict, console, note: Optional[str] = None) -> None:
     for k, v in plan["env"].items():
         t.add_row(k, v["value"], v["reason"])
     print_table(console, t, prose=("why",), narrow=lambda c: [
-        (c.print(f"# {v['reason']}", soft_wrap=True, highlight=False, markup=False),
+        (print_prose(c, v["reason"], "# "),
          c.print(f"{k}={v['value']}", soft_wrap=True, highlight=False, markup=False)) for k, v in plan["env"].items()])
-    console.print("  launch: --emit " + " | ".join(e for e in EMITS if e not in ("nccl-xml", "nccl-graph") and (e != "gres" or "gres" in plan["launch"]))
-                  + (" | nccl-xml" if plan.get("files") else ""))
+    print_prose(console, "launch: --emit " + " | ".join(e for e in EMITS if e not in ("nccl-graph",)
+                                                       and (e != "gres" or "gres" in plan["launch"])), "  ", "    ")
 
 
 def installed_torch_version() -> Optional[str]:

@@ -50,8 +50,13 @@ def summary_line(summary: dict) -> str:
             f"{_human(pk['predicted_size_bytes'])} predicted")
 
 
-def compare_table_text(rep: dict) -> str:
-    """nccl-tests-like text: per compared run, the graph lines, one row per size, a summary line."""
+COMPARE_ROW_WIDTH = 101   # a --compare row with its count and type columns
+
+
+def compare_table_text(rep: dict, width: Optional[int] = None) -> str:
+    """nccl-tests-like text: per compared run, the graph lines, one row per size, a summary line.
+    Narrower than a whole row (``width``), the count and type columns (the file's own) are left out."""
+    slim = width is not None and width < COMPARE_ROW_WIDTH
     blocks = []
     for c in rep["comparisons"]:
         plural = "s" if c["nodes"] != 1 else ""
@@ -62,14 +67,16 @@ def compare_table_text(rep: dict) -> str:
         lines += _graph_lines(c["graph"])
         lines += [f"# note: {n}" for n in c["notes"]]
         lines.append("#")
-        lines.append(f"# {'size':>12} {'count':>13} {'type':>8} {'measured':>10} {'predicted':>10} "
+        ct = ("", "", "") if slim else (f" {'count':>13} {'type':>8}", f" {'(elements)':>13} {'':>8}", None)
+        lines.append(f"# {'size':>12}{ct[0]} {'measured':>10} {'predicted':>10} "
                      f"{'measured':>10} {'predicted':>10} {'error':>8}  predicted")
-        lines.append(f"# {'(B)':>12} {'(elements)':>13} {'':>8} {'time (us)':>10} {'time (us)':>10} "
+        lines.append(f"# {'(B)':>12}{ct[1]} {'time (us)':>10} {'time (us)':>10} "
                      f"{'busbw':>10} {'busbw':>10} {'(%)':>8}  algorithm")
         for r in c["rows"]:
             algo = r["algorithm"] + (f"/{r['protocol']}" if r.get("protocol") else "")
             mt = _fmt_time(r["measured_time_us"]) if r["measured_time_us"] is not None else "n/a"
-            lines.append(f"  {r['size_bytes']:>12} {_fmt_opt(r['count'], 'd'):>13} {str(r['type'] or '-'):>8} "
+            count_type = "" if slim else f" {_fmt_opt(r['count'], 'd'):>13} {str(r['type'] or '-'):>8}"
+            lines.append(f"  {r['size_bytes']:>12}{count_type} "
                          f"{mt:>10} {_fmt_time(r['predicted_time_us']):>10} "
                          f"{_fmt_opt(r['measured_busbw_GBps'], '.2f'):>10} {r['predicted_busbw_GBps']:>10.2f} "
                          f"{_fmt_opt(r['error_pct'], '+.1f'):>8}  {algo}")
@@ -146,7 +153,7 @@ def predict(
     from gpucomm.planners.collectives.predict import build_comparison, build_prediction
     from gpucomm.probes.errors import InputError
     from gpucomm.probes.load import read_text_input
-    from gpucomm.render.output import emit
+    from gpucomm.render.output import emit, text_width
 
     gpu_list = flag_value("--gpus", gpus, parse=parse_gpu_list)
     flag_value("--nodes", nodes, lo=1, hi=max_nodes())
@@ -163,7 +170,8 @@ def predict(
         rep = build_comparison(doc, text, compare_file, collective=collective, nodes=nodes,
                                gpus_per_node=gpus_per_node, fabric_gbps=fabric_gbps, algo=algo, gpus=gpu_list,
                                calibration=cal, calibration_source=calibration)
-        emit(rep, extra={"table": lambda: _noted(doc, compare_table_text(rep))}, allowed=["table", "json", "yaml"])
+        emit(rep, extra={"table": lambda: _noted(doc, compare_table_text(rep, text_width()))},
+             allowed=["table", "json", "yaml"])
         topo_warnings = set(doc.get("warnings") or [])
         for w in rep["warnings"]:   # skipped runs matter; topology warnings only with --verbose, as below
             diag(f"gpucomm: warning: {w}", verbose_only=w in topo_warnings)
@@ -178,9 +186,12 @@ def predict(
 
 
 def _noted(doc: dict, text: str) -> str:
-    """``text`` after the line that says where the GPU model came from, when the topology has none."""
+    """``text`` after the line that says where the GPU model came from, when the topology has none;
+    its prose lines wrapped at the output's width."""
+    from gpucomm.render.output import wrap_comment_lines
+
     note = gpu_note_line(doc, "# ")
-    return f"{note}\n{text}" if note else text
+    return wrap_comment_lines(f"{note}\n{text}" if note else text)
 
 
 def register(app: typer.Typer) -> None:

@@ -80,9 +80,33 @@ def plain_console(file):
     return PlainConsole(file, _plain_width())
 
 
+def text_width() -> int:
+    """The columns text output has: the terminal's, else :func:`_plain_width`."""
+    if output_file() is None and hasattr(sys.stdout, "isatty") and sys.stdout.isatty():
+        import shutil
+
+        return shutil.get_terminal_size((80, 24)).columns
+    return _plain_width()
+
+
+def wrap_comment_lines(text: str, width: Optional[int] = None) -> str:
+    """nccl-tests-style text with its long ``# ...`` prose lines wrapped at ``width`` (continued as
+    ``#   ...``); data rows and short lines as they are."""
+    from gpucomm.render.plain import wrap_prose
+
+    width = width or text_width()
+    out = []
+    for line in text.split("\n"):
+        if line.startswith("# ") and len(line) > width and "  " not in line[2:].strip():
+            out += wrap_prose(line[2:], width, "# ", "#   ")
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
 def _plain_width() -> int:
-    """The width of output that is not a terminal: $COLUMNS, else 240."""
-    return int(os.environ.get("COLUMNS", "0") or 0) or 240
+    """The width of output that is not a terminal: $COLUMNS, else 80 (as a terminal of unknown size)."""
+    return int(os.environ.get("COLUMNS", "0") or 0) or 80
 
 
 def write_text(text: str, executable: bool = False) -> None:

@@ -4,7 +4,9 @@ A value a user copies -- a ring order, an env value, a bus id, a CPU list, a hos
 wrapped or cut: columns are ``no_wrap`` except the prose ones a command names (reasons, findings,
 descriptions), which may wrap.  When the table cannot fit the terminal that way it is printed in a
 narrower layout -- one record per row, one ``header: value`` per line -- instead of squeezing
-columns to nothing.  Titles are printed as their own line (a soft-wrapped line, not wrapped text).
+columns to nothing.  Titles are printed as their own lines, wrapped at spaces like other prose
+(:func:`gpucomm.render.plain.wrap_prose`).  Output that is not a terminal is as wide as $COLUMNS
+says, else 80 columns (``doctor | cat`` gets the list layout a narrow terminal gets).
 
 rich is imported inside the functions (``gpucomm --help`` must not pay for it).
 """
@@ -42,7 +44,9 @@ def print_table(console, table, prose: Iterable[str] = (), narrow=None) -> None:
     title = table.title
     table.title = None
     if title:
-        console.print(title if isinstance(title, str) else _plain(title), soft_wrap=True, highlight=False)
+        from gpucomm.render.plain import print_prose
+
+        print_prose(console, title if isinstance(title, str) else _plain(title))   # a title is prose: it wraps
     if isinstance(table, PlainTable):
         text = table.text_within(console.width) if not console.is_terminal and console.no_color else None
         if text is not None:
