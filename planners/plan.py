@@ -22,7 +22,7 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
                     hosts: Optional[List[str]] = None, etp: Optional[int] = None, vpp: Optional[int] = None,
                     torch_version: Optional[str] = None, calibration: Optional[dict] = None,
                     calibration_source: Optional[str] = None, nccl_graph: bool = False, force: bool = False,
-                    nccl_xml: bool = False) -> dict:
+                    nccl_xml: bool = False, transport: Optional[str] = None) -> dict:
     """Everything ``gpucomm plan`` computes, as the ``gpucomm.plan/v1`` document (no I/O): the
     factorization (given, or ranked for ``model``), the rank layout, env settings with reasons, launch
     artefacts, and with ``cluster`` the host order and cross-switch traffic.  ``calibration``: a
@@ -31,7 +31,9 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
     A ``model`` that does not fit in GPU memory is PlanInfeasible, whether the sizes were ranked or
     given; ``force`` plans it anyway, with the reason in ``forced`` (and in the launch files).
     ``nccl_xml``: ``files['nccl-topo.xml']`` always (the XML NCCL detects by itself where the host's
-    own tree serves, the VM skeleton where it does not; each says which in a comment)."""
+    own tree serves, the VM skeleton where it does not; each says which in a comment).
+    ``transport``: the ``--transport`` value timing ``model``'s multi-node collectives (default: the
+    probe's, :mod:`gpucomm.planners.collectives.transport`)."""
     order = placement.parse_order(order)
     mspec = model_specs.parse_model_spec(model)
     hosts_pool = None
@@ -56,6 +58,16 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
     gpn = len(gpus) if gpus is not None else (gpus_per_node or view.gpu_count)
     if gpn > view.gpu_count:
         raise PlanInfeasible(f"{gpn} GPUs per node requested but the topology has {view.gpu_count}")
+    chosen = None
+    if mspec is not None:   # only the --model estimate times collectives (no cost-model import otherwise)
+        from gpucomm.planners.collectives import transport as tr
+
+        chosen = tr.choose(topo, transport)
+        model_specs.use_transport(view, chosen)
+    elif transport is not None:
+        from gpucomm.planners.collectives.transport import parse
+
+        parse(transport)   # a bad value is still an input error
     cal_notes: List[str] = []
     if calibration is not None:
         from gpucomm.planners.collectives import calibrate as cal
@@ -120,6 +132,9 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
     plan["forced"] = None
     if mspec is not None:
         plan["estimate"] = estimate
+        if nodes > 1 and chosen is not None:   # the estimate's inter-node collectives run over this transport (named first)
+            plan["estimate"]["transport"] = chosen.to_dict()
+            plan["warnings"].insert(0, f"transport: {chosen.describe()}")
         mem = plan["estimate"]["memory"]
         if mem["fits"] is False:
             a = layout.axes

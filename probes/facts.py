@@ -520,3 +520,24 @@ def assumption(kind: str, **kw: Any) -> str:
         return (f"GPU model {kw['model']} (sm{kw['sm']}) from --gpu for {kw['count']} GPU(s) the topology does not "
                 "name")
     raise ValueError(kind)
+
+
+# --------------------------------------------------------------------------------------------
+# NCCL settings and the first NCCL release that reads them (the git history of NVIDIA/nccl: the first
+# release tag whose src/ names the parameter; 2.3.5 is the first open-source release).  The settings
+# gpucomm plan emits (planners/launch/env.py) and the doctor's nccl-version rule read this table.
+NCCL_SETTING_SINCE = {
+    "NCCL_IB_HCA": (2, 3, 5),
+    "NCCL_SOCKET_IFNAME": (2, 3, 5),
+    "NCCL_P2P_LEVEL": (2, 3, 5),
+    "NCCL_NET_GDR_LEVEL": (2, 4, 2),
+    "NCCL_CROSS_NIC": (2, 5, 6),
+    "NCCL_TOPO_FILE": (2, 6, 4),
+    "NCCL_GRAPH_FILE": (2, 6, 4),
+    "NCCL_NVLS_ENABLE": (2, 17, 1),
+    "NCCL_NET_GDR_C2C": (2, 26, 2),
+}
+NCCL_PLAN_SETTINGS = ("NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "NCCL_P2P_LEVEL", "NCCL_NET_GDR_LEVEL", "NCCL_CROSS_NIC",
+                      "NCCL_TOPO_FILE", "NCCL_GRAPH_FILE")
+"""The settings planners/launch/env.py emits on any machine (NCCL_NET_GDR_C2C only where GPUs reach
+their NICs over C2C)."""

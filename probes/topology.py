@@ -677,6 +677,16 @@ class Topology:
         return min(sms) if sms else None
 
     @property
+    def software(self) -> "SoftwarePath":
+        """The software path the probe found (``software`` section; :mod:`gpucomm.probes.software`)."""
+        sw = self.__dict__.get("_software")
+        if sw is None:
+            from gpucomm.probes.software import SoftwarePath
+
+            sw = self.__dict__["_software"] = SoftwarePath.of(self.doc)
+        return sw
+
+    @property
     def has_pci_tree(self) -> bool:
         """True when the document carries a PCI tree (parents or pcie links), not only a matrix."""
         return any(g.parent for g in self.gpus) or any(n.parent for n in self.nics) or \

@@ -76,7 +76,9 @@ EXTRA: dict = {
             "cpu_affinity": _CPULIST, "pcie": _PCIE, "p2p": {"type": ["object", "null"], "additionalProperties": _NULL_STR},
             "gpu_numa_id": _NULL_INT, "id": _NULL_STR, "sm": {"type": ["integer", "null"], "minimum": 0},
             "gdr": _NULL_INT, "nccl_rank": _NULL_INT, "pci_ids": _IDS, "pci_device_id": _NULL_STR, "raw_parent": _NULL_STR,
-            "index_inferred": _NULL_BOOL, "numa_node": {"maximum": 65535}, "memory_bytes": {"maximum": _MAX_INT}}}},
+            "index_inferred": _NULL_BOOL, "numa_node": {"maximum": 65535}, "memory_bytes": {"maximum": _MAX_INT},
+            "persistence_mode": _NULL_BOOL, "ecc": {"type": ["object", "null"]},
+            "retired_pages": {"type": ["object", "null"]}, "remapped_rows": {"type": ["object", "null"]}}}},
         "nics": {"x-bad": "refuse", "items": {"x-bad": "refuse", "properties": {
             "name": {"x-bad": "refuse"},
             "ports": {"x-bad": "refuse", "items": {"x-bad": "drop", "properties": {
@@ -125,6 +127,8 @@ EXTRA: dict = {
             "host_device": {"type": ["object", "array", "null"]}, "collectives": {"type": ["object", "array", "null"]},
             "process_p2p": {"type": ["object", "array", "null"]}}},
         "nccl_graph": {"type": "object"},
+        "software": {"type": "object", "additionalProperties": {"type": "object", "x-bad": "drop-entry", "properties": {
+            "status": {"type": "string", "enum": ["found", "absent", "unreadable"]}, "why": {"type": ["string", "null"]}}}},
         "planted_fault": _NULL_STR,
     },
 }

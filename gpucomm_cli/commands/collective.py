@@ -220,9 +220,19 @@ def rings(
 
         out["calibrated"] = achievable_summary(doc, nodes=nodes, gpus=gpu_list, calibration=read_calibration(calibration),
                                                calibration_source=calibration)
+    if nodes > 1:   # the transport between the nodes, as the probe found it (docs/SWPATH.md)
+        from gpucomm.planners.collectives.transport import from_probe
+        from gpucomm.probes.topology import Topology
+
+        out["transport"] = from_probe(Topology.of(doc)).to_dict()
 
     def table(console) -> None:
         from gpucomm.render.plain import Table
+
+        if out.get("transport"):
+            t = out["transport"]
+            console.print(f"transport between nodes: {t['name']} ({t['source']}: {t['why']})", markup=False,
+                          highlight=False)
 
         multi = out["nodes"] > 1
         note = gpu_note_line(doc)

@@ -183,6 +183,9 @@ def plan(
     calibration: Optional[str] = typer.Option(None, "--calibration", metavar="PROFILE.json",
                                               help="A calibration profile (gpucomm calibrate) that times the "
                                               "collectives of the --model estimate."),
+    transport: Optional[str] = typer.Option(None, "--transport", help="The inter-node transport that times "
+                                            "--model's collectives across nodes: ib, ib-nogdr, socket, plugin:NAME "
+                                            "(default: what the probe found; docs/SWPATH.md)."),
     nccl_graph: bool = typer.Option(False, "--nccl-graph", help="Also search our rings (one node) and set "
                                     "NCCL_GRAPH_FILE where they beat NCCL's own ring search by 5% or more "
                                     "(--emit nccl-graph writes the file; implied by it)."),
@@ -231,7 +234,7 @@ def plan(
                              topo_file_path=topo_file_path, port=port, hosts=host_list, etp=etp, vpp=vpp,
                              torch_version=installed_torch_version(), calibration=cal,
                              calibration_source=calibration, nccl_graph=nccl_graph or emit == "nccl-graph",
-                             force=SETTINGS.force, nccl_xml=emit == "nccl-xml")
+                             force=SETTINGS.force, nccl_xml=emit == "nccl-xml", transport=transport)
     if emit is not None:
         from gpucomm.probes.model import dumps_json
 

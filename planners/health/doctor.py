@@ -781,6 +781,23 @@ NEEDS: dict = {
 }
 
 
+# the software path's rules: planners/health/path_rules.py; they read the probe's ``software`` section,
+# which inputs other than a live probe or a recent snapshot do not have
+from gpucomm.planners.health import path_rules as _path_rules  # noqa: E402
+
+_BEFORE_PATH_RULES = set(RULES)
+_path_rules.register(rule, finding)
+
+
+def _needs_software(doc: dict) -> Optional[str]:
+    return None if doc.get("software") else ("no software path in the input (NCCL library, driver, plugins, GDR: "
+                                             "a live probe or a snapshot records it)")
+
+
+for _name in set(RULES) - _BEFORE_PATH_RULES:
+    NEEDS.setdefault(_name, _needs_software)
+
+
 # --------------------------------------------------------------------------------------------
 def run_doctor(doc: dict, rules: Optional[list] = None) -> dict:
     """Run the rules (all by default) over a document; returns the ``gpucomm.doctor/v1`` report

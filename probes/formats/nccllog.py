@@ -103,7 +103,12 @@ _PATH_ITEM = re.compile(r"(?P<kind>[A-Z]+)/(?P<id>[0-9A-Fa-f-]+) \((?P<hops>" + 
 _NET_USING = re.compile(r"^NET/(?P<net>\w+) : Using (?P<rest>.*)$")
 _NIC_ITEM = re.compile(r"\[(?P<i>" + _I + r")\](?P<name>[^\s:\[\]<>]+)(?::(?P<port>" + _I +
                        r")/(?P<ll>[A-Za-z]+)(?P<sharp>/SHARP)?)?")
-_USING_NET = re.compile(r"^Using network (?P<net>\S+)")
+_USING_NET = re.compile(r"^Using network (?P<net>.+?)\s*$")
+# NET/Plugin: Loaded net plugin AWS Libfabric (v6) / NET/OFI Using aws-ofi-nccl 1.6.0 / Plugin name set by env ...
+_PLUGIN_LOADED = re.compile(r"^NET/Plugin ?: ?Loaded (?:net|coll) plugin (?P<name>.+?)(?: \((?P<api>v\d+)\))?\s*$")
+_PLUGIN_NONE = re.compile(r"^NET/Plugin ?: ?(?:Could not find|No plugin found|Plugin load returned|Failed to find ncclNetPlugin)")
+_PLUGIN_BANNER = re.compile(r"^NET/(?P<net>[\w-]+) (?:Using |Initializing |ver\. ?)(?P<family>aws-ofi-nccl )?"
+                            r"(?P<v>\d+\.\d+\.\d+[\w.-]*)\s*$")
 _ENV = re.compile(r"^(?P<k>NCCL_[A-Z0-9_]+) set (?:by environment )?to (?P<v>.*?)\.?\s*$")
 _COLL_CH = re.compile(r"(?P<n>" + _I + r") (?P<what>coll|collnet|nvls|p2p) channels(?P<pp> per peer)?")
 _NVLS_MC = re.compile(r"NVLS multicast support is (?P<not>not )?available")
@@ -183,6 +188,7 @@ class _State:
         self.nics: list = []
         self.net_kind: Optional[str] = None
         self.network: Optional[str] = None
+        self.plugin: dict = {}         # loaded (NET name), family and version (banner), none (no plugin)
         self.env: dict = {}
         self.coll: Optional[dict] = None
         self.nvls_mc: Optional[bool] = None
@@ -575,13 +581,35 @@ def _on_net_using(st: _State, key: tuple, dev: int, body: str, head: str, lineno
 
 
 def _on_using_network(st: _State, key: tuple, dev: int, body: str, head: str, lineno: int) -> bool:
-    """``Using network IB``."""
+    """``Using network IB`` / ``Using network AWS Libfabric``."""
     if head != "Using":
         return False
     um = _USING_NET.match(body)
     if um:
         st.network = um.group("net")
     return True
+
+
+def _on_plugin(st: _State, key: tuple, dev: int, body: str, head: str, lineno: int) -> bool:
+    """``NET/Plugin: Loaded net plugin AWS Libfabric (v6)``, ``NET/Plugin : Could not find: libnccl-net.so``,
+    ``NET/OFI Using aws-ofi-nccl 1.6.0`` (plugin/net.cc, aws-ofi-nccl's banner)."""
+    if not head.startswith("NET/"):
+        return False
+    pm = _PLUGIN_LOADED.match(body)
+    if pm:
+        if "coll plugin" not in body:
+            st.plugin["loaded"] = pm.group("name")
+        return True
+    if _PLUGIN_NONE.match(body):
+        st.plugin.setdefault("none", True)
+        return True
+    bm = _PLUGIN_BANNER.match(body)
+    if bm:
+        fam = (bm.group("family") or "").strip() or {"GPUDirectTCPX": "gpudirect-tcpx"}.get(bm.group("net"), bm.group("net"))
+        st.plugin.setdefault("family", fam)
+        st.plugin.setdefault("version", bm.group("v"))
+        return True
+    return False
 
 
 def _on_env(st: _State, key: tuple, dev: int, body: str, head: str, lineno: int) -> bool:
@@ -635,7 +663,7 @@ def _on_connected(st: _State, key: tuple, dev: int, body: str, head: str, lineno
 
 
 _HANDLERS = (_on_comm, _on_channel, _on_trees, _on_tree, _on_pattern, _on_system, _on_topo_link, _on_path,
-             _on_net_using, _on_using_network, _on_env, _on_coll_channels, _on_nvls, _on_connected)
+             _on_net_using, _on_using_network, _on_plugin, _on_env, _on_coll_channels, _on_nvls, _on_connected)
 
 
 def _tree(st: _State, key: tuple, dev: int, lineno: int, c: int, rank: int, up: int, downs: list) -> None:
@@ -879,6 +907,7 @@ def _network_fields(st: _State) -> dict:
              for (h, s, d), v in sorted(st.paths.items())]
     return {
         "network": st.network,
+        "net": net_summary(st.network, st.plugin, _transport_list(st)[0], st.versions[0] if st.versions else None),
         "nics": st.nics,
         "env": dict(sorted(st.env.items())),
         "nvls": {"multicast": st.nvls_mc, "heads": heads,
@@ -893,6 +922,24 @@ def _network_fields(st: _State) -> dict:
         "nccl_warnings": list(st.nccl_warnings),
         "warnings": list(st.warnings),
     }
+
+
+def net_summary(network: Optional[str], plugin: dict, transports: list, version: Optional[str]) -> Optional[dict]:
+    """The inter-node transport a log shows: ``{name, gdr, plugin_family, plugin_version, version}``
+    -- ``name`` from the channel lines ``via NET/<name>/...`` (what ran), else ``Using network <name>``
+    (what was chosen), else the plugin NCCL loaded; ``gdr`` True when a NET channel says ``GDRDMA``,
+    False when NET channels say none, None without NET channels.  None when the log shows no network."""
+    nets = [t for t in transports if t.get("kind") == "NET"]
+    name = None
+    if nets:
+        names = [t.get("plugin") for t in nets if t.get("plugin")]
+        name = max(set(names), key=names.count) if names else None
+    name = name or network or plugin.get("loaded")
+    if not name:
+        return None
+    return {"name": name, "gdr": any(t.get("gdr") for t in nets) if nets else None,
+            "plugin_family": plugin.get("family"), "plugin_version": plugin.get("version"),
+            "plugin_loaded": plugin.get("loaded"), "version": version}
 
 
 def load_nccl_log(path: str) -> dict:

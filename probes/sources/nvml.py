@@ -52,7 +52,12 @@ OPTIONAL_CALLS = {
     "nvmlDeviceGetMigMode", "nvmlDeviceGetNumaNodeId", "nvmlDeviceGetGpuFabricInfoV", "nvmlDeviceGetGpuFabricInfo",
     "nvmlDeviceGetFieldValues", "nvmlDeviceGetFieldValues(C2C_LINK_COUNT)", "nvmlSystemGetCudaDriverVersion_v2",
     "nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetCpuAffinity", "nvmlDeviceGetP2PStatus",
+    "nvmlDeviceGetPersistenceMode", "nvmlDeviceGetEccMode", "nvmlDeviceGetRetiredPages",
+    "nvmlDeviceGetRetiredPagesPendingStatus", "nvmlDeviceGetRemappedRows", "nvmlDeviceGetTotalEccErrors",
 }
+# nvml.h: nvmlPageRetirementCause_t (multiple single-bit, double-bit), nvmlMemoryErrorType_t, nvmlEccCounterType_t
+RETIRED_CAUSES = {"sbe": 0, "dbe": 1}
+MEMORY_ERROR_UNCORRECTED, VOLATILE_ECC = 1, 0
 BENIGN_ERRORS = {"NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_FUNCTION_NOT_FOUND", "NVML_ERROR_INVALID_ARGUMENT",
                  "NOT_IN_BINDING"}
 
@@ -255,7 +260,35 @@ def _record_device(q_global: Query, nv: Any, i: int, h: Any) -> dict:
                     bw = vals[1]  # NCCL keeps the last link's max bw (MB/s)
             d["c2c"] = {"count": up, "bw_MBps": bw} if up else None
     d["fabric"] = _fabric(q, h)
+    d.update(_memory_health(q, h))
     return d
+
+
+def _memory_health(q: Query, h: Any) -> dict:
+    """Persistence mode, ECC (current/pending), retired pages and remapped rows: what makes a GPU
+    slow to start (persistence off), lose memory (retired pages) or need a reset (pending)."""
+    out: dict = {}
+    pm = q("nvmlDeviceGetPersistenceMode", h)
+    out["persistence_mode"] = bool(_int_or_none(pm)) if _int_or_none(pm) is not None else None
+    ecc = q("nvmlDeviceGetEccMode", h)
+    if isinstance(ecc, (tuple, list)) and len(ecc) == 2 and all(_int_or_none(x) is not None for x in ecc):
+        out["ecc"] = {"current": bool(int(ecc[0])), "pending": bool(int(ecc[1]))}
+        unc = _int_or_none(q("nvmlDeviceGetTotalEccErrors", h, MEMORY_ERROR_UNCORRECTED, VOLATILE_ECC))
+        out["ecc"]["volatile_uncorrected"] = unc
+    pages = {}
+    for name, cause in RETIRED_CAUSES.items():
+        got = q("nvmlDeviceGetRetiredPages", h, cause)
+        if isinstance(got, (list, tuple)):
+            pages[name] = len(got)
+    if pages:
+        pend = _int_or_none(q("nvmlDeviceGetRetiredPagesPendingStatus", h))
+        pages["pending"] = bool(pend) if pend is not None else None
+        out["retired_pages"] = pages
+    rows = q("nvmlDeviceGetRemappedRows", h)
+    if isinstance(rows, (tuple, list)) and len(rows) == 4 and all(_int_or_none(x) is not None for x in rows):
+        out["remapped_rows"] = {"correctable": int(rows[0]), "uncorrectable": int(rows[1]),
+                                "pending": bool(int(rows[2])), "failure": bool(int(rows[3]))}
+    return out
 
 
 def record_nvml(nv: Any = None) -> dict:
@@ -497,6 +530,12 @@ def _gpu_from_device(doc: dict, d: dict, idx: int) -> tuple[dict, Optional[int]]
     if isinstance(d.get("c2c"), dict):
         c = d["c2c"]
         g["c2c"] = {"count": _i(c.get("count"), 0, 64), "bw_MBps": _i(c.get("bw_MBps"))}
+    for key in ("persistence_mode",):
+        if _b(d.get(key)) is not None:
+            g[key] = d[key]
+    for key in ("ecc", "retired_pages", "remapped_rows"):
+        if isinstance(d.get(key), dict):
+            g[key] = {k: v for k, v in d[key].items() if isinstance(v, (bool, int)) and (isinstance(v, bool) or v >= 0)}
     if isinstance(d.get("fabric"), dict):
         g["fabric"] = {k: d["fabric"].get(k) for k in ("cluster_uuid", "clique_id", "state")
                        if isinstance(d["fabric"].get(k), (str, int)) and not isinstance(d["fabric"].get(k), bool)}
