@@ -92,15 +92,19 @@ def text_width() -> int:
 def wrap_comment_lines(text: str, width: Optional[int] = None) -> str:
     """nccl-tests-style text with its long ``# ...`` prose lines wrapped at ``width`` (continued as
     ``#   ...``); data rows and short lines as they are."""
+    width = width or text_width()
+    lines = text.split("\n")
+
+    def prose(line: str) -> bool:   # a long '# ' line that is not a table header (aligned columns)
+        return line.startswith("# ") and len(line) > width and "  " not in line[2:].strip()
+
+    if not any(prose(line) for line in lines):
+        return text
     from gpucomm.render.plain import wrap_prose
 
-    width = width or text_width()
     out = []
-    for line in text.split("\n"):
-        if line.startswith("# ") and len(line) > width and "  " not in line[2:].strip():
-            out += wrap_prose(line[2:], width, "# ", "#   ")
-        else:
-            out.append(line)
+    for line in lines:
+        out += wrap_prose(line[2:], width, "# ", "#   ") if prose(line) else [line]
     return "\n".join(out)
 
 

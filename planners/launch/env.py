@@ -390,8 +390,6 @@ def roce_gid_index(env: dict, warnings: List[str], view: NodeView, names: List[s
     port (:func:`gpucomm.planners.nccl.gid.nccl_gid_index`: RoCE v2, IPv4-mapped), set when every
     port agrees so that all ranks use the same one; a warning when they differ or the GID tables are
     unknown."""
-    from gpucomm.planners.nccl.gid import nccl_gid_index
-
     picks: Dict[str, int] = {}
     unknown = []
     for name in names:
@@ -400,6 +398,8 @@ def roce_gid_index(env: dict, warnings: List[str], view: NodeView, names: List[s
             if not isinstance(p, dict) or p.get("link_layer") != "Ethernet" or str(p.get("state")).upper() != "ACTIVE":
                 continue
             if p.get("gids"):
+                from gpucomm.planners.nccl.gid import nccl_gid_index   # RoCE ports only
+
                 picks[f"{name}:{p.get('port')}"] = nccl_gid_index(p["gids"])
             else:
                 unknown.append(name)
