@@ -421,13 +421,13 @@ def test_cli_multi_node_and_gpus(cli, tmp_path):
 @pytest.mark.parametrize("args,code,needle", [
     (["--size", "12XB"], 2, "--size"),
     (["--size", "1M:1K"], 2, "MAX is smaller"),
-    (["--collective", "allfoo"], 1, "unknown collective"),
+    (["--collective", "allfoo"], 2, "unknown collective"),
     (["--nodes", "4"], 1, "topology has no NICs; --nodes 4 needs a network (or pass --fabric-gbps)"),
     (["--algo", "nvls"], 4, "NVLS needs an NVSwitch"),
-    (["--algo", "bogus"], 1, "--algo"),
+    (["--algo", "bogus"], 2, "--algo"),
     (["--gpus", "0,x"], 2, "--gpus"),
     (["--gpus-per-node", "9"], 4, "--gpus-per-node 9"),
-    (["--dtype", "float7"], 1, "--dtype"),
+    (["--dtype", "float7"], 2, "--dtype"),
     (["--fabric-gbps", "0", "--nodes", "2"], 2, "--fabric-gbps"),
 ])
 def test_cli_errors_one_line(cli, args, code, needle):

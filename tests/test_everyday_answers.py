@@ -423,6 +423,8 @@ def test_a_file_of_two_tables_is_not_one_run(tmp_path):
     ("predict", "example:hgx-h100", "--nodes", "99999999999999999999"),
     ("predict", "example:hgx-h100", "--fabric-gbps", "0"), ("predict", "example:hgx-h100", "--fabric-gbps", "nan"),
     ("predict", "example:hgx-h100", "--gpus", "0,x"), ("rings", "example:hgx-h100", "--nodes", "0"),
+    ("predict", "example:hgx-h100", "--algo", "bogus"), ("predict", "example:hgx-h100", "--collective", "allfoo"),
+    ("predict", "example:hgx-h100", "--dtype", "float7"),
     ("rings", "example:hgx-h100", "--gpus", "a-b"), ("trees", "example:hgx-h100", "--nodes", "1000001"),
     ("plan", "example:hgx-h100", "--nodes", "0"), ("plan", "example:hgx-h100", "--nodes", "100000000"),
     ("plan", "example:hgx-h100", "--gpus", "x"), ("select", "example:hgx-h100", "-k", "2", "--free", "x"),

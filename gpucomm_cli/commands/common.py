@@ -38,10 +38,10 @@ T = TypeVar("T")
 
 
 def flag_value(flag: str, value: T, *, lo: Optional[float] = None, hi: Optional[float] = None,
-               above: Optional[float] = None, parse: Optional[Callable] = None):
-    """The one check of a flag's value, for every command: ``parse(value)`` when given (its
-    InputError/ValueError becomes a usage error), then the range -- ``lo <= x <= hi`` and ``x > above``,
-    finite.  Anything else exits 2 naming the flag, as click's own ``min=`` does (README "Exit codes":
+               above: Optional[float] = None, parse: Optional[Callable] = None, choices=None):
+    """The one check of a flag's value, for every command: one of ``choices`` (case-insensitive),
+    ``parse(value)`` when given (its InputError/ValueError becomes a usage error), then the range --
+    ``lo <= x <= hi`` and ``x > above``, finite.  Anything else exits 2 naming the flag, as click's own ``min=`` does (README "Exit codes":
     a flag value out of range is a usage error, an input file that is wrong is exit 1).  None passes
     (a flag not given).
 
@@ -50,6 +50,8 @@ def flag_value(flag: str, value: T, *, lo: Optional[float] = None, hi: Optional[
     """
     if value is None:
         return None
+    if choices is not None and str(value).strip().lower() not in choices:
+        usage_error(f"{value!r} is not one of {', '.join(sorted(choices))}", flag)
     if parse is not None:
         from gpucomm.probes.errors import InputError
 

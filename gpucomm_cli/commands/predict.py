@@ -171,7 +171,12 @@ def predict(
     from gpucomm.probes.load import read_text_input
     from gpucomm.render.output import emit, text_width
 
+    from gpucomm.planners.collectives.predict import TYPE_SIZES, USER_ALGOS
+
     gpu_list = flag_value("--gpus", gpus, parse=parse_gpu_list)
+    flag_value("--collective", collective, parse=units.normalize_collective)
+    flag_value("--algo", algo, choices=USER_ALGOS)
+    flag_value("--dtype", dtype, choices=TYPE_SIZES)
     flag_value("--nodes", nodes, lo=1, hi=max_nodes())
     flag_value("--fabric-gbps", fabric_gbps, above=0, hi=units.MAX_FABRIC_GBPS)
     flag_value("--size", size, parse=lambda t: units.parse_sizes(t, "--size", minimum=1))
