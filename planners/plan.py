@@ -9,7 +9,7 @@ from gpucomm.planners.launch import env as penv
 from gpucomm.planners.launch import scripts as launch
 from gpucomm.planners.placement import layout as placement
 from gpucomm.planners.placement import models as model_specs
-from gpucomm.planners.placement.cluster import choose_host_order, traffic_report
+from gpucomm.planners.placement.cluster import block_segment, choose_host_order, leaf_uplinks, traffic_report
 from gpucomm.planners.placement.select import select_gpus
 from gpucomm.probes.errors import InputError, PlanInfeasible
 from gpucomm.probes.topology import Topology
@@ -42,9 +42,9 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
         doc = cluster.doc(ref_host)
         counts = {h: len(cluster.doc(h).get("gpus") or []) for h in cluster.nodes}
         want = gpus_per_node or (len(gpus) if gpus else counts[ref_host])
-        hosts_pool = [h for h in cluster.nodes if counts[h] >= want]
+        hosts_pool = [h for h in cluster.nodes if counts[h] >= want and h not in cluster.unhealthy]
         if not hosts_pool:
-            raise PlanInfeasible(f"no node of the cluster has {want} GPUs")
+            raise PlanInfeasible(f"no healthy node of the cluster has {want} GPUs")
     if doc is None:
         raise InputError("plan needs a topology (TOPO) or --cluster FILE")
     topo = Topology.of(doc)
@@ -155,9 +155,20 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
         traffic = traffic_report(plan, cluster.fabric if cluster is not None else None)
     plan["traffic"] = traffic
     switches = traffic["leaf_switches"] if traffic and traffic.get("leaf_switches") else None
+    segment = None
+    if cluster is not None and cluster.blocks():
+        switches = None          # topology/block has no switches: --segment instead, never --switches
+        segment = block_segment(cluster, plan.get("hosts") or [], layout.gen, gpn)
+        if cluster.unhealthy:
+            plan["warnings"].append(f"{len(cluster.unhealthy)} unhealthy node(s) left out: "
+                                    + ", ".join(sorted(cluster.unhealthy)[:5]))
+    elif cluster is not None and cluster.unhealthy:
+        plan["warnings"].append(f"{len(cluster.unhealthy)} unhealthy node(s) left out: " + ", ".join(sorted(cluster.unhealthy)[:5]))
+    if cluster is not None and cluster.fabric_doc and traffic:
+        traffic["leaf_uplinks"] = leaf_uplinks(cluster, plan.get("hosts") or [], traffic, plan["warnings"])
     plan["megatron"] = model_specs.megatron_arguments(plan["parallelism"], mspec, vpp)
     plan["deepspeed"] = model_specs.deepspeed_config(plan["parallelism"], mspec, plan["warnings"])
     launch.build_launch(plan, command=command, all_cpus=view.all_cpus, node_gpus=len(topo.gpus),
                         switches=switches, port=port, n_cores=len(set(placement.core_map(view).values())) or None,
-                        torch_version=torch_version, view=placement.node_view(topo))
+                        torch_version=torch_version, view=placement.node_view(topo), segment=segment)
     return plan

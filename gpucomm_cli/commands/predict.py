@@ -6,7 +6,8 @@ from typing import Optional
 
 import typer
 
-from gpucomm.commands.common import flag_value, from_option, gpu_note_line, gpu_option, load_topo, max_nodes, topo_argument
+from gpucomm.commands.common import (flag_value, from_option, gpu_note_line, gpu_option, load_topo, max_nodes, topo_argument,
+                                     with_gpu_model)
 from gpucomm.probes import units
 from gpucomm.settings import diag
 
@@ -149,6 +150,10 @@ def predict(
                                               help="A calibration profile (gpucomm calibrate): its fitted network, "
                                               "latency and protocol parameters replace the defaults."),
     gpu: Optional[str] = gpu_option(),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="A cluster file (gpucomm cluster) or a fabric "
+                                          "(ibnetdiscover output, topology.conf) with TOPO as every node: --nodes N "
+                                          "are picked as `select --nodes` picks them, and a network that leaves a leaf "
+                                          "gets the leaf uplinks' share (oversubscription)."),
     transport: Optional[str] = typer.Option(None, "--transport", help="The inter-node transport NCCL runs: ib, "
                                             "ib-nogdr, socket, plugin:NAME (e.g. plugin:aws-ofi-nccl), "
                                             "plugin:NAME:nogdr. Default: what the run's NCCL lines show, else "
@@ -206,12 +211,29 @@ def predict(
         for w in rep["warnings"]:   # skipped runs matter; topology warnings only with --verbose, as below
             diag(f"gpucomm: warning: {w}", verbose_only=w in topo_warnings)
         return
-    doc, _ = load_topo(topo, src, gpu=gpu)
+    notes = []
+    if cluster is not None:
+        from gpucomm.planners.placement.cluster import load_cluster
+        from gpucomm.planners.placement.select import cluster_network
+
+        cl = load_cluster(cluster, default_topology=topo or src)
+        doc = with_gpu_model(cl.doc(cl.nodes[0]), gpu)
+        net = cluster_network(cl, nodes or 2, doc)
+        nodes = net["nodes"]
+        if fabric_gbps is None:
+            fabric_gbps = net["fabric_gbps"]
+        notes.append(net["note"])
+    else:
+        doc, _ = load_topo(topo, src, gpu=gpu)
     pred = build_prediction(doc, collective or "all_reduce", size or "1GiB", nodes=1 if nodes is None else nodes,
                             gpus_per_node=gpus_per_node, fabric_gbps=fabric_gbps, algo=algo, gpus=gpu_list,
                             dtype=dtype or "float", calibration=cal, calibration_source=calibration,
                             transport=transport, nccl_log=log)
+    if notes:
+        pred["cluster"] = notes[0]
     emit(pred, extra={"table": lambda: _noted(doc, table_text(pred))}, allowed=["table", "json", "yaml"])
+    for n in notes:
+        diag(f"gpucomm: {n}")
     for w in pred["warnings"]:
         diag(f"gpucomm: warning: {w}", verbose_only=True)
 
