@@ -55,7 +55,7 @@ def _globals(
                                          "stdout); the format follows FILE's extension (.json, .yaml, .xml, .dot) "
                                          "unless --format says otherwise. An existing FILE is kept unless --force."),
     force: bool = typer.Option(False, "--force", help="Let -o, snapshot and synth --out-dir replace existing files "
-                               "(never through a symbolic link)."),
+                               "(never through a symbolic link); let plan write a layout that does not fit."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No diagnostics on stderr."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="More diagnostics on stderr."),
     traceback: bool = typer.Option(False, "--traceback", help="Re-raise errors with a Python traceback."),

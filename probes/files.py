@@ -8,7 +8,8 @@
   t.json`` cannot truncate its own input).  A final symbolic link is never followed, and an
   existing file is replaced only with ``force``, and never one this run read as an input (it is
   being read).  Character devices and FIFOs (``/dev/null``, a named pipe) are written as streams;
-  a FIFO nobody reads is refused at once instead of waiting for a reader.
+  a FIFO nobody reads is refused at once instead of waiting for a reader.  ``executable=True``
+  (launch scripts) gives the file the execute bits the umask allows, as ``chmod +x`` would.
 """
 from __future__ import annotations
 
@@ -142,8 +143,16 @@ def _write_all(fd: int, data) -> None:
         view = view[os.write(fd, view):]
 
 
+def file_mode(existing: Optional[os.stat_result], executable: bool = False) -> int:
+    """The permission bits of a written file: those of the file it replaces, else 0666 less the
+    umask; ``executable`` adds the execute bits the umask allows (``chmod +x``), for scripts."""
+    mask = _umask()
+    mode = stat.S_IMODE(existing.st_mode) if existing is not None else 0o666 & ~mask
+    return mode | (0o111 & ~mask) if executable else mode
+
+
 def write_atomic(path: Union[str, os.PathLike], data, force: bool = False,
-                 label: Optional[str] = None, updates_input: bool = False) -> None:
+                 label: Optional[str] = None, updates_input: bool = False, executable: bool = False) -> None:
     """Write ``data`` (str, bytes, or a producer ``produce(write)`` of text, so that a large document
     is never held whole) to ``path`` through a temporary file in the same directory and a rename
     (see the module docstring).  InputError for every refusal and every failed write."""
@@ -178,7 +187,7 @@ def write_atomic(path: Union[str, os.PathLike], data, force: bool = False,
         fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(p) + ".", suffix=".gpucomm-tmp", dir=parent)
         try:
             _write_all(fd, raw)
-            os.fchmod(fd, stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask())
+            os.fchmod(fd, file_mode(st, executable))
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -207,4 +216,4 @@ def write_atomic(path: Union[str, os.PathLike], data, force: bool = False,
                 pass
 
 
-__all__ = ["Refused", "read_limited", "write_atomic", "check_writable", "kind_of", "forget_inputs"]
+__all__ = ["Refused", "read_limited", "write_atomic", "check_writable", "kind_of", "forget_inputs", "file_mode"]

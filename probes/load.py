@@ -26,8 +26,17 @@ _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b|\[[0-9;]*m")
 
 
 def read_text_input(path: str) -> str:
-    """Read a text input (a regular file of at most MAX_INPUT_BYTES), rejecting binary junk and
-    wrong encodings with a one-line error."""
+    """Read a text input (a regular file of at most MAX_INPUT_BYTES, or a shipped capture named
+    ``example:<file name>``), rejecting binary junk and wrong encodings with a one-line error."""
+    if path.startswith("example:"):
+        from gpucomm.probes.examples import capture_path, example_path
+
+        found = capture_path(path)
+        if found is None:
+            example_path(path.split(":", 1)[1])   # names what exists
+            raise InputError("is a bundled machine, not a text file", path,
+                             expected="a file, or example:<capture file name> (gpucomm examples)")
+        path = found
     try:
         if stat.S_ISDIR(os.stat(path).st_mode):
             raise InputError("is a directory but not a snapshot", path, expected="a snapshot with meta.json or sys/")
@@ -383,8 +392,11 @@ def load_topology_text(src: str, text: Optional[str] = None) -> tuple:
     if src == STDIN:
         return _load_stdin(), None
     if src.startswith("example:"):
-        from gpucomm.probes.examples import load_example
+        from gpucomm.probes.examples import capture_path, load_example
 
+        cap = capture_path(src)
+        if cap is not None:        # a shipped capture (an nvidia-smi topo -m output)
+            return load_topology_text(cap)
         return finalize(load_example(src.split(":", 1)[1])), None
     src_path = src
     from gpucomm.probes.validate import validate_document
@@ -425,6 +437,64 @@ def _from_text(text: str, src_path: str) -> dict:
     return finalize(validate_document(doc, src_path, saved=kind in ("json", "yaml"), report=report))
 
 
+def gpu_model_sm(spec: str) -> int:
+    """``--gpu MODEL`` -> its compute capability as NCCL's sm (``B200`` -> 100, ``H100`` -> 90,
+    ``A10G`` -> 86, or ``sm90`` / ``9.0``); InputError for a model gpucomm does not know."""
+    from gpucomm.probes.facts import arch_from_name, compute_capability
+
+    text = str(spec).strip()
+    m = re.fullmatch(r"(?i)sm_?(\d{2,3})", text)
+    sm = int(m.group(1)) if m else compute_capability(text) if re.fullmatch(r"\d{1,2}\.\d", text) else \
+        arch_from_name(text)[1]
+    if sm is None or not 30 <= sm <= 200:
+        raise InputError(f"{text!r} is not an NVIDIA GPU model gpucomm knows",
+                         expected="e.g. B200, GB200, H100, H200, A100, A10G, L40S, V100, or sm90 / 9.0")
+    return sm
+
+
+def apply_gpu_model(doc: dict, spec: Optional[str]) -> dict:
+    """``--gpu MODEL``: NVIDIA GPUs the document does not name (no name, no compute capability: an
+    ``nvidia-smi topo -m`` capture, an NCCL XML skeleton) get that model, with a warning that says
+    so; GPUs the document names keep their own (a warning when ``MODEL`` differs)."""
+    if not spec:
+        return doc
+    from gpucomm.probes.facts import arch_from_sm, assumption, format_compute_capability, gpu_sm
+    from gpucomm.probes.model import warn
+
+    sm = gpu_model_sm(spec)
+    named, filled = [], 0
+    for g in doc.get("gpus") or []:
+        if not isinstance(g, dict) or str(g.get("vendor") or "nvidia").lower() != "nvidia":
+            continue
+        own = gpu_sm(g)[0]
+        if own is not None:
+            if own != sm:
+                named.append(f"GPU{g.get('index')} {g.get('name') or 'sm' + str(own)}")
+            continue
+        g["compute_capability"] = format_compute_capability(sm)
+        g["arch"] = g.get("arch") or arch_from_sm(sm)
+        g["name"] = g.get("name") or str(spec).strip()
+        filled += 1
+    if filled:
+        warn(doc, assumption("gpu-model", model=str(spec).strip(), sm=sm, count=filled))
+    if named:
+        warn(doc, f"--gpu {str(spec).strip()} ignored for " + ", ".join(named[:4]) + (" ..." if len(named) > 4 else "")
+             + ": the topology names their model")
+    return doc
+
+
+def gpu_model_note(doc: dict) -> Optional[str]:
+    """The sentence that says where the GPU model came from when the topology does not name it
+    (given with --gpu, or assumed), for the first line of a command's result; None otherwise."""
+    from gpucomm.probes.topology import Topology
+
+    for w in doc.get("warnings") or []:
+        if isinstance(w, str) and " from --gpu for " in w:
+            return w
+    topo = Topology.of(doc)
+    return next((a for a in topo.assumptions if a.startswith("GPU compute capability unknown")), None)
+
+
 # A snapshot archive, by name and by content: tar, compressed with gzip (what `gpucomm snapshot` writes),
 # xz, bzip2 or not at all -- from a path as from standard input.
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2", ".tbz2", ".tar")
@@ -451,4 +521,5 @@ def _is_archive(p: Path) -> bool:
 
 
 __all__ = ["load_topology", "load_topology_text", "read_topology_text", "detect_kind", "read_text_input",
+           "apply_gpu_model", "gpu_model_note", "gpu_model_sm",
            "parse_json", "parse_yaml", "check_depth", "rendered_by_gpucomm", "SCHEMA", "MAX_INPUT_BYTES", "kind_of"]

@@ -272,7 +272,7 @@ def test_cli_rings_table_multinode_and_subset():
 
 @pytest.mark.parametrize("args,code,text", [
     (("rings", "example:hgx-h100", "--gpus", "0,9"), 1, "no GPU 9 in topology (has 0-7)"),
-    (("rings", "example:hgx-h100", "--gpus", "0,a"), 1, "not a GPU index"),
+    (("rings", "example:hgx-h100", "--gpus", "0,a"), 2, "not a GPU index"),
     (("rings", "example:hgx-h100", "--channels", "0"), 2, "'0' is not auto or a channel count 1-64"),
     (("rings", "example:hgx-h100", "--channels", "many"), 2, "--channels"),
     (("rings", "example:hgx-h100", "--channels", "100"), 2, "--channels"),

@@ -6,7 +6,7 @@ from typing import Optional, Tuple
 
 import typer
 
-from gpucomm.commands.common import from_option, load_topo, topo_argument, usage_error
+from gpucomm.commands.common import from_option, gpu_note_line, gpu_option, load_topo, topo_argument, usage_error
 from gpucomm.settings import diag
 
 PATHS_SCHEMA = "gpucomm.paths/v1"
@@ -30,6 +30,7 @@ def paths(
                                                       "GPU<index>, an index, a GPU bus id or a NIC name."),
     rule: str = typer.Option("widest", "--rule", help="widest: the widest route (ties: fewer hops); nccl: the route "
                              "NCCL's transports take (best type, then bandwidth, then hops)."),
+    gpu: Optional[str] = gpu_option(),
 ) -> None:
     """Path type, hops and bottleneck bandwidth for every GPU->GPU and GPU<->NIC pair (or one pair).
 
@@ -42,12 +43,15 @@ def paths(
     rule_l = (rule or "").strip().lower()
     if rule_l not in ("widest", "nccl"):
         usage_error(f"{rule!r} is not a path rule (widest or nccl)", "--rule")
-    doc, _ = load_topo(topo, src)
+    doc, _ = load_topo(topo, src, gpu=gpu)
     out = build_paths(doc, between=between, rule=rule_l)
 
     def table(console) -> None:
         from gpucomm.render.plain import Table
 
+        note = gpu_note_line(doc)
+        if note:
+            console.print(note, soft_wrap=True, markup=False)
         t = Table(title=f"Paths ({'widest route' if rule_l == 'widest' else 'NCCL route'})", title_justify="left")
         for c, j in (("src", "left"), ("dst", "left"), ("type", "left"), ("hops", "right"),
                      ("bottleneck GB/s", "right"), ("via", "left")):

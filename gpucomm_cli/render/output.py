@@ -107,14 +107,43 @@ def plain_console(file):
     return PlainConsole(file, _plain_width())
 
 
+def text_width() -> int:
+    """The columns text output has: the terminal's, else :func:`_plain_width`."""
+    if output_file() is None and hasattr(sys.stdout, "isatty") and sys.stdout.isatty():
+        import shutil
+
+        return shutil.get_terminal_size((80, 24)).columns
+    return _plain_width()
+
+
+def wrap_comment_lines(text: str, width: Optional[int] = None) -> str:
+    """nccl-tests-style text with its long ``# ...`` prose lines wrapped at ``width`` (continued as
+    ``#   ...``); data rows and short lines as they are."""
+    width = width or text_width()
+    lines = text.split("\n")
+
+    def prose(line: str) -> bool:   # a long '# ' line that is not a table header (aligned columns)
+        return line.startswith("# ") and len(line) > width and "  " not in line[2:].strip()
+
+    if not any(prose(line) for line in lines):
+        return text
+    from gpucomm.render.plain import wrap_prose
+
+    out = []
+    for line in lines:
+        out += wrap_prose(line[2:], width, "# ", "#   ") if prose(line) else [line]
+    return "\n".join(out)
+
+
 def _plain_width() -> int:
-    """The width of output that is not a terminal: $COLUMNS, else 240."""
-    return int(os.environ.get("COLUMNS", "0") or 0) or 240
+    """The width of output that is not a terminal: $COLUMNS, else 80 (as a terminal of unknown size)."""
+    return int(os.environ.get("COLUMNS", "0") or 0) or 80
 
 
-def write_text(text: str) -> None:
-    """Write data to -o FILE (atomically; see the module docstring) or stdout, every character a terminal
-    would act on escaped (:func:`gpucomm.render.plain.printable`)."""
+def write_text(text: str, executable: bool = False) -> None:
+    """Write data to -o FILE (atomically; see the module docstring; ``executable``: a script,
+    written with the execute bits) or stdout, every character a terminal would act on escaped
+    (:func:`gpucomm.render.plain.printable`)."""
     from gpucomm.render.plain import printable
 
     text = printable(text)
@@ -122,7 +151,7 @@ def write_text(text: str) -> None:
     if out is not None:
         from gpucomm.probes.files import write_atomic
 
-        write_atomic(out, text, force=SETTINGS.force)
+        write_atomic(out, text, force=SETTINGS.force, executable=executable)
     else:
         sys.stdout.write(text)
         sys.stdout.flush()

@@ -58,6 +58,34 @@ def plain_text(s: Any, markup: bool = True) -> bool:
     return all(" " <= c <= "~" or c == "\n" for c in s)
 
 
+_QUOTED = re.compile(r"`[^`]*`")
+NBSP = "\u00a0"
+
+
+def wrap_prose(text: str, width: int, first: str = "", rest: Optional[str] = None) -> List[str]:
+    """``text`` broken at spaces into lines of at most ``width`` columns, ``first`` before the first
+    line and ``rest`` (default: as many spaces) before the others.  What a user copies stays whole:
+    a word longer than the line (a path, a bus id, a file name) is never broken, nor a `quoted
+    command`.
+
+    >>> wrap_prose("fix: run `nvidia-smi nvlink -s` then reset the GPU", 24, "  ")
+    ['  fix: run', '  `nvidia-smi nvlink -s`', '  then reset the GPU']
+    """
+    import textwrap
+
+    rest = " " * len(first) if rest is None else rest
+    held = _QUOTED.sub(lambda m: m.group(0).replace(" ", NBSP), text)
+    lines = textwrap.wrap(held, width=max(20, width), initial_indent=first, subsequent_indent=rest,
+                          break_long_words=False, break_on_hyphens=False) or [first.rstrip()]
+    return [ln.replace(NBSP, " ") for ln in lines]
+
+
+def print_prose(console, text: str, first: str = "", rest: Optional[str] = None) -> None:
+    """Print ``text`` as :func:`wrap_prose` breaks it at the console's width."""
+    for line in wrap_prose(text, console.width, first, rest):
+        console.print(line, soft_wrap=True, highlight=False, markup=False)
+
+
 class Column:
     """One column: what :func:`gpucomm.render.tables.print_table` reads (``header``, ``no_wrap``, ``_cells``)."""
 

@@ -34,7 +34,7 @@ from gpucomm.probes import facts
 from gpucomm.probes.errors import InputError, NothingToDo, PlanInfeasible, TopologyError
 from gpucomm.probes.limits import MAX_NODES
 from gpucomm.probes.topology import Topology
-from gpucomm.probes.units import busbw_factor, normalize_collective
+from gpucomm.probes.units import MAX_FABRIC_GBPS, busbw_factor, normalize_collective
 from gpucomm.planners.collectives import timing
 from gpucomm.planners.nccl.tuning import (ALGOS, SPEEDS_INTER, SPEEDS_INTRA, CommGraph, _ladder, allowed_algos,
                                            nccl_choice, path_rank, tuning_table)
@@ -236,7 +236,7 @@ def graphs(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[i
     if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1 or nodes > MAX_NODES:
         raise InputError(f"--nodes {nodes!r}: must be a positive integer", expected=f"1 to {MAX_NODES}")
     if fabric_gbps is not None and (isinstance(fabric_gbps, bool) or not isinstance(fabric_gbps, (int, float))
-                                    or not math.isfinite(fabric_gbps) or fabric_gbps <= 0 or fabric_gbps > 1e6):
+                                    or not math.isfinite(fabric_gbps) or fabric_gbps <= 0 or fabric_gbps > MAX_FABRIC_GBPS):
         raise InputError(f"--fabric-gbps {fabric_gbps!r}: must be a positive number of Gb/s")
     topo = Topology.of(doc)
     n_doc = len(topo.gpus)
@@ -284,6 +284,10 @@ def graphs(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[i
     if ref.get("fallback"):
         notes.append("NCCL's search finds no ring here and falls back to 1 channel at 0.1 GB/s")
     used = {n for r in ref.get("rings") or [] if isinstance(r, dict) for n in r.get("nets") or []}
+    if multi_ref and fabric_gbps is not None:
+        # --fabric-gbps says what each NIC delivers, not which NICs carry the job: the same ones as without it
+        top = max(r for _, r, _ in f.nics)
+        n_nics = len(used) if used else len([r for _, r, _ in f.nics if r >= top / 2])
     if multi_ref and used and fabric_gbps is None:
         n_nics = len(used)   # the NICs NCCL's rings leave and enter the node through
         nic_bw = min(r for name, r, _ in f.nics if name in used) if any(nm in used for nm, _, _ in f.nics) else nic_bw

@@ -36,6 +36,8 @@ def _header(plan: dict) -> List[str]:
         f" tp={p['tp']} cp={p['cp']} ep={p['ep']} dp={p['dp']} pp={p['pp']} (Megatron order {p['order']})",
         f"# {plan['mesh']['device_mesh']['code']}",
     ]
+    if plan.get("forced"):
+        lines.append(f"# WARNING: planned with --force although it does not fit: {plan['forced']}")
     return lines
 
 
@@ -184,14 +186,14 @@ def torchrun_script(plan: dict, command: str = "train.py", port: int = 29500,
         lines.append("exec torchrun " + " ".join(args) + " --numa-binding=exclusive " + quoted + ' "$@"')
     elif _torchrun_numa_ok(plan):
         have = f"the torch here is {torch_version}" if torch_version else "no torch is installed where this plan was made"
-        lines.append(f"# CPU binding by the per-rank wrapper (gpucomm plan ... --emit wrapper > {WRAPPER_NAME}): it works with")
+        lines.append(f"# CPU binding by the per-rank wrapper (gpucomm plan ... --emit wrapper -o {WRAPPER_NAME}): it works with")
         lines.append(f"# every torchrun. torchrun --numa-binding=exclusive gives the same CPU sets but needs torch >= {need}")
         lines.append(f"# with CUDA ({have}).")
         lines.append("exec torchrun " + " ".join(args) + f" --no-python ./{WRAPPER_NAME} python " + quoted + ' "$@"')
     elif any(b.get("cpus") for b in plan.get("binding") or []):
         # torch would bind by the GPU's own NUMA node (memory-only on GB200/GH200, or unknown):
         # the wrapper applies the plan's CPU sets instead.
-        lines.append(f"# CPU binding by the per-rank wrapper (gpucomm plan ... --emit wrapper > {WRAPPER_NAME}),")
+        lines.append(f"# CPU binding by the per-rank wrapper (gpucomm plan ... --emit wrapper -o {WRAPPER_NAME}),")
         lines.append("# because torchrun --numa-binding would read the GPU's own NUMA node, which has no CPUs here.")
         lines.append("exec torchrun " + " ".join(args) + f" --no-python ./{WRAPPER_NAME} python " + quoted + ' "$@"')
     else:
@@ -291,7 +293,8 @@ def rankfile(plan: dict, all_cpus: Optional[List[int]] = None, command: str = "t
         + ("" if hosts else " Hosts +n<i> are relative: they need an allocation (Slurm/PBS/LSF); else plan with --hosts."),
         f"#   Open MPI 4: mpirun -np {n} --rankfile THIS_FILE --report-bindings {env_flags} ./{WRAPPER_NAME} python {cmd}",
         f"#   Open MPI 5: mpirun -np {n} --map-by rankfile:file=THIS_FILE --report-bindings {env_flags} ./{WRAPPER_NAME} python {cmd}",
-        "# (gpucomm-rank.sh: gpucomm plan ... --emit wrapper; GPUCOMM_CPU_BIND=none because the rankfile binds.)",
+        f"# ({WRAPPER_NAME}: gpucomm plan ... --emit wrapper -o {WRAPPER_NAME}, written executable; GPUCOMM_CPU_BIND=none "
+        "because the rankfile binds.)",
     ]
     gpn = plan["gpus_per_node"]
     for r in range(n):

@@ -166,6 +166,9 @@ class _Builder:
         return self.stack[0]
 
 
+# the source detail of an XML NCCL did not write itself (a provider's NCCL_TOPO_FILE for its VMs)
+STATIC_SKELETON = "static skeleton (NCCL_TOPO_FILE)"
+
 def _line_of(text: str, pos: int) -> int:
     return text.count("\n", 0, pos) + 1
 
@@ -471,7 +474,7 @@ def _one_host(root: _Node, system: _Node, path: Optional[str], flatten: bool, ma
     if ctx.unclassified:
         warn(doc, f"{ctx.unclassified} PCI device(s) have no class and no children: kept as untyped pci_devices "
                   "(NCCL fills the class from sysfs on the real host)")
-    kind = "dump (NCCL_TOPO_DUMP_FILE)" if ctx.dump else "static skeleton (NCCL_TOPO_FILE)"
+    kind = "dump (NCCL_TOPO_DUMP_FILE)" if ctx.dump else STATIC_SKELETON
     doc["sources"].append(source_record("nccl-xml", "ok", f"NCCL topology XML, {kind}"))
     if flatten:
         flatten_bcm(doc)
