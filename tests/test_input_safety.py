@@ -496,7 +496,7 @@ def test_warnings_are_bounded_and_deduplicated():
 # ============================================================================================
 # Clusters
 def test_hostlists_are_counted_before_they_are_expanded():
-    from gpucomm.planners.placement.cluster import count_hostlist, expand_hostlist
+    from gpucomm.probes.formats.slurm_topology import count_hostlist, expand_hostlist
 
     assert count_hostlist("n[0-999]x[0-999]y[0-999]") == 10 ** 9
     assert count_hostlist("a,b[1-3,5],c[01-02]d[1-2]") == 1 + 4 + 4

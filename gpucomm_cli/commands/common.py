@@ -14,7 +14,7 @@ from typing import Callable, NoReturn, Optional, Tuple, TypeVar
 
 import typer
 
-from gpucomm.probes.limits import MAX_HOSTS, MAX_NODES  # noqa: F401  (--nodes max=, for every command that has it)
+from gpucomm.probes.limits import MAX_HOSTS, MAX_NODES  # noqa: F401  (the --nodes bounds of flag_value)
 
 TOPO_HELP = ("Topology: a saved topology (JSON/YAML), a snapshot (dir or .tar.gz), `nvidia-smi topo -m` output, "
              "an NCCL topology XML, `rocm-smi --showtopo` output, example:<name>, or - for standard input "

@@ -105,7 +105,7 @@ def wrapper_script(plan: dict) -> str:
         '  elif command -v taskset >/dev/null 2>&1 && taskset -c "$GPUCOMM_CPUS" true >/dev/null 2>&1; then',
         '    exec taskset -c "$GPUCOMM_CPUS" "$@"',
         "  fi",
-        f'  if command -v numactl >/dev/null 2>&1 || command -v taskset >/dev/null 2>&1; then',
+        '  if command -v numactl >/dev/null 2>&1 || command -v taskset >/dev/null 2>&1; then',
         f'    echo "{WRAPPER_NAME}: local rank $LR: CPUs $GPUCOMM_CPUS (NUMA node ${{GPUCOMM_MEMS:-?}}) of the plan are not '
         f'usable on $(hostname 2>/dev/null || echo this node); running unbound" >&2',
         "  else",
@@ -204,7 +204,7 @@ def torchrun_script(plan: dict, command: str = "train.py", port: int = 29500,
 
 def compress_hostlist_ordered(hosts: List[str]) -> str:
     """Order-preserving Slurm hostlist: consecutive numbered hosts become ``pfx[a-b]``."""
-    from gpucomm.planners.placement.cluster import compress_hostlist
+    from gpucomm.probes.formats.slurm_topology import compress_hostlist
 
     return compress_hostlist(hosts, keep_order=True)
 
@@ -382,7 +382,7 @@ def gres_conf(view, plan: Optional[dict] = None) -> str:
     hosts = (plan or {}).get("hosts")
     prefix = ""
     if hosts:
-        from gpucomm.planners.placement.cluster import compress_hostlist
+        from gpucomm.probes.formats.slurm_topology import compress_hostlist
 
         prefix = f"NodeName={compress_hostlist(sorted(hosts))} "
     types = {slurm_gres_type(g.get("name")) for g in view.gpus}

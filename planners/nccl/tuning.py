@@ -90,9 +90,6 @@ def compcap_index(cc: int) -> int:
 def _ladder(table: dict, cc: int) -> tuple:
     return table[100] if cc >= 100 else table[90] if cc >= 90 else table[80]
 
-def _log2i(x: int) -> int:
-    return int(x).bit_length() - 1 if x > 0 else 0
-
 def path_rank(t: Optional[str]) -> int:
     try:
         return PATH_ORDER.index((t or "SYS").upper())

@@ -37,7 +37,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from gpucomm.probes.errors import InputError, PlanInfeasible
 from gpucomm.probes.fabric import SwitchTree, TreeSwitch, parse_topology_conf, tree_from_records
-from gpucomm.probes.formats.slurm_topology import compress_hostlist, count_hostlist, expand_hostlist  # noqa: F401 - re-exported
+from gpucomm.probes.formats.slurm_topology import compress_hostlist, expand_hostlist
 from gpucomm.probes.limits import MAX_HOSTS
 from gpucomm.probes.model import natural_key as _natural
 
