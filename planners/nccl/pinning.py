@@ -382,14 +382,14 @@ def _xml_from_matrix(topo: Topology) -> str:
         topo.assume(f"topology matrix only (no PCI tree): PCIe links assumed Gen{gen} x16 "
                     f"({facts.pcie_bw_GBps(gen, 16):g} GB/s), tree rebuilt from the PIX/PXB/PHB/NODE/SYS codes")
     fab = topo.nvlink
-    nvl: dict = {}      # GPU id -> [(target id, GB/s)] in target order
-    for (x, y), (_count, bw, _m) in fab.pairs.items():
+    nvl: dict = {}      # GPU id -> [(target id, links, GB/s)] in target order
+    for (x, y), (count, bw, _m) in fab.pairs.items():
         if x in gpus and y in gpus:
-            nvl.setdefault(x, []).append((y, bw))
-            nvl.setdefault(y, []).append((x, bw))
-    for g, (_count, bw, _m) in fab.nvs.items():
+            nvl.setdefault(x, []).append((y, count, bw))
+            nvl.setdefault(y, []).append((x, count, bw))
+    for g, (count, bw, _m) in fab.nvs.items():
         if g in gpus:
-            nvl.setdefault(g, []).append((NVS_ID, bw))
+            nvl.setdefault(g, []).append((NVS_ID, count, bw))
     bus: dict = {}
     counter = [0x10]
 
@@ -417,8 +417,10 @@ def _xml_from_matrix(topo: Topology) -> str:
             sm = sm or facts.DEFAULT_SM
             lines.append(f'{pad}<pci busid="{bus_of(n)}" class="0x030200" link_speed="{speed}" link_width="16">')
             lines.append(f'{pad}  <gpu dev="{idx}" sm="{sm}" rank="{idx}">')
-            for v, bw in sorted(nvl.get(n, [])):
-                count = max(1, int(round(bw / facts.nvlink_bw_per_link(sm))))
+            for v, links, bw in sorted(nvl.get(n, [])):
+                # the links the topology counts; a link known by its bandwidth only (rocm-smi's xGMI
+                # estimate) as that bandwidth in NCCL's per-link units of the GPU's generation
+                count = max(1, int(links or 0), int(round(bw / facts.nvlink_bw_per_link(sm))))
                 if v == NVS_ID:
                     lines.append(f'{pad}    <nvlink target="fffffff:ffff:ff" count="{count}" tclass="0x068000"/>')
                 else:

@@ -876,12 +876,7 @@ class Topo:
             if node.type == DEV:
                 inter_rank = sys.dev_to_rank(node.dev)
                 inter_index = sys.rank_to_index(inter_rank)
-        level = PATH_PXB
-        c0 = sys.nodes[CPU][0]
-        if c0.arch == ARCH_X86 and c0.vendor == VENDOR_AMD and len(sys.nodes[DEV]) <= 2:
-            level = PATH_SYS
-        if s.p2p_level is not None:
-            level = s.p2p_level
+        level = self.p2p_level()
         p2p = 1 if path.type <= level else 0
         gpu2 = sys.nodes[GPU][g2]
         if p2p and s.ignore_disabled_p2p != 2 and gpu1.parent is not gpu2.parent and s.p2p_blocked:
@@ -892,6 +887,18 @@ class Topo:
                         raise NcclFailure(f"P2P is disabled between NVLINK connected GPUs {a} and {b}.")
                     p2p = 0
         return p2p, inter_rank
+
+    def p2p_level(self) -> int:
+        """The worst path type ncclTopoCheckP2p allows P2P over: NCCL_P2P_LEVEL, default PXB (SYS on
+        AMD x86 with at most 2 devices)."""
+        sys = self.sys
+        level = PATH_PXB
+        c0 = sys.nodes[CPU][0]
+        if c0.arch == ARCH_X86 and c0.vendor == VENDOR_AMD and len(sys.nodes[DEV]) <= 2:
+            level = PATH_SYS
+        if self.s.p2p_level is not None:
+            level = self.s.p2p_level
+        return level
 
     def check_net(self, rank1: int, rank2: int) -> int:
         """``ncclTopoCheckNet``: 1 when both GPUs reach a NIC (<= PXB) faster than each other."""

@@ -237,6 +237,7 @@ class NodeSystem:
                     best[v] = cand + (u, key)
                     heapq.heappush(heap, (-cand[0], cand[1], cand[2], v))
         out = {}
+        level = self.topo.p2p_level()
         for v, (bw, hops, ty, _p, _k) in best.items():
             if v == src:
                 continue
@@ -244,7 +245,12 @@ class NodeSystem:
             while nodes[-1] != src:
                 links.append(best[nodes[-1]][4])
                 nodes.append(best[nodes[-1]][3])
-            out[v] = Path(src, v, PATH_NAMES[ty], bw, hops, tuple(reversed(nodes)), tuple(reversed(links)))
+            nodes.reverse()
+            via = None
+            if s.type == GPU and self.nodes[v]["type"] == "GPU" and ty > level:
+                # beyond NCCL_P2P_LEVEL: no P2P, the transport goes through host memory (the CPU)
+                via = next((x for x in nodes if self.nodes[x]["type"] == "CPU"), None)
+            out[v] = Path(src, v, PATH_NAMES[ty], bw, hops, tuple(nodes), tuple(reversed(links)), via)
         if own_dev is not None and not self.topo.s.nvb_disable:
             self._nvb_routes(src, own_dev, out)
         return out
