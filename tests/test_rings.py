@@ -106,6 +106,18 @@ def comparison() -> list:
     return rows
 
 
+def _tool(name: str):
+    """A module of tools/ (tools/rings_vs_ncclsim.py's accounting of what NCCL's rings carry)."""
+    import importlib.util
+
+    from support import ROOT
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def _table(rows: list) -> str:
     lines = [f"{'topology':38} {'nodes':>5}  {'NCCL reference':>30}  {'ours':>26}  {'ours/NCCL':>9}  method",
              "-" * 130]
@@ -132,12 +144,21 @@ def test_our_rings_match_or_beat_nccl_everywhere(comparison):
     # the NIC-joined domains our rings chain through are NCCL's (a split node counts per domain)
     assert [(lab, n) for lab, n, p, doms in comparison if p is not None and doms * n != p.nccl_reference["nccl_nodes"]] \
         == []
-    # Ours is equal or better everywhere (NCCL's rings are also a seeded candidate, over fused NIC ports
-    # one channel per port; where NCCL joins a node's sockets through NICs, ncclTopoCheckNet, our
-    # channels may chain through NICs too; at 2+ nodes the cross-NIC variants leave by the NIC next to
-    # the chain's last GPU).  A new loss names its topology here.
-    known: set = set()
+    # Ours is equal or better everywhere (NCCL's rings are also a seeded candidate; where NCCL joins a
+    # node's sockets through NICs, ncclTopoCheckNet, our channels may chain through NICs too; at 2+ nodes
+    # the cross-NIC variants leave by the NIC next to the chain's last GPU) -- except where NCCL's own
+    # rings over-book a link: NCCL searches each NIC-joined domain on its own trimmed system, so the
+    # domains' channels together can need more than a link has.  OCI's flattened 8-GPU XML at 2 nodes:
+    # 4 domains whose bare NIC 0000:0c:00.0 has no GPUDirect RDMA in NCCL's XML, so NCCL routes its
+    # traffic through the CPU; NCCL's 2 x 12 GB/s need 60 GB/s on a 24 GB/s PCIe uplink (they carry
+    # 9.6), ours 12 fit.  A new loss names its topology here; every loss is over-booked NCCL rings.
+    known = {("oci-topo-flattened.xml", 2), ("oci-topo-flattened-b4.xml", 2)}
     assert losses <= known, sorted(losses - known)
+    overload = _tool("rings_vs_ncclsim")._overload
+    for label, nodes, plan in compared:
+        if (label, nodes) in losses:
+            share, note = overload(plan)
+            assert share is not None and plan.total_bw >= plan.nccl_reference["total_bw"] * share - 1e-6, note
     assert len(compared) - len(losses) >= 35
     # the search alone (not seeded by NCCL's rings) wins or ties on every one-node topology -- except
     # on the NVLink full meshes without NVSwitch (HGX 4-GPU boards, GH200 quad nodes), where NCCL's

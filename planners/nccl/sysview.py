@@ -99,6 +99,7 @@ class NodeSystem:
         self._paths: dict = {}
         self._widest: dict = {}
         self.derived: dict = {}        # what planners derive from this system once (keyed by the planner)
+        self._level = None             # Topo.p2p_level(), once
 
     def with_measured(self, measured: dict) -> "NodeSystem":
         """This system with ``measured`` ({link key: GB/s}) in place of NCCL's bandwidths in
@@ -170,8 +171,10 @@ class NodeSystem:
         t = self.topo
         sys = t.sys
         if a.type == GPU and b.type == GPU:
-            if t.check_p2p_index(a.idx, b.idx)[0]:
-                return None
+            if self._level is None:
+                self._level = t.p2p_level()
+            if (ptype <= self._level and not t.s.p2p_blocked) or t.check_p2p_index(a.idx, b.idx)[0]:
+                return None     # P2P (ncclTopoCheckP2p; NVML's status only where the topology has one)
             cpu = self._id[id(sys.nodes[CPU][local_cpu(sys, b.idx)])]
         elif {a.type, b.type} == {GPU, NET}:
             gpu, net = (a, b) if a.type == GPU else (b, a)

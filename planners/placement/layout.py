@@ -10,8 +10,9 @@ Three layers, each a pure function over plain data:
    every group of ranks that differ only in the masked coordinates (multi-axis tokens such as
    ``'tp-pp'`` mask several axes).
 2. :class:`NodeView` -- what placement needs to know about one node: pair bandwidth between GPUs
-   (from the ``nvidia-smi topo -m`` matrix: NV#, PIX, PXB, PHB, NODE, SYS), NVLink domains, the
-   nearest NIC(s) of each GPU (PIX < PXB < PHB < NODE < SYS, ties broken by rail = same position),
+   (NCCL's path between them in NCCL's system of the node, planners/nccl/sysview.py, weighed by its
+   type), the nvidia-smi code of each pair (NV#, PIX, PXB, PHB, NODE, SYS), NVLink domains, the
+   nearest NIC(s) of each GPU (by NCCL's path from the NIC, ties broken by rail = same position),
    and the NUMA-local CPUs.
 3. :func:`build_plan` -- launchers give a node the contiguous block of ranks
    ``[node*G, (node+1)*G)`` (torchrun ``RANK = GROUP_RANK*LOCAL_WORLD_SIZE + LOCAL_RANK``; srun block
@@ -352,13 +353,14 @@ def compute_nics(nics: Dict[str, dict]) -> Dict[str, dict]:
 
 @dataclass
 class NodeView:
-    """Placement's view of one node: GPU pair bandwidths and levels, NVLink domains, each GPU's
-    NICs, the CPUs of each NUMA node -- all derived from the typed Topology (``topo``)."""
+    """Placement's view of one node: GPU pair bandwidths (from NCCL's paths) and nvidia-smi levels,
+    NVLink domains, each GPU's NICs, the CPUs of each NUMA node -- derived from the typed Topology
+    (``topo``) and NCCL's system of it."""
 
     topo: Topology
     gpus: List[dict]                       # usable GPU records (cleaned), by index
     index: List[int]                       # their NVML indices
-    bw: Dict[Tuple[int, int], float]       # (gpu index a, gpu index b) -> relative GB/s
+    bw: Dict[Tuple[int, int], float]       # (gpu index a, gpu index b) -> relative GB/s (PATH_BW_FACTOR)
     level: Dict[Tuple[int, int], str]      # matrix code between two GPUs (NV#, PIX, ..., SYS)
     nvlink_domains: List[List[int]]        # connected components of NVLink, by GPU index
     nvswitch: bool                         # GPUs meet on NVSwitch(es): uniform all-to-all NVLink
