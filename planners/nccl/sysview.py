@@ -73,9 +73,10 @@ class NodeSystem:
         self._id: dict = {}
         self._node: dict = {}
         self.nodes: dict = {}
+        index = _gpu_indices(sys.nodes[GPU])
         for t, nodes in enumerate(sys.nodes):
             for n in nodes:
-                nid, attrs = _describe(t, n)
+                nid, attrs = _describe(t, n, index.get(id(n)))
                 if nid in self._node:   # two nodes NCCL keeps apart under one name (never expected): keep both
                     nid = f"{nid}#{n.idx}"
                 self._id[id(n)] = nid
@@ -92,7 +93,7 @@ class NodeSystem:
                     self.links[key] = float(l.bw)
                     self._key[id(l)] = key
                     self.out[u].append(key)
-        self.gpus = [self._id[id(g)] for g in sorted(sys.nodes[GPU], key=lambda g: g.dev)]
+        self.gpus = sorted((self._id[id(g)] for g in sys.nodes[GPU]), key=lambda g: self.nodes[g]["index"])
         self.nets = [self._id[id(n)] for n in sys.nodes[NET]]     # NCCL's order (network device index)
         self.capacity: dict = self.links   # with measured values in place of NCCL's (see with_measured)
         self.measured: dict = {}
@@ -317,12 +318,30 @@ class NodeSystem:
         return out
 
 
-def _describe(t: int, n) -> tuple:
-    """(id, attributes) of one of NCCL's nodes."""
+def _gpu_indices(gpus: list) -> dict:
+    """{id(GPU node): the topology's GPU index}: NVML's index (``dev``); in a fused dump of several hosts
+    (NCCL_TOPO_DUMP_FILE under MNNVL, each host's GPUs numbered from 0) host k's GPU d, in NCCL's rank
+    order, is ``d + k * (GPUs per host)``, the document's numbering."""
+    devs = [g.dev for g in gpus]
+    if len(set(devs)) == len(devs):
+        return {id(g): g.dev for g in gpus}
+    per_host = len(set(devs))
+    seen: dict = {}
+    out = {}
+    for g in sorted(gpus, key=lambda g: g.rank):
+        k = seen.get(g.dev, 0)
+        seen[g.dev] = k + 1
+        out[id(g)] = g.dev + k * per_host
+    return out
+
+
+def _describe(t: int, n, index: Optional[int] = None) -> tuple:
+    """(id, attributes) of one of NCCL's nodes (``index``: a GPU's index, :func:`_gpu_indices`)."""
     name = NODE_TYPES[t]
     if t == GPU:
-        lab = f"GPU{n.dev}"
-        return lab, {"type": name, "label": lab, "index": n.dev, "rank": n.rank, "sm": n.cc, "gdr": bool(n.gdr),
+        idx = n.dev if index is None else index
+        lab = f"GPU{idx}"
+        return lab, {"type": name, "label": lab, "index": idx, "rank": n.rank, "sm": n.cc, "gdr": bool(n.gdr),
                      "bus": _bus(n.bus)}
     if t == DEV:
         lab = f"DEV{n.dev}"

@@ -519,13 +519,14 @@ def _nccl_system(topo: Topology, index: List[int], notes: List[str]):
     from gpucomm.planners.nccl.sysview import node_system
 
     s = NcclSettings.from_env()
+    gpus = None if sorted(index) == sorted(g.index for g in topo.gpus) else index   # the whole node: as it is
     try:
-        return node_system(topo, index, s)
+        return node_system(topo, gpus, s)
     except NcclFailed as e:
         if s.ignore_disabled_p2p:
             raise
         notes.append(f"{e}; GPU pairs ranked as with NCCL_IGNORE_DISABLED_P2P=1 (no P2P there)")
-        return node_system(topo, index, s.replace(ignore_disabled_p2p=1))
+        return node_system(topo, gpus, s.replace(ignore_disabled_p2p=1))
 
 
 def _pcie_bw(topo: Topology, index: int) -> float:
