@@ -46,6 +46,35 @@ class PathType(IntEnum):
     DIS = 11
 
 
+# NCCL's graph patterns (graph.h NCCL_TOPO_PATTERN_*): the numbers its graph files and logs print.
+class GraphPattern(IntEnum):
+    BALANCED_TREE = 1
+    SPLIT_TREE = 2
+    TREE = 3
+    RING = 4
+    NVLS = 5
+    COLLNET_DIRECT = 6
+
+
+# kvDictPciClass (topo.cc): a PCI class -> NCCL's node type, prefix-matched (others: PCI)
+NCCL_PCI_CLASSES = (("0x060400", "PCI"), ("0x080100", "PCI"), ("0x068000", "NVS"), ("0x068001", "CPU"), ("0x03", "GPU"),
+                    ("0x02", "NIC"))
+
+
+def nccl_kv(s: str, table, default):
+    """NCCL's ``kvConvertToInt``: the value of the first key of ``table`` (pairs or a dict) that is a
+    prefix of ``s`` (NCCL compares with ``strncmp(s, key, strlen(key))``), else ``default``.  How NCCL
+    reads its XML's and environment's words (PCIe speeds, CPU vendors, path levels, link types).
+
+    >>> nccl_kv("32.0 GT/s PCIe/s", (("16.0 GT/s PCIe", 120), ("32.0 GT/s PCIe", 240)), 60)
+    240
+    """
+    for k, v in (table.items() if isinstance(table, dict) else table):
+        if s.startswith(k):
+            return v
+    return default
+
+
 # nvidia-smi topo -m legend, best first.  NODE has no NCCL equivalent (NCCL collapses all root
 # complexes of one NUMA node into one CPU node, i.e. PHB).  SOC (drivers < ~384) means SYS.
 SMI_LEVELS = ("X", "NV", "PIX", "PXB", "PHB", "NODE", "SYS")

@@ -209,7 +209,12 @@ def rings(
 
         log = load_nccl_log(compare)
     doc, _ = load_topo(topo, src, gpu=gpu)
-    out = rings_report(doc, gpus=gpu_list, channels=channels, nodes=nodes, log=log)
+    if log is not None:
+        from gpucomm.planners.collectives.logcompare import rings_with_log
+
+        out = rings_with_log(doc, log, gpus=gpu_list, channels=channels, nodes=nodes)
+    else:
+        out = rings_report(doc, gpus=gpu_list, channels=channels, nodes=nodes)
     if graph_text is not None:
         from gpucomm.planners.nccl.graphfile import compare_ring_graph
 
@@ -379,7 +384,12 @@ def trees(
 
         log = load_nccl_log(compare)
     doc, _ = load_topo(topo, src, gpu=gpu)
-    out = trees_report(doc, nodes=nodes, gpus_per_node=gpus_per_node, gpus=gpu_list, log=log)
+    if log is not None:
+        from gpucomm.planners.collectives.logcompare import trees_with_log
+
+        out = trees_with_log(doc, log, nodes=nodes, gpus_per_node=gpus_per_node, gpus=gpu_list)
+    else:
+        out = trees_report(doc, nodes=nodes, gpus_per_node=gpus_per_node, gpus=gpu_list)
 
     def table(console) -> None:
         from gpucomm.render.plain import Table

@@ -24,6 +24,7 @@ from typing import Dict, List, Optional, Tuple
 from gpucomm.probes.facts import nic_rate_gbps
 from gpucomm.probes.model import format_cpulist, gpu_id, nic_id, parse_cpulist
 
+from gpucomm.planners.nccl.names import PATH_NAMES
 from gpucomm.planners.placement.layout import NodeView, SMI_TO_NCCL_LEVEL, _natural, nic_has_device_name
 from gpucomm.probes.facts import nic_active_ports, nic_is_rdma
 
@@ -31,7 +32,7 @@ DEFAULT_TOPO_FILE = "/etc/gpucomm/nccl-topo.xml"
 # Megatron-LM asks for CUDA_DEVICE_MAX_CONNECTIONS=1 with TP or CP on GPUs before Blackwell (sm 100)
 MEGATRON_ANY_CONNECTIONS_SM = 100
 _CONSUMER_RE = re.compile(r"GeForce|\bRTX\s*[2-5]0[5-9]0|\bGTX\b|TITAN", re.I)
-_PATH_ORDER = ["LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS"]
+_PATH_ORDER = PATH_NAMES
 
 
 def _set(env: dict, name: str, value: str, reason: str) -> None:

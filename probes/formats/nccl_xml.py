@@ -59,16 +59,17 @@ from gpucomm.probes import facts
 from gpucomm.probes.errors import InputError, TopologyError
 from gpucomm.probes.facts import PCI_GT_TO_GEN, nvlink_bw_per_link, pcie_bw_GBps
 from gpucomm.probes.limits import MAX_GPUS, MAX_NICS, MAX_NVLINKS
-from gpucomm.probes.model import (cpu_id, cpulist_to_mask, cpumask_to_list, finalize, format_cpulist, gpu_record, host_of,
-                                  is_sentinel_bus_id, link_record, new_document, nic_record, normalize_bus_id,
-                                  parse_cpulist, source_record, switch_record, warn)
+from gpucomm.probes.model import (NCCL_PCI_CLASSES, GraphPattern, cpu_id, cpulist_to_mask, cpumask_to_list, finalize,
+                                  format_cpulist, gpu_record, host_of, is_sentinel_bus_id, link_record, nccl_kv,
+                                  new_document, nic_record, normalize_bus_id, parse_cpulist, source_record,
+                                  switch_record, warn)
 
 # --------------------------------------------------------------------------------------------
 # NCCL constants (topo.h / topo.cc)
 LOC_BW = facts.LOC_BW    # LINK_LOC: pcilink, NIC directly under a CPU
 
 # kvDictPciClass (topo.cc): prefix match, first hit wins, anything else is a PCI node.
-_PCI_CLASS_TYPES = (("0x060400", "PCI"), ("0x068000", "NVS"), ("0x068001", "CPU"), ("0x03", "GPU"), ("0x02", "NIC"))
+_PCI_CLASS_TYPES = NCCL_PCI_CLASSES
 
 # kvDictPciGen (topo.cc): prefix match (strncmp(str, key, strlen(key))) -> lane speed in 100 Mbps.
 # Prefix matching is why AWS's "32 GT/s PCIe/s" reads as "32 GT/s".
@@ -84,7 +85,7 @@ _GEN_TO_SPEED = {1: "2.5 GT/s PCIe", 2: "5.0 GT/s PCIe", 3: "8.0 GT/s PCIe", 4: 
 NVS_SENTINEL = "fffffff:ffff:ff"
 
 # Graph files (graph.h): pattern numbers and graph ids.
-GRAPH_PATTERNS = {1: "BALANCED_TREE", 2: "SPLIT_TREE", 3: "TREE", 4: "RING", 5: "NVLS", 6: "COLLNET_DIRECT"}
+GRAPH_PATTERNS = {int(p): p.name for p in GraphPattern}
 GRAPH_IDS = {0: "ring", 1: "tree", 2: "collnet_chain", 3: "nvls", 4: "collnet_direct"}
 
 # NCCL's parser: names <= 254 chars, values <= 253 chars (MAX_STR_LEN 255 incl. terminator and quote,
@@ -272,11 +273,7 @@ def pci_class_type(cls: Optional[str]) -> Optional[str]:
     """NCCL's node type for a PCI class string (kvDictPciClass, prefix match): PCI, NVS, CPU, GPU, NIC."""
     if cls is None:
         return None
-    c = cls.strip().lower()
-    for prefix, kind in _PCI_CLASS_TYPES:
-        if c.startswith(prefix):
-            return kind
-    return "PCI"
+    return nccl_kv(cls.strip().lower(), _PCI_CLASS_TYPES, "PCI")
 
 
 def parse_link_speed(value: Optional[str]) -> tuple[Optional[int], bool]:
@@ -288,9 +285,9 @@ def parse_link_speed(value: Optional[str]) -> tuple[Optional[int], bool]:
     if value is None or not str(value).strip():
         return None, True
     s = str(value)
-    for key, lane in _PCI_GEN_KEYS:
-        if s.startswith(key):
-            return _LANE_TO_GEN[lane], True
+    lane = nccl_kv(s, _PCI_GEN_KEYS, None)
+    if lane is not None:
+        return _LANE_TO_GEN[lane], True
     m = re.match(r"\s*(\d+(?:\.\d+)?)\s*GT/s", s, re.I)
     if m:
         return PCI_GT_TO_GEN.get(float(m.group(1))), False

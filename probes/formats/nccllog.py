@@ -48,13 +48,14 @@ import re
 from typing import Any, Optional
 
 from gpucomm.probes.errors import InputError
+from gpucomm.probes.model import GraphPattern, PathType
 
 SCHEMA = "gpucomm.nccllog/v1"
 
 # graph.h NCCL_TOPO_PATTERN_*.
-PATTERNS = {1: "balanced_tree", 2: "split_tree", 3: "tree", 4: "ring", 5: "nvls", 6: "collnet_direct"}
-TREE_PATTERNS = (1, 2, 3)
-PATH_TYPES = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS", "NET", "DIS")
+PATTERNS = {int(p): p.name.lower() for p in GraphPattern}
+TREE_PATTERNS = (int(GraphPattern.BALANCED_TREE), int(GraphPattern.SPLIT_TREE), int(GraphPattern.TREE))
+PATH_TYPES = tuple(t.name for t in PathType)
 MAX_WARNINGS = 50
 MAX_NCCL_WARNINGS = 20
 
