@@ -8,13 +8,13 @@ existing FILE is replaced only with --force and a symbolic link is never followe
 from __future__ import annotations
 
 import io
-import os
 import sys
 from typing import Callable, Iterable, Optional
 
 from gpucomm.probes.errors import InputError
 from gpucomm.probes.model import dumps_yaml, write_json
 
+from gpucomm.render.console import make_console, plain_width
 from gpucomm.settings import SETTINGS
 
 # -o FILE.ext -> --format (data formats that read back, and the Graphviz picture)
@@ -54,22 +54,9 @@ def check_format(fmt: str, allowed: Iterable[str]) -> None:
     """A --format the command does not have is a usage error (exit 2)."""
     allowed = list(allowed)
     if fmt not in allowed:
-        from gpucomm.commands.common import usage_error
+        from gpucomm.usage import usage_error
 
         usage_error(f"{fmt!r} is not a format of this command (it has {', '.join(allowed)})", "--format")
-
-
-def make_console(file=None, width: Optional[int] = None):
-    from rich.console import Console
-
-    target = file if file is not None else sys.stdout
-    is_tty = hasattr(target, "isatty") and target.isatty() and not SETTINGS.output
-    if width is None and not is_tty:
-        width = _plain_width()
-    return Console(file=target, width=width, force_terminal=is_tty if is_tty else False,
-                   no_color=not is_tty or bool(os.environ.get("NO_COLOR")), highlight=False,
-                   soft_wrap=True,   # text lines are never broken; tables fit themselves (render/tables.py)
-                   emoji=False)      # ":cd:" in a bus id (0000:cd:00.0) is not an emoji
 
 
 def plain_console(file):
@@ -77,12 +64,7 @@ def plain_console(file):
     lines and tables (:mod:`gpucomm.render.plain`)."""
     from gpucomm.render.plain import PlainConsole
 
-    return PlainConsole(file, _plain_width())
-
-
-def _plain_width() -> int:
-    """The width of output that is not a terminal: $COLUMNS, else 240."""
-    return int(os.environ.get("COLUMNS", "0") or 0) or 240
+    return PlainConsole(file, plain_width())
 
 
 def write_text(text: str) -> None:

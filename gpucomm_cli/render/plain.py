@@ -167,7 +167,7 @@ class PlainConsole:
     def rich(self):
         """The rich console this one stands for (imports rich)."""
         if self._console is None:
-            from gpucomm.render.output import make_console
+            from gpucomm.render.console import make_console
 
             self._console = make_console(self.file, width=self.width)
         return self._console
