@@ -32,7 +32,7 @@ def read_run_texts(paths: List[str]) -> list:
     for p in paths:
         text = read_text_input(p)
         if text.lstrip().startswith("{"):
-            try:   # bounded: depth, digits (probes/load.py)
+            try:   # bounded: depth, digits (probes/parse.py)
                 doc = parse_json(text, p, expected="gpucomm bench collective --format json output, or nccl-tests output")
             except InputError:
                 doc = None

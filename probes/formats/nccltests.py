@@ -673,8 +673,8 @@ def _infer_collectives(rows: list[dict], f: Optional[float], n_ranks: Optional[i
 
 
 def load_nccltests(path: str, collective: Optional[str] = None) -> dict:
-    """Read a file with :func:`gpucomm.probes.load.read_text_input` (size/encoding checks) and parse it."""
-    from gpucomm.probes.load import read_text_input
+    """Read a file with :func:`gpucomm.probes.parse.read_text_input` (size/encoding checks) and parse it."""
+    from gpucomm.probes.parse import read_text_input
 
     return parse_nccltests(read_text_input(path), path=path, collective=collective)
 
