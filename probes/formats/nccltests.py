@@ -273,7 +273,7 @@ def split_nccltests(text: str, path: str = "<nccl-tests output>", collective: Op
     return runs
 
 
-# planners/measure/bench.py render_collective_table's first line
+# gpucomm_cli/render/bench.py render_collective_table's first line
 _BENCH_HEADER_RE = re.compile(r"^#\s*gpucomm bench collective: backend \S+, (?P<ranks>\d{1,7}) rank\(s\) on "
                               r"(?P<nodes>\d{1,7}) node\(s\)", re.M)
 
