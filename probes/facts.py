@@ -106,7 +106,8 @@ _ARCH_BY_NAME = [
     (r"MI100", "cdna1", None),
 ]
 # sm of the parts of an architecture that are not its x.0
-_SM_EXCEPTIONS = [(r"A10G|A10\b|A40|A16|A2\b|RTX 30\d\d|RTX A\d+|A6000|A5000|A4000", 86),
+_SM_EXCEPTIONS = [(r"GB300|B300", 103),   # Blackwell Ultra: compute capability 10.3 (captures/k8s/005)
+                  (r"A10G|A10\b|A40|A16|A2\b|RTX 30\d\d|RTX A\d+|A6000|A5000|A4000", 86),
                   (r"T4\b|RTX 20|Quadro RTX|TITAN RTX", 75)]
 _ARCH_BY_SM = [(100, "blackwell"), (90, "hopper"), (89, "ada"), (80, "ampere"), (75, "turing"), (70, "volta"),
                (60, "pascal"), (50, "maxwell"), (30, "kepler")]
@@ -520,6 +521,111 @@ def nic_net_latency_us(nic: dict) -> Optional[float]:
     if lat is not None:
         return lat
     return OFI_AWS_NET_LATENCY_US if nic_is_efa(nic) else None
+
+
+# --------------------------------------------------------------------------------------------
+# Multi-node NVLink fabric (GB200/GB300 NVL72): NVML's fabric info, as nvml.h defines it
+FABRIC_STATES = ("not_supported", "not_started", "in_progress", "completed")
+"""nvmlGpuFabricState_t by value (NVML_GPU_FABRIC_STATE_*); NCCL forms a clique only of GPUs whose
+state is ``completed`` (mnnvl.cc ncclMnnvlCheck)."""
+
+# nvmlGpuFabricInfo_v2 healthMask: (field, shift, width, {value: meaning}), nvml.h
+# NVML_GPU_FABRIC_HEALTH_MASK_*; value 0 is "not supported" for every field.  A bad meaning is
+# one :func:`fabric_health_problems` reports.
+FABRIC_HEALTH_FIELDS = (
+    ("degraded_bw", 0, 0x3, {1: "degraded", 2: "full"}),
+    ("route_recovery", 2, 0x3, {1: "in_progress", 2: "none"}),
+    ("route_unhealthy", 4, 0x3, {1: "unhealthy", 2: "healthy"}),
+    ("access_timeout_recovery", 6, 0x3, {1: "in_progress", 2: "none"}),
+    ("incorrect_configuration", 8, 0xF, {1: "none", 2: "incorrect_sysguid", 3: "incorrect_chassis_sn",
+                                         4: "no_partition", 5: "insufficient_nvlinks", 6: "incompatible_gpu_fw",
+                                         7: "invalid_location", 8: "gpu_state_invalid"}),
+    ("partition_assigned", 12, 0x3, {1: "assigned", 2: "not_assigned"}),
+    ("gfm_state", 14, 0x3, {1: "connected", 2: "disconnected"}),
+)
+FABRIC_HEALTH_GOOD = {"degraded_bw": "full", "route_recovery": "none", "route_unhealthy": "healthy",
+                      "access_timeout_recovery": "none", "incorrect_configuration": "none",
+                      "partition_assigned": "assigned", "gfm_state": "connected"}
+FABRIC_HEALTH_SUMMARIES = {1: "healthy", 2: "unhealthy", 3: "limited_capacity"}
+"""nvmlGpuFabricInfo_v3 healthSummary (NVML_GPU_FABRIC_HEALTH_SUMMARY_*); 0 = not supported."""
+
+
+def decode_fabric_health(mask: Optional[int]) -> dict:
+    """NVML's fabric health mask -> {field: meaning} for the fields the driver reports (value != 0).
+
+    >>> decode_fabric_health(0x1aa)     # NCCL logs 0x1aa on healthy GB300 trays (capture 014)
+    {'degraded_bw': 'full', 'route_recovery': 'none', 'route_unhealthy': 'healthy', \
+'access_timeout_recovery': 'none', 'incorrect_configuration': 'none'}
+    """
+    out: dict = {}
+    if not isinstance(mask, int) or isinstance(mask, bool) or mask < 0:
+        return out
+    for name, shift, width, meanings in FABRIC_HEALTH_FIELDS:
+        v = (mask >> shift) & width
+        if v:
+            out[name] = meanings.get(v, f"unknown_{v}")
+    return out
+
+
+def encode_fabric_health(fields: dict) -> int:
+    """The inverse of :func:`decode_fabric_health` ({field: meaning} -> mask); unknown fields and
+    meanings contribute 0 ("not supported")."""
+    mask = 0
+    for name, shift, _width, meanings in FABRIC_HEALTH_FIELDS:
+        want = fields.get(name)
+        code = next((k for k, v in meanings.items() if v == want), 0)
+        mask |= code << shift
+    return mask
+
+
+def fabric_health_problems(mask: Optional[int]) -> list:
+    """The fields of a health mask whose meaning is not the healthy one, as ``field=meaning``."""
+    return [f"{k}={v}" for k, v in decode_fabric_health(mask).items() if FABRIC_HEALTH_GOOD.get(k) != v]
+
+
+def cluster_uuid_from_bytes(raw: Any) -> Optional[str]:
+    """NVML's 16-byte ``clusterUuid`` -> the UUID text nvidia-smi -q and GPU Feature Discovery print
+    (``dc6e40c4-d722-4357-9ba6-5291dd461278``); None for all zeros (no fabric) or a wrong length."""
+    import uuid as _uuid
+
+    try:
+        b = bytes(bytearray(raw))
+    except (TypeError, ValueError):
+        return None
+    if len(b) != 16 or not any(b):
+        return None
+    return str(_uuid.UUID(bytes=b))
+
+
+def cluster_uuid_from_nccl(text: Any) -> Optional[str]:
+    """NCCL's spelling of a cluster UUID (init.cc ``fabric UUID %lx.%lx``: the 16 bytes as two
+    little-endian 64-bit words) -> the UUID text; None when it is not two hex words.
+
+    >>> cluster_uuid_from_nccl("3143b15bc2cd192b.28cc9b5473fb5b93")
+    '2b19cdc2-5bb1-4331-935b-fb73549bcc28'
+    """
+    m = re.fullmatch(r"([0-9a-fA-F]{1,16})\.([0-9a-fA-F]{1,16})", str(text).strip()) if text is not None else None
+    if not m:
+        return None
+    raw = int(m.group(1), 16).to_bytes(8, "little") + int(m.group(2), 16).to_bytes(8, "little")
+    return cluster_uuid_from_bytes(raw)
+
+
+def normalize_cluster_uuid(text: Any) -> Optional[str]:
+    """A cluster UUID as any tool prints it (UUID text, NCCL's two words) -> the UUID text (lower
+    case); None for anything else, and for the all-zero UUID of a GPU without a fabric."""
+    import uuid as _uuid
+
+    if not isinstance(text, str) or not text.strip():
+        return None
+    t = text.strip()
+    if "." in t:
+        return cluster_uuid_from_nccl(t)
+    try:
+        u = _uuid.UUID(t)
+    except ValueError:
+        return None
+    return str(u) if u.int else None
 
 
 # --------------------------------------------------------------------------------------------

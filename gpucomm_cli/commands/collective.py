@@ -281,7 +281,7 @@ def rings(
                           f"{ng['total_bw_GBps']:g} GB/s (type {ng['type_intra']}/{ng['type_inter']}); ours "
                           f"{ng['ours_total_bw_GBps']:g} GB/s" + (f" ({ng['ratio']:g}x)" if ng["ratio"] else ""))
             for i, ch in enumerate(ng["channels"][:16]):
-                console.print(f"  graph channel {i}: " + " > ".join(f"GPU{g}" for g in ch))
+                console.print(f"  graph channel {i}: " + " > ".join(f"GPU{g}" if isinstance(g, int) else str(g) for g in ch))
             if ng["covers_gpus"] is False:
                 console.print("  note: its channels do not cover exactly this plan's GPUs")
 

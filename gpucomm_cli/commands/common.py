@@ -17,7 +17,9 @@ import typer
 from gpucomm.usage import usage_error  # noqa: F401 - the commands' usage error (exit 2), named here for them
 
 TOPO_HELP = ("Topology: a saved topology (JSON/YAML), a snapshot (dir or .tar.gz), `nvidia-smi topo -m` output, "
-             "an NCCL topology XML, `rocm-smi --showtopo` output, example:<name>, or - for standard input.")
+             "an NCCL topology XML, `rocm-smi --showtopo` output, example:<name>, or - for standard input "
+             "(also `nvidia-smi -q` / `nvlink -s`, `nvidia-imex-ctl -N` output and NCCL debug logs: GPUs and their "
+             "NVLink fabric).")
 LIVE_HELP = " Without one: this node (a live probe)."
 FROM_HELP = "The same as TOPO (kept for scripts written against earlier versions)."
 

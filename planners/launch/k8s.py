@@ -1,7 +1,10 @@
 """Kubernetes node labels and a Node Feature Discovery (NFD) feature file for a node's GPU
 fabric (``gpucomm probe --format k8s-labels|nfd``): what a scheduler needs to place a job on the
 right nodes -- GPU model and count, NVLink domain and NVSwitch, RDMA NIC count and rate, NUMA
-layout -- which NVIDIA's GPU Feature Discovery (``nvidia.com/gpu.*``) does not label.
+layout -- which NVIDIA's GPU Feature Discovery (``nvidia.com/gpu.*``) does not label.  On a tray of a
+multi-node NVLink rack (GB200/GB300 NVL72) the NVLink domain is the rack's (its size from the IMEX
+domain; left out, with a warning, when nothing gives it) and GFD's ``nvidia.com/gpu.clique`` is
+written with GFD's value, so a cluster without GFD gets the same topology key.
 
 Names live under NFD's own namespace ``feature.node.kubernetes.io/``, the one nfd-master always
 accepts (NFD "Feature labels" / "local" feature source: a file in
@@ -16,7 +19,7 @@ from typing import Dict, List, Optional
 
 from gpucomm.probes import facts
 from gpucomm.probes.errors import NothingToDo
-from gpucomm.probes.topology import Topology
+from gpucomm.probes.topology import Topology, clique_label
 
 PREFIX = "feature.node.kubernetes.io/gpucomm-"
 NFD_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
@@ -89,10 +92,15 @@ def node_labels(doc) -> Dict[str, str]:
         view = node_view(topo)
     except NothingToDo:
         view = None
+    domain = topo.nvlink_domain()
     if view is not None:
         doms = view.nvlink_domains
         largest = max((len(d) for d in doms), default=0)
-        put("nvlink.domain-size", largest if any(len(d) > 1 for d in doms) else 0)
+        if domain.multi_node:   # a tray of a multi-node NVLink rack: the rack's domain, when known
+            put("nvlink.domain-size", domain.size)
+            put("nvlink.domain-nodes", domain.nodes)
+        else:
+            put("nvlink.domain-size", largest if any(len(d) > 1 for d in doms) else 0)
         put("nvlink.domains", sum(1 for d in doms if len(d) > 1))
         per_gpu = sorted({round(view.nvlink_bw_per_gpu(i), 1) for i in view.index})
         if per_gpu and per_gpu[0] > 0:
@@ -102,6 +110,9 @@ def node_labels(doc) -> Dict[str, str]:
         if nvs and fab.nvswitch:
             put("nvswitch.count", len(nvs))
         put("p2p-disabled-pairs", len(view.p2p_disabled))
+    clique = gpu_clique_label(topo)
+    if clique:
+        out[GFD_CLIQUE] = clique
     nics = {n.name: n.rec for n in topo.nics if n.up}
     compute = compute_nics(nics) if nics else {}
     rdma = [n for n in compute.values() if facts.nic_is_rdma(n)]
@@ -121,12 +132,29 @@ def node_labels(doc) -> Dict[str, str]:
     return dict(sorted(out.items()))
 
 
+GFD_CLIQUE = "nvidia.com/gpu.clique"
+"""NVIDIA GPU Feature Discovery's label for a node's NVLink clique (k8s-device-plugin internal/lm),
+which schedulers and DRA ComputeDomains use as the topology key of a multi-node NVLink domain."""
+
+
+def gpu_clique_label(topo: Topology) -> Optional[str]:
+    """``nvidia.com/gpu.clique`` for this node (:func:`gpucomm.probes.topology.clique_label`)."""
+    return clique_label(g.fabric for g in topo.gpus)
+
+
 def labels_document(doc) -> dict:
     """``gpucomm.k8s-labels/v1``: the labels, the host they describe and a ready ``kubectl`` line."""
     topo = Topology.of(doc)
     labels = node_labels(topo)
     host = (topo.doc.get("host") or {}).get("hostname") or "NODE"
     problems = [p for p in (check_label(k, v) for k, v in labels.items()) if p]
+    domain = topo.nvlink_domain()
+    if domain.multi_node and domain.size is None:
+        problems.append(f"{PREFIX}nvlink.domain-size left out: {domain.note}")
+    attached = {g.fabric.clique for g in topo.gpus if g.fabric is not None and g.fabric.attached}
+    if GFD_CLIQUE not in labels and len(attached) > 1:
+        problems.append(f"{GFD_CLIQUE} left out: the GPUs are in {len(attached)} different cliques (GPU Feature "
+                        "Discovery labels none either)")
     return {
         "schema": "gpucomm.k8s-labels/v1",
         "node": host,
@@ -148,6 +176,9 @@ def nfd_feature_file(doc) -> str:
     d = labels_document(doc)
     lines: List[str] = [f"# Node Feature Discovery feature file for {d['node']}, written by gpucomm",
                         f"# install as {d['nfd_file']} (nfd-worker's local source reads that directory)"]
+    if GFD_CLIQUE in d["labels"]:
+        lines.append(f"# {GFD_CLIQUE} is GPU Feature Discovery's own label (same value); nfd-master publishes it only "
+                     "with nvidia.com in its -extra-label-ns")
     lines += [f"{k}={v}" for k, v in d["labels"].items()]
     return "\n".join(lines) + "\n"
 
@@ -239,8 +270,6 @@ def gfd_labels(doc) -> Dict[str, str]:
     """The labels GPU Feature Discovery would give this node, under GFD's own names (``nvidia.com/gpu.count``,
     ``gpu.product``, ``gpu.memory`` in MiB, ``gpu.compute.major/minor``, ``gpu.family``, ``gpu.clique``
     = ``<cluster UUID>.<clique ID>``), for the attributes gpucomm knows."""
-    from gpucomm.probes.fabric import nvlink_domain
-
     topo = Topology.of(doc)
     gpus = [g for g in topo.gpus if (g.rec.get("vendor") or "nvidia") == "nvidia"]
     out: Dict[str, str] = {}
@@ -261,9 +290,9 @@ def gfd_labels(doc) -> Dict[str, str]:
     archs = sorted({g.rec.get("arch") for g in gpus if g.rec.get("arch")})
     if len(archs) == 1:
         out["nvidia.com/gpu.family"] = label_value(archs[0])
-    clique = nvlink_domain(topo.doc)
+    clique = gpu_clique_label(topo)
     if clique:
-        out["nvidia.com/gpu.clique"] = label_value(clique)
+        out[GFD_CLIQUE] = label_value(clique)
     return out
 
 
@@ -274,6 +303,8 @@ def fleet_labels(doc, locality: Optional[Dict[str, str]] = None, gfd: bool = Tru
     out = dict(node_labels(doc))
     if gfd:
         out.update(gfd_labels(doc))
+    else:   # GFD runs and owns its names (node_labels gives nvidia.com/gpu.clique, as GFD does)
+        out = {k: v for k, v in out.items() if not k.startswith(GFD_PREFIX)}
     for kind, value in (locality or {}).items():
         out[locality_label(kind)] = label_value(value)
     return dict(sorted(out.items()))
