@@ -21,10 +21,10 @@ NCCL_NET_DISABLE_INTRA, NCCL_P2P_LEVEL, NCCL_NVLS_ENABLE, NCCL_NET_MERGE_LEVEL),
 trees, and the algorithm/protocol and predicted time of its tuning model for all_reduce,
 all_gather and reduce_scatter at 8 B .. 8 GiB (``gpucomm.planners.nccl.judge.compact``).
 
-The ncclsim harness reports all_reduce only; this script builds it with a small addition to
-harness/main.cc (the same ``ncclGetAlgoInfo`` call for AllGather and ReduceScatter, count =
-bytes / 4 / nRanks as nccl-tests' size is the total) in a temporary copy -- NCCL's sources are used
-unmodified.
+The harness is the project's copy in tools/ncclsim (README there): ../shared/tools/ncclsim's harness
+plus the same ``ncclGetAlgoInfo`` call for AllGather and ReduceScatter (count = bytes / 4 / nRanks as
+nccl-tests' size is the total) and multi-node NVLink: the ranks of an MNNVL clique of several hosts run
+together (``--mnnvl-clique``), so NCCL's own code fuses the hosts.  NCCL's sources are used unmodified.
 
     python tools/ncclsim_goldens.py            # build ncclsim (~2 min), write corpus and goldens
     python tools/ncclsim_goldens.py --check    # rebuild, recompute, compare with the stored goldens
@@ -47,54 +47,21 @@ from typing import Optional
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "fixtures" / "ncclsim"
 NCCLSIM_SRC = Path(os.environ.get("NCCLSIM_SRC", REPO.parent / "shared" / "tools" / "ncclsim"))
+HARNESS = REPO / "tools" / "ncclsim"
 SEED = 20250909
 N_MACHINES = 320
 
 # --------------------------------------------------------------------------------------------
-# The harness addition: AllGather / ReduceScatter through the same ncclGetAlgoInfo call.
-_PATCH_AT = '  js << "]}";\n  if (opt.json) printf("%s\\n", js.str().c_str());'
-_PATCH = r'''  js << "]";
-  for (int fn = 0; fn < 2; fn++) {
-    ncclFunc_t func = fn == 0 ? ncclFuncAllGather : ncclFuncReduceScatter;
-    js << ",\"" << (fn == 0 ? "allgather" : "reducescatter") << "\":[";
-    for (size_t s = 0; s < opt.sizes.size(); s++) {
-      size_t bytes = opt.sizes[s];
-      struct ncclTaskColl task;
-      memset(&task, 0, sizeof(task));
-      task.func = func;
-      task.count = bytes / sizeof(float) / NR;
-      task.datatype = ncclFloat32;
-      task.opHost = ncclSum;
-      task.opDev.op = ncclDevSum;
-      ncclSimInfo_t simInfo = NCCL_SIM_INFO_INITIALIZER;
-      ncclResult_t r = ncclGetAlgoInfo(comm, &task, /*collNetSupport=*/0, comm->nvlsSupport, /*numPipeOps=*/1, &simInfo);
-      if (r != ncclSuccess) { fprintf(stderr, "ncclsim: ncclGetAlgoInfo failed for %zu bytes\n", bytes); return 1; }
-      js << (s ? "," : "") << "{\"bytes\":" << bytes << ",\"algo\":\"" << ncclAlgoStr[task.algorithm]
-         << "\",\"proto\":\"" << ncclProtoStr[task.protocol] << "\",\"nChannels\":" << task.nMaxChannels
-         << ",\"nWarps\":" << task.nWarps << ",\"time_us\":" << simInfo.estimatedTime << "}";
-    }
-    js << "]";
-  }
-  js << "}";
-  if (opt.json) printf("%s\n", js.str().c_str());'''
-
-
 def build_ncclsim(out: Path, src: Path = NCCLSIM_SRC) -> Path:
-    """Build ncclsim (harness + the AllGather/ReduceScatter addition) into ``out``; ~2 minutes."""
-    if not (src / "build.sh").exists() or not (src / "nccl" / "src").is_dir():
-        raise SystemExit(f"ncclsim sources not found at {src} (set NCCLSIM_SRC)")
+    """Build ncclsim -- the project's harness (tools/ncclsim: ../shared/tools/ncclsim's harness with the
+    AllGather/ReduceScatter rows and multi-node NVLink cliques, see its README) on NCCL's unmodified
+    sources in ``src``/nccl -- into ``out``; ~2 minutes on 2 cores."""
+    if not (src / "nccl" / "src").is_dir():
+        raise SystemExit(f"NCCL sources not found at {src}/nccl (set NCCLSIM_SRC)")
     if shutil.which("g++") is None:
         raise SystemExit("g++ not found (apt-get install g++)")
-    with tempfile.TemporaryDirectory() as tmp:
-        t = Path(tmp)
-        shutil.copy(src / "build.sh", t / "build.sh")
-        shutil.copytree(src / "harness", t / "harness")
-        main = (t / "harness" / "main.cc").read_text()
-        if _PATCH_AT not in main:
-            raise SystemExit("harness/main.cc changed: the AllGather/ReduceScatter addition does not apply")
-        (t / "harness" / "main.cc").write_text(main.replace(_PATCH_AT, _PATCH))
-        subprocess.run(["bash", str(t / "build.sh"), str(src / "nccl"), str(out)], check=True,
-                       stdout=subprocess.DEVNULL)
+    subprocess.run(["bash", str(HARNESS / "build.sh"), str(src / "nccl"), str(out)], check=True,
+                   stdout=subprocess.DEVNULL)
     return out
 
 
@@ -432,6 +399,10 @@ def run_ncclsim(binary: Path, xml: Path, case: dict) -> dict:
     if case.get("gpus"):
         cmd += ["--gpus", ",".join(map(str, case["gpus"]))]
     cmd += case.get("flags", [])
+    m = case.get("mnnvl")
+    if m:
+        cmd += ["--mnnvl-clique", str(m["clique"]), "--mnnvl-domain", str(m.get("domain") or m["clique"]),
+                "--fabric-state", str(m.get("state", 3))]
     env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
     env.update(harness_env(case.get("env") or {}))
     p = subprocess.run(cmd + [str(xml)], capture_output=True, text=True, env=env, timeout=600)
@@ -466,6 +437,10 @@ def case_id(c: dict) -> str:
     parts = [c["xml"], f"n{c['nodes']}"]
     if c.get("gpus"):
         parts.append("g" + "-".join(map(str, c["gpus"])))
+    m = c.get("mnnvl")
+    if m:
+        parts.append(f"mnnvl{m['clique']}" + (f"/{m['domain']}" if m.get("domain", m["clique"]) != m["clique"] else "")
+                     + (f"/state{m['state']}" if m.get("state", 3) != 3 else ""))
     for k, v in sorted((c.get("env") or {}).items()):
         parts.append(f"{k}={v}")
     return ":".join(parts)

@@ -21,6 +21,7 @@ from typing import Any, Iterable, Optional, Union
 from gpucomm.probes.errors import InputError, NothingToDo, PlanInfeasible, TopologyError
 from gpucomm.probes.topology import Topology
 
+from gpucomm.planners.nccl import mnnvl as M
 from gpucomm.planners.nccl import ncclxml as X
 from gpucomm.planners.nccl.search import (BALANCED_TREE, NVLS, PATTERN_NAMES, RING, SPLIT_TREE, TREE, TGraph,
                                           compute)
@@ -93,6 +94,10 @@ class CommResult:
     settings: Optional[NcclSettings] = None
     xml: str = ""
     domains: list = field(default_factory=list)   # RankState of each NIC-joined domain, in domain order
+    mnnvl: int = 0                # comm->MNNVL: the ranks of an NVLink clique of several hosts are one system
+    clique_size: int = 0          # ranks per MNNVL clique (the ranks searched together); 0 without MNNVL
+    nvl_domain_size: int = 0      # nvlDomainSize: ranks sharing rank 0's cluster UUID
+    clique_id: int = 0
     _tables: Any = field(default=None, repr=False, compare=False)
 
     @property
@@ -107,10 +112,11 @@ class CommResult:
 
     # ---- views
     def net_name(self, net_id: int) -> str:
+        """A NET's name; in a system of several hosts (MNNVL), ``@`` and its host's index in the clique."""
         sys = self.rank0.topo.sys
         for n in sys.nodes[NET]:
             if n.id == net_id:
-                return self.machine.props(n.dev).name
+                return self.machine.props(n.dev).name + (f"@{n.id >> 56}" if sys.n_hosts > 1 else "")
         return f"NET?{net_id:x}"
 
     def gpu_of_rank(self, rank: int):
@@ -159,11 +165,13 @@ class CommResult:
 
         r0 = self.rank0
         sys = r0.topo.sys
+        G = len(self.local)
+        searched = self.clique_size if self.mnnvl else G
         out = {
-            "nodes": self.nodes, "nRanks": self.n_ranks, "localRanks": len(self.local),
-            "gpus": [{"rank": l, "gpu": g.dev, "busId": g.bus, "sm": g.sm} for l, g in enumerate(self.local)],
-            "nets": [{"dev": n.dev, "name": self.machine.props(n.dev).name, "bw": n.bw, "gdr": n.gdr}
-                     for n in sys.nodes[NET]],
+            "nodes": self.nodes, "nRanks": self.n_ranks, "localRanks": G,
+            "gpus": [{"rank": l, "host": l // G, "gpu": self.local[l % G].dev, "busId": self.local[l % G].bus,
+                      "sm": self.local[l % G].sm} for l in range(searched)],
+            "nets": [{"dev": n.dev, "name": self.net_name(n.id), "bw": n.bw, "gdr": n.gdr} for n in sys.nodes[NET]],
             "system": {"maxBw": sys.max_bw, "totalBw": sys.total_bw, "inter": sys.inter, "cpuArch": self.cpu_arch,
                        "cpuVendor": self.cpu_vendor},
             "paths": self.paths_dict(),
@@ -172,6 +180,9 @@ class CommResult:
                      "nvlsSupport": self.nvls_support, "nvlsChannels": self.nvls_channels, "nNodes": self.n_nodes,
                      "rings": [list(r) for r in self.rings], "trees": [dict(t) for t in self.trees]},
         }
+        if self.mnnvl:
+            out["mnnvl"] = {"MNNVL": 1, "cliqueId": self.clique_id, "cliqueSize": self.clique_size,
+                            "nvlDomainSize": self.nvl_domain_size, "hosts": self.clique_size // G}
         if r0.nvls_support:
             out["graphs"]["nvls"] = self.graph_dict(r0.graphs["nvls"])
         for coll in colls:
@@ -198,14 +209,14 @@ _RANK_STATES: dict = {}   # (inputs of a rank's system and searches) -> RankStat
 
 
 def _rank_init(fused: X.Xml, rank: int, n_ranks: int, cc: int, s: NcclSettings,
-               fresh: Optional[Topo] = None) -> RankState:
+               fresh: Optional[Topo] = None, host: int = 0) -> RankState:
     """initTransportsRank up to ncclTopoPreset for one local rank (a fresh system from the fused XML;
     ``fresh``: that system with its first paths already computed, untrimmed, taken over)."""
     if fresh is not None:
         topo = fresh
         sys = topo.sys
     else:
-        sys = system_from_xml(fused)
+        sys = system_from_xml(fused, X.host_hash(host))
         topo = Topo(sys, s)
         topo.compute_paths()
     if topo.trim(rank, n_ranks):
@@ -337,9 +348,12 @@ def dtree(n: int, rank: int) -> tuple:
 
 
 def run(xml_text: str, gpus: Optional[list], nodes: int, s: NcclSettings, default_sm: int = 80,
-        nic_speed_mbps: int = 100000) -> CommResult:
-    """The whole communicator on ``nodes`` identical nodes of the machine ``xml_text`` describes;
-    ``gpus``: NVML indices of the local ranks in rank order (default: all, by index)."""
+        nic_speed_mbps: int = 100000, fabric: Optional[M.Fabric] = None) -> CommResult:
+    """The whole communicator on ``nodes`` identical nodes (hosts) of the machine ``xml_text`` describes;
+    ``gpus``: NVML indices of the local ranks in rank order (default: all, by index); ``fabric``: the
+    GPUs' NVML fabric info per host (:mod:`gpucomm.planners.nccl.mnnvl`; default none).  With MNNVL on,
+    the ranks of rank 0's clique (several hosts) build one fused system, and the other cliques are copies
+    of it; otherwise each host is its own system and the other hosts are copies of host 0."""
     xml = X.parse(xml_text)
     machine = X.Machine(xml, default_sm=default_sm, nic_speed_mbps=nic_speed_mbps, merge=True)
     if not machine.gpus:
@@ -355,14 +369,20 @@ def run(xml_text: str, gpus: Optional[list], nodes: int, s: NcclSettings, defaul
             local.append(g)
     G = len(local)
     NR = G * nodes
+    clique = M.check(fabric, G, NR, 0, s) if fabric is not None else None
+    L = G
+    if clique is not None and clique.mnnvl:
+        L = len(clique.ranks)
+        _check_symmetric(fabric, G, NR, L, s)
     cpu_fill = {"affinity": "", "arch": "x86_64"}
     rank_xmls = []
     try:
         copies = X.RankCopies(xml, machine)
-        for l, g in enumerate(local):
+        for l in range(L):
+            g = local[l % G]
             bus = X.int_to_bus(X.bus_to_int(g.bus))
             x = copies.copy_for(bus)
-            rx = X.RankXml(x, machine, cpu_fill, s.merge_level, s.force_merge)
+            rx = X.RankXml(x, machine, cpu_fill, s.merge_level, s.force_merge, host=l // G)
             rx.fill_gpu(bus, l)
             rx.process_net()
             rx.trim()
@@ -372,26 +392,26 @@ def run(xml_text: str, gpus: Optional[list], nodes: int, s: NcclSettings, defaul
         per_rank: list = []
         # Ranks of one domain see the same system (ncclTopoTrimSystem keeps the rank's domain);
         # NVLS support depends on the rank's GPU.
-        probe = system_from_xml(fused)
+        probe = system_from_xml(fused, X.host_hash(0))
         t = Topo(probe, s)
         t.compute_paths()
         dom = t.domains()
         ranks_ = [g.rank for g in probe.nodes[GPU]]     # before the system is handed on (and trimmed)
-        for l in range(G):
+        for l in range(L):
+            sm = local[l % G].sm
             mine = next((dom[i] for i, r in enumerate(ranks_) if r == l), 0)
-            key = (tuple(sorted(r for i, r in enumerate(ranks_) if dom[i] == mine)), local[l].sm >= 90)
+            key = (tuple(sorted(r for i, r in enumerate(ranks_) if dom[i] == mine)), sm >= 90)
             st = states.get(key)
             if st is None or st.topo_ranks is None:
                 # a rank's system depends on the node count only through "are there ranks outside my
                 # domain" (ncclTopoTrimSystem's inter): the searches of 2 and 512 nodes are the same
                 inter = len(key[0]) != NR
-                ckey = (xml_text, default_sm, nic_speed_mbps, tuple(g.dev for g in local), l, inter, local[l].sm,
-                        s.key())
+                ckey = (xml_text, default_sm, nic_speed_mbps, tuple(g.dev for g in local), L, l, inter, sm, s.key())
                 st = _RANK_STATES.get(ckey)
                 if st is None:
                     # the first rank searched takes over the system just built for the domains (the
                     # same system_from_xml + compute_paths its own initialisation would start with)
-                    st = _rank_init(fused, l, NR, local[l].sm, s, fresh=t)
+                    st = _rank_init(fused, l, NR, sm, s, fresh=t, host=l // G)
                     t = None
                     if len(_RANK_STATES) >= 64:
                         _RANK_STATES.pop(next(iter(_RANK_STATES)))
@@ -399,10 +419,17 @@ def run(xml_text: str, gpus: Optional[list], nodes: int, s: NcclSettings, defaul
                 states[key] = st
                 per_rank.append(st)
             else:
-                tr, chans = _preset(st.topo.sys, st.graphs, l, st.n_channels)
-                per_rank.append(RankState(st.topo, st.graphs, st.nvls_support, st.cpu_arch, st.cpu_vendor,
-                                          st.local_net_count, st.min_net_bw, st.all_nvlink, st.n_channels, tr, chans))
-        res = _merge(per_rank, local, machine, nodes, s, xml_text)
+                topo = st.topo
+                tr, chans = _preset(topo.sys, st.graphs, l, st.n_channels)
+                count, _bw = topo.local_net_count_by_bw(topo.sys.rank_to_index(l))
+                per_rank.append(RankState(topo, st.graphs, st.nvls_support, st.cpu_arch, st.cpu_vendor, count,
+                                          topo.min_net_bw(l), st.all_nvlink, st.n_channels, tr, chans))
+        res = _merge(per_rank, local, machine, nodes, s, xml_text, L)
+        if clique is not None and clique.mnnvl:
+            res.mnnvl = 1
+            res.clique_size = L
+            res.nvl_domain_size = clique.domain_size
+            res.clique_id = clique.clique_id
         seen: set = set()
         for key, st in sorted(states.items(), key=lambda kv: min(kv[0][0])):
             if key[0] not in seen:
@@ -413,15 +440,32 @@ def run(xml_text: str, gpus: Optional[list], nodes: int, s: NcclSettings, defaul
         raise NcclFailed(f"NCCL would fail to initialise: {e}") from None
 
 
-def _merge(per_rank: list, local: list, machine, nodes: int, s: NcclSettings, xml_text: str) -> CommResult:
+def _check_symmetric(fabric: M.Fabric, G: int, NR: int, L: int, s: NcclSettings) -> None:
+    """The model's limit: rank 0's MNNVL clique is ranks 0..L-1 (whole hosts) and every other clique is the
+    next L ranks (other cliques are copies of the first)."""
+    ok = L % G == 0 and NR % L == 0
+    for c in range(NR // L if ok else 0):
+        got = M.check(fabric, G, NR, c * L, s)
+        if not got.mnnvl or got.ranks != tuple(range(c * L, (c + 1) * L)):
+            ok = False
+            break
+    if not ok:
+        raise InputError("MNNVL cliques that are not equal blocks of consecutive hosts are not modelled",
+                         expected="nodes in consecutive groups of equal size per NVLink clique")
+
+
+def _merge(per_rank: list, local: list, machine, nodes: int, s: NcclSettings, xml_text: str,
+           L: Optional[int] = None) -> CommResult:
     """Rank 0's view after the all-gather (init.cc), ncclNvlsTuning, ncclTopoPostset; the tuning model's
-    inputs (its tables are computed when first asked for: ``CommResult.tables``)."""
+    inputs (its tables are computed when first asked for: ``CommResult.tables``).  ``per_rank``: the ``L``
+    ranks searched (a host, or an MNNVL clique); the others are copies of them, ranks shifted."""
     G = len(local)
     NR = G * nodes
+    L = L or G
     ags = []
     for r in range(NR):
-        st = per_rank[r % G]
-        tr = st.topo_ranks if r < G else _shift(st.topo_ranks, (r // G) * G)
+        st = per_rank[r % L]
+        tr = st.topo_ranks if r < L else _shift(st.topo_ranks, (r // L) * L)
         ags.append((st, tr))
     r0 = per_rank[0]
     algos = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls", "tree")
@@ -599,17 +643,34 @@ def _copy_channels(channels: list, prev: list, nxt: list, start: int, end: int) 
 # --------------------------------------------------------------------------------------------
 # Entry points with caching
 @functools.lru_cache(maxsize=64)
-def _run_cached(xml_text: str, gpus: Optional[tuple], nodes: int, skey: tuple, s: NcclSettings) -> CommResult:
-    return run(xml_text, list(gpus) if gpus is not None else None, nodes, s)
+def _run_cached(xml_text: str, gpus: Optional[tuple], nodes: int, skey: tuple, s: NcclSettings,
+                fabric: Optional[M.Fabric] = None) -> CommResult:
+    return run(xml_text, list(gpus) if gpus is not None else None, nodes, s, fabric=fabric)
 
 
 def nccl_comm(doc: Union[Topology, dict, str], nodes: int = 1, gpus: Optional[Iterable[int]] = None,
-              settings: Optional[NcclSettings] = None) -> CommResult:
+              settings: Optional[NcclSettings] = None, nvlink_domain: Optional[int] = None,
+              fabric: Optional[M.Fabric] = None) -> CommResult:
     """NCCL's communicator on ``nodes`` identical copies of ``doc``'s node with the GPUs ``gpus``
     (indices, rank order; default all).  ``doc`` may also be an NCCL topology XML text (used as it is).
-    Cached per (XML, GPUs, nodes, settings).  Raises TopologyError (no NIC for several nodes),
-    InputError (unknown GPU), NothingToDo (no GPU), NcclFailed (NCCL itself would fail)."""
+
+    ``nvlink_domain`` K: the nodes come in consecutive groups of K that share one NVLink domain (one
+    MNNVL clique each: NCCL fuses a group's hosts into one system; groups are joined by the NICs).
+    Default: from the GPUs' fabric info (``gpus[].fabric``) where the document has it -- every node is a
+    copy, so all share the recorded clique (K = nodes) -- else 1 (no fabric info: one system per node).
+    A group of several nodes whose GPUs record no fabric info is taken to be one clique with its
+    registration completed (as ``--nvlink-domain`` says).  Whether NCCL then runs MNNVL is NCCL's
+    decision (NCCL_MNNVL_ENABLE, fabric states, cuMem): :mod:`gpucomm.planners.nccl.mnnvl`.  ``fabric``:
+    every rank's fabric info given outright (:class:`~gpucomm.planners.nccl.mnnvl.Fabric`), instead.
+
+    Cached per (XML, GPUs, nodes, settings, fabric).  Raises TopologyError (no NIC for several NVLink
+    domains), InputError (unknown GPU, nodes not a multiple of K), NothingToDo (no GPU), NcclFailed
+    (NCCL itself would fail)."""
     s = settings if settings is not None else NcclSettings.from_env()
+    if nvlink_domain is not None and (nvlink_domain < 1 or nodes % nvlink_domain):
+        raise InputError(f"{nodes} nodes do not split into NVLink domains of {nvlink_domain}",
+                         expected="--nvlink-domain K >= 1 dividing --nodes")
+    recorded: Optional[tuple] = None
     if isinstance(doc, str):
         text = doc
     else:
@@ -621,18 +682,46 @@ def nccl_comm(doc: Union[Topology, dict, str], nodes: int = 1, gpus: Optional[It
                              expected="an NCCL topology XML (<system>), a snapshot or a topology document")
         if not topo.gpus:
             raise NothingToDo("topology has no GPUs")
-        if nodes > 1 and not topo.nics:
+        if nodes > 1 and not topo.nics and (nvlink_domain or 1) < nodes:
             raise TopologyError(f"topology has no NICs: --nodes {nodes} needs a network between nodes")
         text = pinned_xml(topo)
         if not s.p2p_blocked:
             blocked = _p2p_blocked(topo)
             if blocked:
                 s = s.replace(p2p_blocked=blocked)
+        recorded = _recorded_fabric(topo, gpus)
     g = tuple(gpus) if gpus is not None else None
     if g is not None and len(set(g)) != len(g):
         dup = sorted({x for x in g if g.count(x) > 1})
         raise InputError(f"GPU {dup[0]} listed twice", expected="distinct GPU indices")
-    return _run_cached(text, g, int(nodes), s.key(), s)
+    if fabric is None:
+        fabric = _fabric(recorded, int(nodes), nvlink_domain, len(g) if g is not None else None, text)
+    return _run_cached(text, g, int(nodes), s.key(), s, fabric)
+
+
+def _recorded_fabric(topo: Topology, gpus: Optional[Iterable[int]]) -> Optional[tuple]:
+    """The NVML fabric info of the ranks' GPUs (rank order) when every one of them records it, else None."""
+    by_index = {x.index: x for x in topo.gpus}
+    order = list(gpus) if gpus is not None else sorted(by_index)
+    out = []
+    for i in order:
+        x = by_index.get(i)
+        f = M.gpu_fabric(x.rec.get("fabric")) if x is not None else None
+        if f is None:
+            return None
+        out.append(f)
+    return tuple(out)
+
+
+def _fabric(recorded: Optional[tuple], nodes: int, k: Optional[int], n_gpus: Optional[int],
+            text: str) -> Optional[M.Fabric]:
+    """The fabric info of every rank's GPU (see :func:`nccl_comm`), None for none anywhere."""
+    if recorded is not None:
+        return M.of_gpus(recorded, nodes, k or nodes)
+    if k is None or k == 1:
+        return None
+    per_host = n_gpus if n_gpus is not None else len(X.Machine(X.parse(text)).gpus)
+    return M.grouped(nodes, per_host, k)
 
 
 def _p2p_blocked(topo: Topology) -> frozenset:

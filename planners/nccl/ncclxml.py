@@ -439,6 +439,15 @@ class Machine:
         return len(self.nics) - 1
 
 
+HOST_HASH_BASE = 0x6e63636c5f686f73     # any value: only which CPUs share a hash matters
+
+
+def host_hash(host: int) -> int:
+    """``getHostHash()`` of host ``host`` (0 = the first host of the communicator): the ``host_hash``
+    NCCL writes on every ``<cpu>``; ncclTopoGetSystemFromXml numbers the hosts of a fused XML by it."""
+    return (HOST_HASH_BASE + host * 0x100000001) & 0xFFFFFFFFFFFFFFFF
+
+
 def _own_asic(bus: Optional[str], name: str) -> int:
     """A GUID for a NIC that has none: its own ASIC per PCI function (two ports of one function share it)."""
     key = bus or name
@@ -454,12 +463,17 @@ class RankXml:
     """ncclTopoGetSystem's XML work for one local rank: :meth:`fill_gpu`, :meth:`process_net`, :meth:`trim`."""
 
     def __init__(self, xml: Xml, machine: Machine, cpu_fill: dict, merge_level: int = PATH_PORT,
-                 force_merge: Optional[str] = None):
+                 force_merge: Optional[str] = None, host: int = 0):
         self.xml = xml
         self.m = machine
         self.cpu_fill = cpu_fill           # attributes NCCL's GetXmlFromCpu would read from the host
         self.merge_level = merge_level
         self.force_merge = force_merge
+        self.host_hash = host_hash(host)
+        # ncclTopoGetSystem: every <cpu> of the file gets this host's hash (not kept from the file)
+        for n in xml.nodes:
+            if n.name == "cpu":
+                n.set_long("host_hash", self.host_hash)
 
     def _pci_from_sys(self, bus: str, cls: str) -> XNode:
         """The <pci busid=bus> node (made detached when the XML lacks it), its class set if unset,
@@ -501,6 +515,7 @@ class RankXml:
             if parent is None:
                 top = self.xml.top()
                 parent = self.xml.add_node(top, "cpu")
+                parent.set_long("host_hash", self.host_hash)
                 parent.set("numaid", "-1")
                 self._from_cpu(parent)
             node.parent = parent
@@ -593,6 +608,7 @@ class RankXml:
         if parent is None:
             top = xml.top()
             parent = xml.add_node(top, "cpu")
+            parent.set_long("host_hash", self.host_hash)
             parent.set("numaid", "0")
         nic = parent.sub("nic")
         if nic is None:

@@ -166,6 +166,10 @@ class _Ctx:
                     if net.rail != -1 and s.rail != -1:
                         if net.rail != s.rail:
                             continue
+                    elif self.s.mnnvl_rail_per_host and net.id >> 56 != s.id >> 56:
+                        # NCCL_MNNVL_RAIL_PER_HOST: on another host of the clique, the rail is the PCI id
+                        if net.pci_id != s.pci_id or net.port != s.port:
+                            continue
                     elif net.asic != s.asic or net.port != s.port:
                         continue
                 got.append(n)
@@ -180,13 +184,25 @@ class _Ctx:
             return got
         sys = self.sys
         nets: list = []
-        for g in range(len(sys.nodes[GPU])):
-            if gpu != -1 and gpu != g:
-                continue
-            local = self._pref_nets(g)
-            for n in local:
-                if n not in nets:
-                    nets.append(n)
+        if sys.n_hosts > 1 and self.s.mnnvl_scatter_nets:
+            # MNNVL (NCCL_MNNVL_SCATTER_NETS_ENABLE): ncclTopoPrefNetsGpuFirst -- channel by channel, each
+            # GPU's NET for that channel, until each GPU's first NET comes round again
+            gids = list(range(len(sys.nodes[GPU]))) if gpu == -1 else [gpu]
+            prefs = [self._pref_nets(g) for g in gids]
+            for c in range(MAXCHANNELS):
+                if all(c >= len(p) for p in prefs):
+                    break
+                for p in prefs:
+                    if c < len(p) and p[c] not in nets:
+                        nets.append(p[c])
+        else:
+            for g in range(len(sys.nodes[GPU])):
+                if gpu != -1 and gpu != g:
+                    continue
+                local = self._pref_nets(g)
+                for n in local:
+                    if n not in nets:
+                        nets.append(n)
         policy, num = self.s.netdevs_policy
         max_dev = num * (len(sys.nodes[GPU]) if gpu == -1 else 1) if policy == "MAX" else 640
         if len(nets) < max_dev:
