@@ -378,16 +378,20 @@ def run(xml_text: str, gpus: Optional[list], nodes: int, s: NcclSettings, defaul
     rank_xmls = []
     try:
         copies = X.RankCopies(xml, machine)
-        for l in range(L):
-            g = local[l % G]
+        for l in range(G):
+            g = local[l]
             bus = X.int_to_bus(X.bus_to_int(g.bus))
             x = copies.copy_for(bus)
-            rx = X.RankXml(x, machine, cpu_fill, s.merge_level, s.force_merge, host=l // G)
+            rx = X.RankXml(x, machine, cpu_fill, s.merge_level, s.force_merge)
             rx.fill_gpu(bus, l)
             rx.process_net()
             rx.trim()
             rank_xmls.append(x)
         fused = X.fuse(rank_xmls)
+        if L > G:
+            # the clique's other hosts: their ranks' XMLs are host 0's but for the host hash on every CPU and
+            # the ranks on the GPUs, so NCCL's fusion appends each host's CPUs, fused as host 0's are
+            fused = X.replicate_hosts(fused, L // G, G)
         states: dict = {}
         per_rank: list = []
         # Ranks of one domain see the same system (ncclTopoTrimSystem keeps the rank's domain);

@@ -85,7 +85,7 @@ def gpu_fabric(rec: Any) -> Optional[GpuFabric]:
     state = rec.get("state")
     if isinstance(state, str):
         state = STATE_NAMES.get(state.strip().lower().replace(" ", "_"))
-    if not isinstance(state, int) or isinstance(state, bool):
+    if not isinstance(state, int) or isinstance(state, bool) or not 0 <= state <= 255:   # NVML: an unsigned char
         return None
     cu = rec.get("cluster_uuid")
     try:

@@ -922,6 +922,36 @@ def fuse(xmls: Iterable[Xml]) -> Xml:
     return dst
 
 
+def replicate_hosts(fused: Xml, hosts: int, per_host: int) -> Xml:
+    """The fusion of ``hosts`` hosts' rank XMLs in rank order (an MNNVL clique), from the fusion of the
+    first host's ``per_host`` ranks: every host's rank XMLs are the first host's but for the host hash on
+    every ``<cpu>`` (host h: :func:`host_hash`) and the rank on every ``<gpu>`` (``per_host`` x h more).
+    ncclTopoFuseXml merges nodes with equal attributes only, so no CPU of one host merges with another's:
+    the fused XML is the first host's CPUs, then the second host's (fused among themselves as the first
+    host's are), and so on."""
+    top = fused.top()
+    out = Xml()
+    dst = out.add_tree(None, top) if top is not None else None
+    if dst is None or any(c.name != "cpu" for c in top.subs):
+        raise NcclFailure("replicate_hosts: a fused XML of <cpu> elements expected")
+    for h in range(1, hosts):
+        hh = "0x%x" % host_hash(h)
+        for cpu in top.subs:
+            c = out.add_tree(dst, cpu)
+            for n in _subtree(c):
+                if n.name == "cpu":
+                    n.set("host_hash", hh)
+                elif n.name == "gpu" and n.index("rank") != -1:
+                    n.set_int("rank", n.get_int("rank") + per_host * h)
+    return out
+
+
+def _subtree(n: XNode):
+    yield n
+    for c in n.subs:
+        yield from _subtree(c)
+
+
 def _fuse_rec(dst: Xml, dparent: XNode, sparent: XNode) -> None:
     for s in sparent.subs:
         d = _find_node(dparent, s)

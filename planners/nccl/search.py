@@ -941,20 +941,21 @@ def _nvls_record(line: list, g: int, fits: bool, hops: int) -> None:
         raise AssertionError(f"NVLS head {g}: {(fits, hops)} after {line[:g + 1]}")
 
 
-def _reservations_on_grid(amounts: Iterable[float], kinds) -> bool:
-    """Every one of ``amounts`` a pass reserves, with the Intel P2P overhead on each and the reverse amounts
-    of the reservation ``kinds`` the system has, is on SUB_ROUND's grid (so giving it back is exact)."""
+def _reservations_on_grid(amounts: Iterable[float], kinds, intel: bool = True) -> bool:
+    """Every one of ``amounts`` a pass reserves, with the Intel P2P overhead on each (where the system has an
+    Intel CPU: ``intel``) and the reverse amounts of the reservation ``kinds`` the system has, is on
+    SUB_ROUND's grid (so giving it back is exact)."""
     for a in amounts:
-        for fw in (a, f32(f32(a * 6.0) / 5.0)):
+        for fw in (a, f32(f32(a * 6.0) / 5.0)) if intel else (a,):
             if not all(_grid(x) for x in (fw,) + tuple(_rev_amount(fw, k) for k in kinds)):
                 return False
     return True
 
 
-def _nvls_on_grid(speeds: list, kinds) -> bool:
+def _nvls_on_grid(speeds: list, kinds, intel: bool = True) -> bool:
     """Every amount an NVLS pass at any of ``speeds`` reserves (bwIntra, twice it for the head GPU) is on
     SUB_ROUND's grid (:func:`_reservations_on_grid`)."""
-    return _reservations_on_grid([a for s in speeds for a in (s, f32(s * 2.0))], kinds)
+    return _reservations_on_grid([a for s in speeds for a in (s, f32(s * 2.0))], kinds, intel)
 
 
 def _nvls_known(line: list, max_channels: int) -> bool:
@@ -1016,6 +1017,13 @@ class _Passes:
         ties = g.pattern == save.pattern and g.cross_nic == save.cross_nic
         return [base + ("ties", ties)] + ([] if ties else [base + ("ties", True)])
 
+    def twin_key(self, g: TGraph, budget: int) -> Optional[tuple]:
+        """What a pass within one node searches but for crossNic (None for NVLS/CollNet passes)."""
+        if g.pattern in (NVLS, COLLNET_DIRECT) or g.coll_net:
+            return None
+        return (g.pattern, g.same_channels, g.bw_intra, g.bw_inter, g.min_channels, g.max_channels, g.n_hops,
+                self._level(self.intra, g.type_intra), self._level(self.inter, g.type_inter), budget)
+
 
 # Tests set CHECK_WIDENING to search the passes _Widening covers anyway and fail where one ends otherwise
 # than the rule says; CHECKED_WIDENINGS collects the patterns of those checked.
@@ -1023,6 +1031,7 @@ CHECK_WIDENING = False
 CHECKED_WIDENINGS: list = []
 CHECKED_FINALS: list = []     # the same for the last passes of the second phase that keep nothing
 CHECKED_DONE: list = []       # and for first-phase passes whose best graph became unbeatable
+CHECKED_TWINS: list = []      # and for crossNic twins within one node (see compute)
 CHECK_NVLS_REPLAY = False     # reserve anyway where a one-node NVLS pass would take its heads from the line
 CHECKED_NVLS_REPLAYS: list = []
 
@@ -1052,6 +1061,7 @@ class _Widening:
     def __init__(self, ctx: _Ctx) -> None:
         sys = ctx.sys
         self.sys = sys
+        self.ctx = ctx
         self.ran_out: list = []
         gpus = sys.nodes[GPU]
         inside = set(map(id, gpus)) | set(map(id, sys.nodes[NVS]))
@@ -1065,6 +1075,8 @@ class _Widening:
         # reverse reservations (see _steps): to a device of compute capability < 80, over NVLink to POWER
         self.kinds = ([1] if any(d.cc < 80 for d in sys.nodes[DEV]) else []) + \
             ([2, 3] if any(c.arch == ARCH_POWER for c in sys.nodes[CPU]) else [])
+        # the Intel P2P overhead (_steps) is taken only on a path through an x86 Intel CPU
+        self.intel = any(c.arch == ARCH_X86 and c.vendor == VENDOR_INTEL for c in sys.nodes[CPU])
 
     @staticmethod
     def _params(g: TGraph, budget: int) -> tuple:
@@ -1102,7 +1114,7 @@ class _Widening:
         searched would not drift it as NCCL does): the speeds, half bwInter (BALANCED_TREE), the Intel
         P2P overhead on each, the reverse amounts where the system has links that take them."""
         half = (g.bw_inter / 2,) if g.pattern == BALANCED_TREE else ()
-        return _reservations_on_grid((g.bw_intra, g.bw_inter) + half, self.kinds)
+        return _reservations_on_grid((g.bw_intra, g.bw_inter) + half, self.kinds, self.intel)
 
     def _out_links(self, g: TGraph, gi: int) -> tuple:
         """The first links of the paths GPU ``gi`` may send on in this pass (GPU->GPU within typeIntra,
@@ -1139,7 +1151,7 @@ class _Widening:
         sys = self.sys
         n_max = g.max_channels
         if sys.inter:
-            n_max = min(n_max, sum(_fits(l.bw, g.bw_inter) for l in self.entry))
+            n_max = min(n_max, sum(_fits(l.bw, g.bw_inter) for l in self.entry), self._net_channels(g))
         hop_lb = 0
         if self.ngpus >= 2:
             caps, hops = [], []
@@ -1157,6 +1169,30 @@ class _Widening:
                 # a chain: every GPU but one sends once per channel
                 n_max = min(n_max, sum(caps) // (self.ngpus - 1))
         return n_max, hop_lb
+
+    def _net_channels(self, g: TGraph) -> int:
+        """The most channels the NICs allow: ncclTopoSearchRecNet starts every channel on a NET of
+        ncclTopoSelectNets(typeInter) whose ``net.bw`` is at least ``(int)bwInter`` and takes that much off
+        every NET of its ASIC and port until the channel is undone, so each port (as its bandwidth is now)
+        starts at most as many channels as that amount fits in it, one after the other."""
+        amount = int(g.bw_inter)
+        if amount <= 0 or g.pattern not in (RING, BALANCED_TREE, SPLIT_TREE, TREE):
+            return g.max_channels
+        nets = self.sys.nodes[NET]
+        total = 0
+        seen: set = set()
+        for n in self.ctx.select_nets(g.type_inter, -1):
+            port = (nets[n].asic, nets[n].port)
+            if port in seen:
+                continue
+            seen.add(port)
+            left = nets[n].bw
+            while left >= amount:
+                left = f32(left - amount)
+                total += 1
+                if total >= g.max_channels:
+                    return total
+        return total
 
     @staticmethod
     def beats_none(g: TGraph, bound: tuple, ref: TGraph) -> bool:
@@ -1294,9 +1330,10 @@ def compute(topo: Topo, graph: TGraph) -> TGraph:
     search = _Search(ctx)
     search.memo_ok = _on_grid(sys)
     passes = _Passes(sys)
+    twins: dict = {}      # twin_key of a pass that ran out of time -> the best graph's version after it
     widening = _Widening(ctx)
     nvls_lines = {} if graph.pattern == NVLS and not sys.inter and search.memo_ok and \
-        _nvls_on_grid(speeds, widening.kinds) else None
+        _nvls_on_grid(speeds, widening.kinds, widening.intel) else None
     while True:
         # search:
         time = SEARCH_TIMEOUT_SAMECHANNELS if tmp.same_channels else \
@@ -1309,6 +1346,12 @@ def compute(topo: Topo, graph: TGraph) -> TGraph:
         pkey = pkeys[0] if pkeys else None
         left = next((passes.memo[k] for k in pkeys if k in passes.memo), None)
         covered = left is None and search.memo_ok and widening.covered(tmp, time, graph)
+        # within one node crossNic shapes no search tree: a pass whose twin of another crossNic ran out of time
+        # just before (the best graph unchanged since) walks the same tree, so keeps nothing better than the
+        # best graph (which is the best of that tree), and runs out of time too -- when ties cannot win
+        tkey = passes.twin_key(tmp, time) if search.memo_ok and not sys.inter else None
+        twin = left is None and not covered and tkey is not None and twins.get(tkey) == search.version and \
+            not (tmp.pattern == graph.pattern and tmp.cross_nic == graph.cross_nic)
         # the last pass of the second phase: after it the search stops whatever time it leaves (below,
         # `if pass_ == 2`), so one that can keep nothing changes nothing -- not even the time that follows
         final = left is None and not covered and search.memo_ok and pass_ == 2 and \
@@ -1319,6 +1362,8 @@ def compute(topo: Topo, graph: TGraph) -> TGraph:
             search.time = 0         # a wider twin of a pass that ran out of time, that can keep nothing
         elif final and not CHECK_WIDENING:
             search.time = 0         # its time left is read by nothing: the search ends after it
+        elif twin and not CHECK_WIDENING:
+            search.time = 0         # the twin's tree again, nothing in it better than the best graph
         else:
             v0 = search.version
             search.start_pass(tmp)
@@ -1364,6 +1409,13 @@ def compute(topo: Topo, graph: TGraph) -> TGraph:
                 if search.time == -1 or search.version != v0:
                     raise AssertionError(f"a final pass kept {search.version - v0} graphs (time {search.time})")
                 CHECKED_FINALS.append(tmp.pattern)
+            if twin and not covered and not final:
+                if search.time != 0 or search.version != v0:
+                    raise AssertionError(f"a crossNic twin ended otherwise: time {search.time}, "
+                                         f"kept {search.version - v0} graphs")
+                CHECKED_TWINS.append(tmp.pattern)
+            if tkey is not None and search.time == 0 and not search.stopped:
+                twins[tkey] = search.version
         if search.memo_ok and not final and not search.stopped:
             widening.record(tmp, time, search.time)     # (a pass stopped early did not run out of time)
         time = search.time

@@ -140,6 +140,7 @@ class System:
         self.n_hosts = 0
         self.host_hashes: list = []     # ncclGetSystemId: host hashes in the order the XML's CPUs name them
         self.system_id = 0              # the local host's index in host_hashes
+        self.pver = 0                   # counts changes to paths after ncclTopoSetPaths (add_inter_step, types)
 
     def create(self, type_: int, id_: int) -> Node:
         n = Node(type_, id_)
@@ -629,11 +630,24 @@ def system_from_xml(xml: Xml, local_host_hash: Optional[int] = None) -> System:
 
 # --------------------------------------------------------------------------------------------
 # Paths (paths.cc)
+_NO_PATH = PathL()   # every path not found yet (count 0, bw 0, PATH_DIS): one shared object, never changed
+
+
 def _alloc_paths(node: Node, sys: System, t: int) -> list:
+    """``node->paths[t]``: one path per node of type ``t``, none found yet.  They all start as the shared
+    _NO_PATH, replaced by a path of its own where one is found or changed (:func:`own_path`)."""
     p = node.paths[t]
     if p is None:
-        p = [PathL() for _ in range(len(sys.nodes[t]))]
+        p = [_NO_PATH] * len(sys.nodes[t])
         node.paths[t] = p
+    return p
+
+
+def own_path(node: Node, t: int, i: int) -> PathL:
+    """``node``'s path to node ``i`` of type ``t``, made its own to change (not the shared _NO_PATH)."""
+    p = node.paths[t][i]
+    if p is _NO_PATH:
+        p = node.paths[t][i] = PathL()
     return p
 
 
@@ -677,7 +691,7 @@ def set_paths(base: Node, sys: System, nvb_disable: bool) -> None:
     ``set_links``: :func:`path_links` of ``sys`` as it is now)."""
     bt, bi = base.type, base.idx
     _alloc_paths(base, sys, bt)
-    bp = base.paths[bt][bi]
+    bp = own_path(base, bt, bi)
     bp.list = []
     bp.count = 0
     bp.bw = LOC_BW
@@ -715,6 +729,8 @@ def set_paths(base: Node, sys: System, nvb_disable: bool) -> None:
                         if not rp.list:
                             raise NcclFailure("Failed to find reverse path")
                         rev = rp.list[0]
+                    if rp is _NO_PATH:
+                        rp = rpaths[bi] = PathL()
                     rp.list = [rev] + plist
                     rp.fast = None
                     rp.count = count
@@ -780,9 +796,10 @@ def add_inter_step(sys: System, tx: int, ix: int, t1: int, i1: int, t2: int, i2:
     mid = sys.nodes[tx][ix]
     src = sys.nodes[t1][i1]
     src.lcache = None
+    sys.pver += 1
     a = src.paths[tx][ix]
     b = mid.paths[t2][i2]
-    p = src.paths[t2][i2]
+    p = own_path(src, t2, i2)
     p.list = list(a.list) + list(b.list)
     p.fast = None
     p.count = len(p.list)
@@ -841,7 +858,17 @@ class Topo:
         return ids[(net + channel % per) % len(ids)]
 
     def local_gpu(self, net_id: int) -> int:
-        """``ncclTopoGetLocalGpu``: the first GPU (channel by channel) whose local NET is ``net_id``."""
+        """``ncclTopoGetLocalGpu``: the first GPU (channel by channel) whose local NET is ``net_id``
+        (remembered until a GPU-NET path changes: ``System.pver``)."""
+        sys = self.sys
+        key = (net_id, sys.pver, len(sys.nodes[GPU]), len(sys.nodes[NET]))
+        memo = self.__dict__.setdefault("_lg", {})
+        got = memo.get(key)
+        if got is None:
+            got = memo[key] = self._local_gpu(net_id)
+        return got
+
+    def _local_gpu(self, net_id: int) -> int:
         sys = self.sys
         ni = sys.id_to_index(NET, net_id)
         gpus, _ = get_local(sys, NET, ni, GPU)
@@ -969,15 +996,23 @@ class Topo:
         sys = self.sys
         gpu1, gpu2 = sys.nodes[GPU][g1], sys.nodes[GPU][g2]
         speed = gpu1.paths[GPU][g2].bw
-        ns1 = ns2 = 0.0
-        for n in range(len(sys.nodes[NET])):
-            p = gpu1.paths[NET][n]
-            if p.type <= PATH_PXB and p.bw > ns1:
-                ns1 = p.bw
-            p = gpu2.paths[NET][n]
-            if p.type <= PATH_PXB and p.bw > ns2:
-                ns2 = p.bw
-        return 1 if (ns1 > speed and ns2 > speed) else 0
+        return 1 if (self._net_speed(gpu1) > speed and self._net_speed(gpu2) > speed) else 0
+
+    def _net_speed(self, gpu: Node) -> float:
+        """The widest path of ``gpu`` to a NET through PXB or better (remembered with its paths)."""
+        cache = gpu.lcache
+        if cache is None:
+            cache = gpu.lcache = {}
+        got = cache.get("net_speed")
+        if got is None:
+            got = 0.0
+            paths = gpu.paths[NET]
+            for n in range(len(self.sys.nodes[NET])):
+                p = paths[n]
+                if p.type <= PATH_PXB and p.bw > got:
+                    got = p.bw
+            cache["net_speed"] = got
+        return got
 
     def p2p_can_connect(self, r1: int, r2: int) -> int:
         p2p, inter = self.check_p2p(r1, r2)
@@ -1004,6 +1039,7 @@ class Topo:
             for n in sys.nodes[t]:
                 n.paths = [None] * 10
                 n.lcache = None
+        sys.pver += 1
         path_links(sys)
         for t in (CPU, DEV, GPU, NET, GIN, RMA, NVS):
             for n in sys.nodes[t]:
@@ -1032,8 +1068,9 @@ class Topo:
                     ok = 0 if (self.s.net_disable_intra != 1 and self.check_net_index(p, g)) else 1
                 if ok == 0:
                     if self.shm_can_connect(gpus[p].rank, gpus[g].rank) == 0:
-                        gpus[p].paths[GPU][g].type = PATH_NET
+                        own_path(gpus[p], GPU, g).type = PATH_NET
                         gpus[p].lcache = None
+                        sys.pver += 1
         for g in range(len(gpus)):
             gn = gpus[g]
             c = local_cpu(sys, g)
@@ -1041,9 +1078,10 @@ class Topo:
             for n in nets:
                 nn = sys.nodes[NET][n]
                 if merge_type(gn.paths[CPU][c].type, nn.paths[CPU][c].type) == PATH_P2C:
-                    gn.paths[NET][n].type = min(PATH_P2C, gn.paths[NET][n].type)
-                    nn.paths[GPU][g].type = min(PATH_P2C, nn.paths[GPU][g].type)
+                    own_path(gn, NET, n).type = min(PATH_P2C, gn.paths[NET][n].type)
+                    own_path(nn, GPU, g).type = min(PATH_P2C, nn.paths[GPU][g].type)
                     gn.lcache = nn.lcache = None
+                    sys.pver += 1
         for n, net in enumerate(sys.nodes[NET]):
             for g in range(len(gpus)):
                 gpu = gpus[g]

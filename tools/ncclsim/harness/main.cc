@@ -272,13 +272,15 @@ static std::mutex heavyMutex;
  * so they all build the same system (only system->systemId, the rank's own host, differs, and nothing before
  * ncclTopoPreset reads it).  Paths do not depend on the rank here: ncclTopoComputePaths asks NVML's P2P
  * status (OK for every pair in this emulation) and the P2P/SHM canConnect of stubs.cc, which look at the two
- * peers only.  ncclTopoCompute is a function of the system and the graph's parameters.  So a rank whose fresh
- * system prints the same as rank 0's (simSystemPrint: every node, field and link) takes over rank 0's system
- * after paths, trim and search init, and rank 0's graphs -- provided rank 0's trim removed no GPU (one domain:
- * every rank keeps all) and the searches left the system as they found it (links, paths: printed before and
- * after).  It then runs the rank's own steps (CPU, NVLS support, NET counts, ncclTopoPreset) with NCCL's code.
- * 72 ranks of 72 GPUs then take one search instead of 72 (13 minutes and 9 GB otherwise); --mnnvl-full runs
- * every rank in full (the test suite checks both give the same answers). */
+ * peers only.  ncclTopoTrimSystem keeps the rank's domain: every GPU when rank 0 keeps every GPU (domains
+ * come from the paths).  ncclTopoSearchInit and the ring, tree and NVLS searches (ncclTopoCompute) are
+ * functions of the system and the graphs' parameters, one after the other on the same system.  So a rank
+ * whose fresh system prints the same as rank 0's (simSystemPrint: every node, field and link) would go
+ * through exactly rank 0's steps to rank 0's state: when rank 0's trim removed no GPU, it takes over rank 0's
+ * system and graphs, and runs only its own steps (CPU, NVLS support, NET counts, ncclTopoPreset, which read
+ * the paths and graphs, not the links' remaining bandwidth) with NCCL's code.  72 ranks of 72 GPUs then take
+ * one search instead of 72 (13 minutes and 9 GB otherwise); --mnnvl-full runs every rank in full (the test
+ * suite checks that both give the same answers). */
 struct SharedRank0 {
   bool valid = false;
   std::string fresh;                 // rank 0's system as ncclTopoGetSystem built it
@@ -298,21 +300,8 @@ static void printNodeRef(std::string* o, struct ncclTopoSystem* sys, const struc
     }
   printAppend(o, ref, sizeof(ref));
 }
-static void printLinkRef(std::string* o, struct ncclTopoSystem* sys, const struct ncclTopoLink* l) {
-  int ref[3] = {-1, -1, -1};
-  for (int t = 0; t < NCCL_TOPO_NODE_TYPES; t++)
-    for (int i = 0; i < sys->nodes[t].count; i++) {
-      const struct ncclTopoNode* n = sys->nodes[t].nodes + i;
-      if (l >= n->links && l < n->links + n->nlinks) {
-        ref[0] = t;
-        ref[1] = i;
-        ref[2] = (int)(l - n->links);
-      }
-    }
-  printAppend(o, ref, sizeof(ref));
-}
-// Everything of a system but systemId (and, unless `paths`, the paths), pointers as node/link positions.
-static std::string simSystemPrint(struct ncclTopoSystem* sys, bool paths) {
+// Everything of a system as ncclTopoGetSystem builds it, but systemId; pointers as node positions.
+static std::string simSystemPrint(struct ncclTopoSystem* sys) {
   std::string o;
   printAppend(&o, &sys->nHosts, sizeof(int));
   printAppend(&o, sys->hostHashes, sizeof(uint64_t) * sys->nHosts);
@@ -338,19 +327,6 @@ static std::string simSystemPrint(struct ncclTopoSystem* sys, bool paths) {
         printNodeRef(&o, sys, n->links[l].remNode);
       }
       printAppend(&o, &n->used, sizeof(uint64_t));
-      if (!paths) continue;
-      for (int pt = 0; pt < NCCL_TOPO_NODE_TYPES; pt++) {
-        int has = n->paths[pt] != NULL;
-        printAppend(&o, &has, sizeof(int));
-        if (!has) continue;
-        for (int j = 0; j < sys->nodes[pt].count; j++) {
-          struct ncclTopoLinkList* p = n->paths[pt] + j;
-          printAppend(&o, &p->count, sizeof(int));
-          printAppend(&o, &p->bw, sizeof(float));
-          printAppend(&o, &p->type, sizeof(int));
-          for (int h = 0; h < p->count; h++) printLinkRef(&o, sys, p->list[h]);
-        }
-      }
     }
   }
   return o;
@@ -376,7 +352,7 @@ static ncclResult_t rankInit(RankCtx* ctx) {
   bool share = false, record = false;
   std::string fresh;
   if (mnnvl && !opt.mnnvlFull) {
-    fresh = simSystemPrint(comm->topo, false);
+    fresh = simSystemPrint(comm->topo);
     if (rank == 0) record = true;
     else share = shared0.valid && fresh == shared0.fresh;
   }
@@ -390,8 +366,6 @@ static ncclResult_t rankInit(RankCtx* ctx) {
     CHECK(ncclTopoComputePaths(comm->topo, comm));
     CHECK(ncclTopoSearchInit(comm->topo));
   }
-  std::string beforeSearch;
-  if (record) beforeSearch = simSystemPrint(comm->topo, true);
   CHECK(ncclTopoComputeCommCPU(comm));
   if (rank == 0 && opt.verbose) CHECK(ncclTopoPrint(comm->topo));
 
@@ -464,7 +438,7 @@ static ncclResult_t rankInit(RankCtx* ctx) {
   }
   ctx->nvlsSupport = comm->nvlsSupport;
   if (record) {
-    shared0.valid = comm->topo->nodes[GPU].count == gpusBefore && simSystemPrint(comm->topo, true) == beforeSearch;
+    shared0.valid = comm->topo->nodes[GPU].count == gpusBefore;
     shared0.fresh = fresh;
     shared0.topo = comm->topo;
     shared0.nvlsSupport = comm->nvlsSupport;
