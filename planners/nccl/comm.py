@@ -300,12 +300,33 @@ def _copy_tr(tr: dict) -> dict:
     return {k: list(v) if isinstance(v, list) else v for k, v in tr.items()}
 
 
-def _shift(tr: dict, delta: int) -> dict:
-    out = dict(tr)
-    for k in ("ringRecv", "ringSend", "ringPrev", "ringNext", "treeToParent", "treeToChild0", "treeToChild1"):
-        out[k] = [v if v < 0 else v + delta for v in out[k]]
-    out["nvlsHeads"] = [v if v < 0 else v + delta for v in out["nvlsHeads"]]
-    return out
+class _Shifted:
+    """A copy node's (or clique's) topoRanks: a searched rank's, every rank ``delta`` higher, each list
+    shifted when first read (a communicator of 1440 ranks reads two lists of most of them)."""
+
+    __slots__ = ("base", "delta", "lists")
+
+    def __init__(self, base: dict, delta: int) -> None:
+        self.base = base
+        self.delta = delta
+        self.lists: dict = {}
+
+    def __getitem__(self, key: str):
+        v = self.base[key]
+        if not isinstance(v, list):
+            return v
+        got = self.lists.get(key)
+        if got is None:
+            d = self.delta
+            got = self.lists[key] = [x if x < 0 else x + d for x in v]
+        return got
+
+    def items(self):
+        return ((k, self[k]) for k in self.base)
+
+
+def _shift(tr: dict, delta: int) -> _Shifted:
+    return _Shifted(tr, delta)
 
 
 def btree(n: int, rank: int) -> tuple:
@@ -369,38 +390,33 @@ def run(xml_text: str, gpus: Optional[list], nodes: int, s: NcclSettings, defaul
             local.append(g)
     G = len(local)
     NR = G * nodes
-    clique = M.check(fabric, G, NR, 0, s) if fabric is not None else None
+    infos = M.infos(fabric, G, NR, s) if fabric is not None else None
+    clique = M.check(fabric, G, NR, 0, s, infos) if fabric is not None else None
     L = G
     if clique is not None and clique.mnnvl:
         L = len(clique.ranks)
-        _check_symmetric(fabric, G, NR, L, s)
-    cpu_fill = {"affinity": "", "arch": "x86_64"}
-    rank_xmls = []
+        _check_symmetric(fabric, G, NR, L, s, infos)
     try:
-        copies = X.RankCopies(xml, machine)
-        for l in range(G):
-            g = local[l]
-            bus = X.int_to_bus(X.bus_to_int(g.bus))
-            x = copies.copy_for(bus)
-            rx = X.RankXml(x, machine, cpu_fill, s.merge_level, s.force_merge)
-            rx.fill_gpu(bus, l)
-            rx.process_net()
-            rx.trim()
-            rank_xmls.append(x)
-        fused = X.fuse(rank_xmls)
-        if L > G:
-            # the clique's other hosts: their ranks' XMLs are host 0's but for the host hash on every CPU and
-            # the ranks on the GPUs, so NCCL's fusion appends each host's CPUs, fused as host 0's are
-            fused = X.replicate_hosts(fused, L // G, G)
+        fkey = (xml_text, default_sm, nic_speed_mbps, tuple(g.dev for g in local), L, s.key())
+        front = _FRONTS.get(fkey)
+        t = None
+        if front is None:
+            fused = _fused(xml, machine, local, L, s)
+            # Ranks of one domain see the same system (ncclTopoTrimSystem keeps the rank's domain);
+            # NVLS support depends on the rank's GPU.
+            probe = system_from_xml(fused, X.host_hash(0))
+            t = Topo(probe, s)
+            t.compute_paths()
+            dom = t.domains()
+            ranks_ = [g.rank for g in probe.nodes[GPU]]     # before the system is handed on (and trimmed)
+            if len(_FRONTS) >= 16:
+                _FRONTS.pop(next(iter(_FRONTS)))
+            _FRONTS[fkey] = (machine, local, fused, dom, ranks_)
+        else:
+            # the same machine, GPUs, clique and settings as before: the same fused XML and domains
+            machine, local, fused, dom, ranks_ = front
         states: dict = {}
         per_rank: list = []
-        # Ranks of one domain see the same system (ncclTopoTrimSystem keeps the rank's domain);
-        # NVLS support depends on the rank's GPU.
-        probe = system_from_xml(fused, X.host_hash(0))
-        t = Topo(probe, s)
-        t.compute_paths()
-        dom = t.domains()
-        ranks_ = [g.rank for g in probe.nodes[GPU]]     # before the system is handed on (and trimmed)
         for l in range(L):
             sm = local[l % G].sm
             mine = next((dom[i] for i, r in enumerate(ranks_) if r == l), 0)
@@ -444,12 +460,38 @@ def run(xml_text: str, gpus: Optional[list], nodes: int, s: NcclSettings, defaul
         raise NcclFailed(f"NCCL would fail to initialise: {e}") from None
 
 
-def _check_symmetric(fabric: M.Fabric, G: int, NR: int, L: int, s: NcclSettings) -> None:
+_FRONTS: dict = {}   # (inputs of the fused XML) -> (machine, local GPUs, fused XML, domains, ranks), oldest out first
+
+
+def _fused(xml: X.Xml, machine: X.Machine, local: list, L: int, s: NcclSettings) -> X.Xml:
+    """ncclTopoGetSystem's XML work for the ``L`` ranks searched together (a host's, or an MNNVL clique's:
+    ``L // len(local)`` hosts): every rank's XML, fused in rank order."""
+    G = len(local)
+    cpu_fill = {"affinity": "", "arch": "x86_64"}
+    rank_xmls = []
+    copies = X.RankCopies(xml, machine)
+    for l in range(G):
+        bus = X.int_to_bus(X.bus_to_int(local[l].bus))
+        x = copies.copy_for(bus)
+        rx = X.RankXml(x, machine, cpu_fill, s.merge_level, s.force_merge)
+        rx.fill_gpu(bus, l)
+        rx.process_net()
+        rx.trim()
+        rank_xmls.append(x)
+    fused = X.fuse(rank_xmls)
+    if L > G:
+        # the clique's other hosts: their ranks' XMLs are host 0's but for the host hash on every CPU and
+        # the ranks on the GPUs, so NCCL's fusion appends each host's CPUs, fused as host 0's are
+        fused = X.replicate_hosts(fused, L // G, G)
+    return fused
+
+
+def _check_symmetric(fabric: M.Fabric, G: int, NR: int, L: int, s: NcclSettings, infos: list) -> None:
     """The model's limit: rank 0's MNNVL clique is ranks 0..L-1 (whole hosts) and every other clique is the
     next L ranks (other cliques are copies of the first)."""
     ok = L % G == 0 and NR % L == 0
     for c in range(NR // L if ok else 0):
-        got = M.check(fabric, G, NR, c * L, s)
+        got = M.check(fabric, G, NR, c * L, s, infos)
         if not got.mnnvl or got.ranks != tuple(range(c * L, (c + 1) * L)):
             ok = False
             break
@@ -572,10 +614,19 @@ def _postset(ags: list, first_ranks: list, rank_to_node: list, n_ch: int, NR: in
     tp = [[trs[first_ranks[n]]["treeToParent"][c] for n in range(nn)] for c in range(n_ch)]
     tc0 = [[trs[first_ranks[n]]["treeToChild0"][c] for n in range(nn)] for c in range(n_ch)]
     tc1 = [[trs[first_ranks[n]]["treeToChild1"][c] for n in range(nn)] for c in range(n_ch)]
-    for c in range(n_ch):
-        for r in range(NR):
-            prev[c][r] = trs[r]["ringPrev"][c]
-            nxt[c][r] = trs[r]["ringNext"][c]
+    for r in range(NR):
+        tr = trs[r]
+        if isinstance(tr, _Shifted):        # a copy's: shifted here, entry by entry
+            d, pl, nl = tr.delta, tr.base["ringPrev"], tr.base["ringNext"]
+            for c in range(n_ch):
+                v, w = pl[c], nl[c]
+                prev[c][r] = v if v < 0 else v + d
+                nxt[c][r] = w if w < 0 else w + d
+        else:
+            pl, nl = tr["ringPrev"], tr["ringNext"]
+            for c in range(n_ch):
+                prev[c][r] = pl[c]
+                nxt[c][r] = nl[c]
     min_heads = min(len(trs[first_ranks[n]]["nvlsHeads"]) for n in range(nn))
     for c in range(n_ch):
         for n in range(nn):

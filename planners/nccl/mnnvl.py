@@ -18,7 +18,6 @@ clique each; ``domain`` hosts per cluster UUID), every GPU in ``state`` -- the l
 """
 from __future__ import annotations
 
-import uuid as _uuid
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -87,6 +86,8 @@ def gpu_fabric(rec: Any) -> Optional[GpuFabric]:
         state = STATE_NAMES.get(state.strip().lower().replace(" ", "_"))
     if not isinstance(state, int) or isinstance(state, bool) or not 0 <= state <= 255:   # NVML: an unsigned char
         return None
+    import uuid as _uuid      # here: only documents with fabric info need it (start-up time)
+
     cu = rec.get("cluster_uuid")
     try:
         uuid = int.from_bytes(_uuid.UUID(str(cu)).bytes, "little") if cu else 0
@@ -129,10 +130,25 @@ class Clique:
     domain_size: int
 
 
-def check(fabric: Fabric, per_host: int, n_ranks: int, rank: int, settings) -> Clique:
-    """init.cc's gate and ``ncclMnnvlCheck`` for ``rank`` of ``n_ranks`` (``per_host`` ranks per host)."""
+def infos(fabric: Fabric, per_host: int, n_ranks: int, settings) -> list:
+    """Every rank's fabric info as fillInfo leaves it (:func:`filled`)."""
+    done: dict = {}
+    out = []
+    for r in range(n_ranks):
+        f = fabric.gpu(r, per_host)
+        got = done.get(f)
+        if got is None:
+            got = done[f] = filled(f, settings)
+        out.append(got)
+    return out
+
+
+def check(fabric: Fabric, per_host: int, n_ranks: int, rank: int, settings, filled_infos: Optional[list] = None
+          ) -> Clique:
+    """init.cc's gate and ``ncclMnnvlCheck`` for ``rank`` of ``n_ranks`` (``per_host`` ranks per host);
+    ``filled_infos``: :func:`infos`, when the caller has it."""
     off = Clique(0, (), 0, 0, 0)
-    infos = [filled(fabric.gpu(r, per_host), settings) for r in range(n_ranks)]
+    infos_ = filled_infos if filled_infos is not None else infos(fabric, per_host, n_ranks, settings)
     hosts = n_ranks // per_host
     p2p_level = -1 if settings.p2p_level is None else settings.p2p_level
     en = settings.mnnvl_enable
@@ -140,15 +156,15 @@ def check(fabric: Fabric, per_host: int, n_ranks: int, rank: int, settings) -> C
         return off
     if settings.cumem_enable == 0:                       # MNNVL requires cuMem
         return off
-    me = infos[rank]
+    me = infos_[rank]
     if me.state == NOT_SUPPORTED:                        # no FABRIC handle support
         return off
-    if any(i.state != COMPLETED for i in infos):
+    if any(i.state != COMPLETED for i in infos_):
         return off
     ranks: list = []
     dom = 0
     mine = 0
-    for r, i in enumerate(infos):
+    for r, i in enumerate(infos_):
         if i.uuid == 0:
             return off
         if i.uuid == me.uuid:
@@ -162,5 +178,5 @@ def check(fabric: Fabric, per_host: int, n_ranks: int, rank: int, settings) -> C
     return Clique(1, tuple(ranks), mine, me.clique, dom)
 
 
-__all__ = ["GpuFabric", "Fabric", "Clique", "grouped", "of_gpus", "gpu_fabric", "none", "filled", "check",
+__all__ = ["GpuFabric", "Fabric", "Clique", "grouped", "of_gpus", "gpu_fabric", "none", "filled", "infos", "check",
            "COMPLETED", "NOT_SUPPORTED", "STATE_NAMES"]

@@ -1161,14 +1161,25 @@ class _Widening:
                 caps.append(sum(_fits(l.bw, amount) for l in links))
                 hops.append(h)
             if g.pattern == RING:
-                # every GPU sends once per ring channel
+                # every GPU sends once per ring channel (to the next GPU, or the last one to a NET): at least
+                # its shortest path's hops (a channel across nodes also enters from a NET: more, not fewer)
                 n_max = min(n_max, min(caps))
-                if not sys.inter:
-                    hop_lb = sum(hops)
+                hop_lb = sum(hops) + (self._entry_hops(g) if sys.inter else 0)
             else:
                 # a chain: every GPU but one sends once per channel
                 n_max = min(n_max, sum(caps) // (self.ngpus - 1))
         return n_max, hop_lb
+
+    def _entry_hops(self, g: TGraph) -> int:
+        """The fewest hops of a path from a NET of ncclTopoSelectNets(typeInter) to a GPU within typeInter:
+        how a ring channel across nodes enters its first GPU (0 when there is none)."""
+        sys = self.sys
+        best = 0
+        for n in self.ctx.select_nets(g.type_inter, -1):
+            for p in sys.nodes[NET][n].paths[GPU] or []:
+                if p.count > 0 and p.type <= g.type_inter and (best == 0 or p.count < best):
+                    best = p.count
+        return best
 
     def _net_channels(self, g: TGraph) -> int:
         """The most channels the NICs allow: ncclTopoSearchRecNet starts every channel on a NET of
