@@ -405,7 +405,8 @@ def run_ncclsim(binary: Path, xml: Path, case: dict) -> dict:
                 "--fabric-state", str(m.get("state", 3))]
     env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
     env.update(harness_env(case.get("env") or {}))
-    p = subprocess.run(cmd + [str(xml)], capture_output=True, text=True, env=env, timeout=int(os.environ.get("NCCLSIM_TIMEOUT", "7200")))
+    timeout = int(os.environ.get("NCCLSIM_TIMEOUT", "7200"))     # 144 GPUs on a busy machine: many minutes
+    p = subprocess.run(cmd + [str(xml)], capture_output=True, text=True, env=env, timeout=timeout)
     if p.returncode != 0:
         msg = [ln for ln in p.stderr.splitlines() if ln.strip()]
         return {"error": (msg[-1] if msg else f"exit {p.returncode}")[:300]}
