@@ -256,6 +256,14 @@ STEPS = {"all_reduce": lambda n: 2 * (n - 1), "all_gather": lambda n: n - 1, "re
 CALIBRATION_KEY = ("calibration",)   # view.cache entry: (profile, source) of --calibration
 
 
+TRANSPORT_KEY = ("transport",)       # view.cache entry: the inter-node Transport (collectives/transport.py)
+
+
+def use_transport(view, transport) -> None:
+    """Time this view's multi-node collectives over ``transport`` (``gpucomm plan --transport``, or the probe's)."""
+    view.cache[TRANSPORT_KEY] = transport
+
+
 def use_calibration(view, profile, source: str) -> None:
     """Time this view's collectives with a calibration profile (``gpucomm plan --calibration``)."""
     view.cache[CALIBRATION_KEY] = (profile, source)
@@ -275,12 +283,17 @@ def _cost_model_time(view, kind: str, nbytes: float, tier: dict, dtype_bytes: in
     g = view.cache.get(key)
     if g is None:
         try:
-            g = cost.summarize(view.topo, nodes=int(tier.get("nodes", 1)), gpus=list(tier["gpus"]), profile=profile)
+            g = cost.summarize(view.topo, nodes=int(tier.get("nodes", 1)), gpus=list(tier["gpus"]), profile=profile,
+                               transport=view.cache.get(TRANSPORT_KEY))
         except (TopologyError, PlanInfeasible):  # no network for a multi-node group: the alpha-beta model
             g = False
         view.cache[key] = g
     if g is False:
         return None
+    if profile is None and view.cache.get(TRANSPORT_KEY) is not None:
+        from gpucomm.planners.collectives.transport import profile as transport_profile
+
+        profile = transport_profile(view.cache[TRANSPORT_KEY])
     rows = cost.predict(g, kind, [max(1, int(nbytes))], dtype_bytes=dtype_bytes, profile=profile)
     return float(rows[0]["time_us"]) * 1e-6 if rows else None
 
