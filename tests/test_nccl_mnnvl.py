@@ -163,6 +163,23 @@ def test_a_documents_fabric_info_is_the_default(tmp_path):
     assert (off.mnnvl, off.n_nodes) == (0, 2)
 
 
+def test_nccls_fused_dump_is_one_clique():
+    """NCCL's fused topology dump of 2 GB300 trays (captures/nvl72/c01, constructed from the real log 014):
+    a document of 2 hosts; NCCL fused them, so they were one clique -- 8 ranks, 16 x 45 GB/s over NVLink
+    (the issue's 720 GB/s), one NCCL node, rings over the 8 GPUs."""
+    from gpucomm.probes.load import load_topology
+
+    doc = load_topology(str(FIXTURES / "captures" / "nvl72" /
+                            "c01_gb300-nvl72_2trays-8gpu_fused-topo-dump_CONSTRUCTED.xml"))
+    res = nccl_comm(doc)
+    ring = res.graphs["ring"]
+    assert (res.mnnvl, res.clique_size, res.n_nodes, res.n_ranks) == (1, 8, 1, 8)
+    assert (ring.n_channels, ring.bw_intra, res.n_channels) == (16, 45.0, 32)
+    assert res.rings[0] == list(range(8))
+    two = nccl_comm(doc, nodes=2)          # two copies of the dump's pair of trays: two cliques
+    assert (two.n_ranks, two.n_nodes, two.clique_size) == (16, 2, 8)
+
+
 def test_to_ncclsim_names_the_hosts():
     tray = (TRAYS / "gb300-tray.xml").read_text()
     res = nccl_comm(tray, nodes=2, nvlink_domain=2)

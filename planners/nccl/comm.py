@@ -14,11 +14,13 @@ settings): :func:`nccl_comm` is cheap to call again.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Union
 
 from gpucomm.probes.errors import InputError, NothingToDo, PlanInfeasible, TopologyError
+from gpucomm.probes.model import host_document
 from gpucomm.probes.topology import Topology
 
 from gpucomm.planners.nccl import mnnvl as M
@@ -722,14 +724,22 @@ def nccl_comm(doc: Union[Topology, dict, str], nodes: int = 1, gpus: Optional[It
     domains), InputError (unknown GPU, nodes not a multiple of K), NothingToDo (no GPU), NcclFailed
     (NCCL itself would fail)."""
     s = settings if settings is not None else NcclSettings.from_env()
+    recorded: Optional[tuple] = None
+    hosts = 1
+    if not isinstance(doc, str):
+        topo = Topology.of(doc)
+        if topo.multi_host:
+            # several hosts (NCCL's fused dump of an MNNVL clique): the nodes are copies of them in turn
+            hosts = len(topo.hosts)
+            recorded = _recorded_fabric_hosts(topo, gpus)
+            topo = Topology.of(host_document(topo.doc, topo.hosts[0].id))
+            nodes = nodes * hosts
     if nvlink_domain is not None and (nvlink_domain < 1 or nodes % nvlink_domain):
         raise InputError(f"{nodes} nodes do not split into NVLink domains of {nvlink_domain}",
                          expected="--nvlink-domain K >= 1 dividing --nodes")
-    recorded: Optional[tuple] = None
     if isinstance(doc, str):
         text = doc
     else:
-        topo = Topology.of(doc)
         if topo.doc.get("nccl_graph"):
             # an NCCL graph file (NCCL_GRAPH_FILE / NCCL_GRAPH_DUMP_FILE) names channels, not the machine:
             # NCCL cannot load it as a topology (ncclTopoGetSystem), so neither does its model
@@ -744,27 +754,45 @@ def nccl_comm(doc: Union[Topology, dict, str], nodes: int = 1, gpus: Optional[It
             blocked = _p2p_blocked(topo)
             if blocked:
                 s = s.replace(p2p_blocked=blocked)
-        recorded = _recorded_fabric(topo, gpus)
+        if hosts == 1:
+            one = _recorded_fabric(topo.gpus, gpus)
+            recorded = (one,) if one is not None else None
     g = tuple(gpus) if gpus is not None else None
     if g is not None and len(set(g)) != len(g):
         dup = sorted({x for x in g if g.count(x) > 1})
         raise InputError(f"GPU {dup[0]} listed twice", expected="distinct GPU indices")
     if fabric is None:
-        fabric = _fabric(recorded, int(nodes), nvlink_domain, len(g) if g is not None else None, text)
+        # a document of several hosts without fabric info is NCCL's fused dump: its hosts were one clique
+        k = nvlink_domain if nvlink_domain is not None else (hosts if hosts > 1 and recorded is None else None)
+        fabric = _fabric(recorded, int(nodes), k, len(g) if g is not None else None, text)
     return _run_cached(text, g, int(nodes), s.key(), s, fabric)
 
 
-def _recorded_fabric(topo: Topology, gpus: Optional[Iterable[int]]) -> Optional[tuple]:
-    """The NVML fabric info of the ranks' GPUs (rank order) when every one of them records it, else None."""
-    by_index = {x.index: x for x in topo.gpus}
+def _recorded_fabric(host_gpus: list, gpus: Optional[Iterable[int]]) -> Optional[tuple]:
+    """The NVML fabric info of the ranks' GPUs (``host_gpus``: one host's GPU views, indexed by their
+    index on the host; ``gpus``: the ranks' indices) when every one of them records it, else None."""
+    by_index = {x.index: x for x in host_gpus}
     order = list(gpus) if gpus is not None else sorted(by_index)
     out = []
     for i in order:
         x = by_index.get(i)
-        f = M.gpu_fabric(x.rec.get("fabric")) if x is not None else None
+        f = M.gpu_fabric(x.fabric) if x is not None else None
         if f is None:
             return None
         out.append(f)
+    return tuple(out)
+
+
+def _recorded_fabric_hosts(topo: Topology, gpus: Optional[Iterable[int]]) -> Optional[tuple]:
+    """:func:`_recorded_fabric` of every host of a document of several (GPUs by their index on the host)."""
+    out = []
+    for h in topo.hosts:
+        on = [dataclasses.replace(x, index=x.local_index if x.local_index is not None else x.index)
+              for x in topo.gpus_on(h.id)]
+        one = _recorded_fabric(on, gpus)
+        if one is None:
+            return None
+        out.append(one)
     return tuple(out)
 
 

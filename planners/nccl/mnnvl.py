@@ -21,9 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-NOT_SUPPORTED, NOT_STARTED, IN_PROGRESS, COMPLETED = 0, 1, 2, 3   # NVML_GPU_FABRIC_STATE_*
-STATE_NAMES = {"not_supported": NOT_SUPPORTED, "not_started": NOT_STARTED, "in_progress": IN_PROGRESS,
-               "completed": COMPLETED}
+from gpucomm.probes import facts
+
+NOT_SUPPORTED, COMPLETED = facts.FABRIC_STATES.index("not_supported"), facts.FABRIC_STATES.index("completed")
+STATE_NAMES = {name: i for i, name in enumerate(facts.FABRIC_STATES)}     # NVML_GPU_FABRIC_STATE_* by name
 _U64 = 0xFFFFFFFFFFFFFFFF
 
 
@@ -65,20 +66,25 @@ def grouped(nodes: int, per_host: int, clique: int, domain: Optional[int] = None
     return Fabric(tuple(hosts))
 
 
-def of_gpus(per_gpu: tuple, nodes: int, clique: int) -> Fabric:
-    """``nodes`` copies of a host whose GPUs report ``per_gpu`` (a :class:`GpuFabric` each, rank order),
-    in consecutive groups of ``clique`` hosts: each group its own NVLink domain (the recorded cluster
-    UUID made distinct per group), the recorded clique ids and states kept."""
+def of_gpus(per_host: tuple, nodes: int, clique: int) -> Fabric:
+    """``nodes`` hosts, copies in turn of the hosts whose GPUs report ``per_host`` (per host a tuple of
+    :class:`GpuFabric`, rank order; one host's for a document of one node), in consecutive groups of
+    ``clique`` hosts: each group its own NVLink domain (the recorded cluster UUIDs made distinct per
+    group), the recorded clique ids and states kept."""
     hosts = []
     for h in range(nodes):
         grp = h // clique
-        hosts.append(tuple(GpuFabric(f.uuid ^ grp if f.uuid else 0, f.clique, f.state) for f in per_gpu))
+        hosts.append(tuple(GpuFabric(f.uuid ^ grp if f.uuid else 0, f.clique, f.state)
+                           for f in per_host[h % len(per_host)]))
     return Fabric(tuple(hosts))
 
 
 def gpu_fabric(rec: Any) -> Optional[GpuFabric]:
-    """A document's ``gpus[].fabric`` record (``cluster_uuid``, ``clique_id``, ``state`` as NVML names it,
-    probes/sources/nvml.py) as :class:`GpuFabric`; None when there is none or it cannot be read."""
+    """A GPU's fabric info -- the view's ``GPU.fabric`` (probes/topology.py) or a document's
+    ``gpus[].fabric`` record: ``cluster_uuid``, ``clique_id``, ``state`` as NVML names it
+    (facts.FABRIC_STATES) -- as :class:`GpuFabric`; None when there is none or it cannot be read."""
+    if rec is not None and not isinstance(rec, dict):
+        rec = {k: getattr(rec, k, None) for k in ("cluster_uuid", "clique_id", "state")}
     if not isinstance(rec, dict):
         return None
     state = rec.get("state")
