@@ -837,7 +837,8 @@ def reference_dict(res: CommResult, tree: bool = True) -> dict:
 
     def channels(g: TGraph, sys_) -> list:
         ng = len(sys_.nodes[GPU])
-        lab = {x.rank: f"GPU{x.dev}" for x in sys_.nodes[GPU]}
+        # a system of several hosts (an MNNVL clique): GPUs by index and host, as ring0 names them
+        lab = {x.rank: f"GPU{x.dev}" + (f"@{x.id >> 56}" if sys_.n_hosts > 1 else "") for x in sys_.nodes[GPU]}
         chans = []
         for c in range(g.n_channels):
             order = [lab.get(x, f"rank{x}") for x in g.intra[c * ng:(c + 1) * ng]]

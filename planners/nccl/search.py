@@ -1597,14 +1597,14 @@ def restrict_gpus(G, gpus: Optional[Iterable[int]]):
 
 
 def nccl_reference(doc: Any, nodes: int = 1, gpus: Optional[Iterable[int]] = None, *, cross_nic: Optional[int] = None,
-                   tree: bool = True, settings: Any = None) -> dict:
+                   tree: bool = True, settings: Any = None, nvlink_domain: Optional[int] = None) -> dict:
     """What NCCL 2.30.7 decides on this topology (stable interface, used by the cost model, our ring
     and tree searches and the CLI): :func:`gpucomm.planners.nccl.comm.nccl_comm` summarised.
 
     ``doc``: topology document or view; ``nodes``: identical nodes; ``gpus``: GPU indices of the
     communicator on each node (default all); ``cross_nic``: NCCL_CROSS_NIC (default: the settings'
-    value, from the environment); ``settings``: :class:`gpucomm.planners.nccl.settings.NcclSettings`.
-    Returns::
+    value, from the environment); ``settings``: :class:`gpucomm.planners.nccl.settings.NcclSettings`;
+    ``nvlink_domain``: nodes per NVLink domain (MNNVL clique; see ``nccl_comm``).  Returns::
 
         {"channels": nChannels after ncclTopoPostset, "search_channels": ring graph channels,
          "bw_intra", "bw_inter": GB/s per ring channel, "type_intra", "type_inter", "pattern": "ring",
@@ -1629,7 +1629,7 @@ def nccl_reference(doc: Any, nodes: int = 1, gpus: Optional[Iterable[int]] = Non
     s = settings if settings is not None else NcclSettings.from_env()
     if cross_nic is not None and cross_nic != s.cross_nic:
         s = s.replace(cross_nic=cross_nic)
-    res = nccl_comm(doc, nodes=nodes, gpus=gpus, settings=s)
+    res = nccl_comm(doc, nodes=nodes, gpus=gpus, settings=s, nvlink_domain=nvlink_domain)
     return reference_dict(res, tree=tree)
 
 
