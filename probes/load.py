@@ -200,6 +200,7 @@ def check_depth(data: Any, path: str, expected: str = "a gpucomm topology docume
 
 def _yaml_loader():
     import yaml
+    from yaml.events import AliasEvent, ScalarEvent
 
     class BoundedLoader(yaml.SafeLoader):
         """yaml.SafeLoader that refuses nesting deeper than MAX_DEPTH while composing (the
@@ -208,6 +209,8 @@ def _yaml_loader():
         depth = 0
 
         def compose_node(self, parent, index):
+            if self.check_event(ScalarEvent, AliasEvent):   # depth counts mappings and lists, as in JSON
+                return super().compose_node(parent, index)
             self.depth += 1
             if self.depth > MAX_DEPTH:
                 raise _TooDeep()
@@ -216,6 +219,25 @@ def _yaml_loader():
             finally:
                 self.depth -= 1
 
+        def construct_yaml_int(self, node):
+            """YAML 1.1 integers in every spelling (``0x``, ``0o``/``0``, ``0b``, base 60 ``1:30``,
+            ``_`` separators, signs) held to MAX_INT_DIGITS decimal digits, counted before the
+            conversion (a base-60 integer of thousands of parts is never multiplied out)."""
+            v = self.construct_scalar(node).replace("_", "").lstrip("+-")
+            if ":" in v:
+                digits = len(v.split(":")) * 2
+            else:
+                body = v[2:] if v[:2] in ("0x", "0b", "0o") else v
+                per = {"0x": 1.21, "0b": 0.31}.get(v[:2], 0.91 if v[:1] == "0" else 1.0)  # decimal digits per digit
+                digits = int(len(body.lstrip("0")) * per)
+            if digits > MAX_INT_DIGITS + 2:
+                raise _TooLong(digits)
+            value = super().construct_yaml_int(node)
+            if abs(value) >= 10 ** MAX_INT_DIGITS:
+                raise _TooLong(len(str(abs(value))))
+            return value
+
+    BoundedLoader.add_constructor("tag:yaml.org,2002:int", BoundedLoader.construct_yaml_int)
     return BoundedLoader
 
 
@@ -281,7 +303,10 @@ def parse_yaml(text: str, path: str, expected: str = "a gpucomm topology documen
                          expected=expected) from None
     except (_TooDeep, RecursionError):
         raise InputError(f"nested deeper than {MAX_DEPTH} levels", path, expected=expected) from None
-    except ValueError as e:  # int("9" * 5000): Python's integer string conversion limit
+    except _TooLong as e:
+        raise InputError(f"an integer of about {e.args[0]} digits (more than {MAX_INT_DIGITS})", path,
+                         expected=expected) from None
+    except ValueError as e:  # a malformed integer or float
         raise InputError(f"invalid YAML: {' '.join(str(e).split())[:120]}", path, expected=expected) from None
     finally:
         loader.dispose()
@@ -308,7 +333,7 @@ STDIN = "-"
 
 
 def _load_stdin() -> dict:
-    """``-``: a topology, capture or XML on standard input (a snapshot .tar.gz too), read bounded."""
+    """``-``: a topology, capture or XML on standard input (a snapshot archive too), read bounded."""
     import sys
     import tempfile
 
@@ -316,11 +341,11 @@ def _load_stdin() -> dict:
     data = stream.read(MAX_INPUT_BYTES + 1) if stream is not None else (sys.stdin.read(MAX_INPUT_BYTES + 1) or "").encode()
     if len(data) > MAX_INPUT_BYTES:
         raise InputError(f"standard input is larger than the {MAX_INPUT_BYTES} byte limit", "<stdin>")
-    if data[:2] == b"\x1f\x8b":
+    if is_archive(data[:512]):
         from gpucomm.probes.sources.snapshot import load_snapshot
 
         with tempfile.TemporaryDirectory(prefix="gpucomm-stdin-") as tmp:
-            path = Path(tmp) / "stdin.tar.gz"
+            path = Path(tmp) / "stdin.tar"
             path.write_bytes(data)
             from gpucomm.probes.validate import validate_document
 
@@ -337,13 +362,13 @@ def load_topology(src: str) -> dict:
 def read_topology_text(src: str) -> Optional[str]:
     """The text of a text input (as :func:`load_topology` reads it), None for standard input, an
     example, a snapshot directory or an archive."""
-    if src == STDIN or src.startswith("example:") or src.endswith((".tar.gz", ".tgz")):
+    if src == STDIN or src.startswith("example:") or src.endswith(ARCHIVE_SUFFIXES):
         return None
     try:
         data = read_limited(src, MAX_INPUT_BYTES)   # regular files only, bounded (probes/files.py)
     except InputError:
         return None   # a snapshot directory, or an error load_topology reports in its own words
-    if data[:2] == b"\x1f\x8b":
+    if is_archive(data[:512]):
         return None   # an archive
     return decode_text_input(data, src)
 
@@ -369,7 +394,7 @@ def load_topology_text(src: str, text: Optional[str] = None) -> tuple:
         from gpucomm.probes.sources.snapshot import load_snapshot
 
         return finalize(validate_document(load_snapshot(p), src_path, report=report)), None
-    if src_path.endswith((".tar.gz", ".tgz")) or _is_gzip(p):
+    if src_path.endswith(ARCHIVE_SUFFIXES) or _is_archive(p):
         from gpucomm.probes.sources.snapshot import load_snapshot
 
         return finalize(validate_document(load_snapshot(p), src_path, report=report)), None
@@ -400,12 +425,27 @@ def _from_text(text: str, src_path: str) -> dict:
     return finalize(validate_document(doc, src_path, saved=kind in ("json", "yaml"), report=report))
 
 
-def _is_gzip(p: Path) -> bool:
+# A snapshot archive, by name and by content: tar, compressed with gzip (what `gpucomm snapshot` writes),
+# xz, bzip2 or not at all -- from a path as from standard input.
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2", ".tbz2", ".tar")
+
+
+def is_archive(head: bytes) -> bool:
+    """Whether the first bytes of an input (512 are enough) start a snapshot archive.
+
+    >>> is_archive(b"\\x1f\\x8b\\x08"), is_archive(b"\\xfd7zXZ\\x00"), is_archive(b"BZh9"), is_archive(b"{}")
+    (True, True, True, False)
+    """
+    return head[:2] == b"\x1f\x8b" or head[:6] == b"\xfd7zXZ\x00" or (head[:3] == b"BZh" and head[3:4].isdigit()) \
+        or head[257:262] == b"ustar"
+
+
+def _is_archive(p: Path) -> bool:
     try:
         if not stat.S_ISREG(os.stat(p).st_mode):
             return False  # a FIFO or device is refused by read_text_input, never opened here
         with open(p, "rb") as f:
-            return f.read(2) == b"\x1f\x8b"
+            return is_archive(f.read(512))
     except OSError:
         return False
 

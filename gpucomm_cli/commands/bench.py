@@ -106,7 +106,7 @@ def _save(path: str, result: dict) -> None:
     doc, notes = apply_measurements(doc, result)
     finalize(doc)
     # --save updates the file it read: replaced atomically (a failed write leaves it as it was)
-    write_atomic(path, dumps_yaml(doc) if as_yaml else dumps_json(doc), force=True)
+    write_atomic(path, dumps_yaml(doc) if as_yaml else dumps_json(doc), force=True, updates_input=True)
     for n in notes:
         diag(f"gpucomm: {n} in {path}")
 

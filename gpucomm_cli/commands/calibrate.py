@@ -7,6 +7,7 @@ from typing import List, Optional
 
 import typer
 
+from gpucomm.commands.common import MAX_NODES
 from gpucomm.settings import SETTINGS, diag
 
 
@@ -81,7 +82,7 @@ def calibrate(
                                      "json results.  Runs at several node counts let the fit see fabric congestion."),
     collective: Optional[str] = typer.Option(None, "--collective", "-c", help="Only these runs / the collective of "
                                              "tables that do not say (default: every run, its own collective)."),
-    nodes: Optional[int] = typer.Option(None, "--nodes", "-N", help="Nodes of every run (default: from each "
+    nodes: Optional[int] = typer.Option(None, "--nodes", "-N", min=1, max=MAX_NODES, help="Nodes of every run (default: from each "
                                         "file's hosts and ranks)."),
     gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", "-g", help="GPUs per node of every run "
                                                 "(default: from the file)."),

@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from gpucomm.commands.common import TOPO_HELP, from_option, load_topo, topo_argument, usage_error
+from gpucomm.commands.common import MAX_NODES, TOPO_HELP, from_option, load_topo, topo_argument, usage_error
 from gpucomm.probes import units
 from gpucomm.settings import diag
 
@@ -178,7 +178,7 @@ def rings(
     src: Optional[str] = from_option(),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU indices to use, e.g. 0,1,2,3 or 0-3 (default: all)."),
     channels: str = typer.Option("auto", "--channels", help="auto, or the number of channels (1-64)."),
-    nodes: int = typer.Option(1, "--nodes", "-N", min=1, help="Identical nodes joined through their NICs "
+    nodes: int = typer.Option(1, "--nodes", "-N", min=1, max=MAX_NODES, help="Identical nodes joined through their NICs "
                               "(> 1: every channel enters and leaves each node through a NIC)."),
     compare: Optional[str] = typer.Option(None, "--compare", metavar="LOG", help=COMPARE_HELP),
     calibration: Optional[str] = typer.Option(None, "--calibration", metavar="PROFILE.json",
@@ -348,7 +348,7 @@ def render_trees_log(console, sec: dict, out: dict) -> None:
 def trees(
     topo: Optional[str] = topo_argument(),
     src: Optional[str] = from_option(),
-    nodes: int = typer.Option(1, "--nodes", "-N", min=1, help="Number of identical nodes."),
+    nodes: int = typer.Option(1, "--nodes", "-N", min=1, max=MAX_NODES, help="Number of identical nodes."),
     gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", "-g", min=1,
                                                 help="GPUs per node (default: all; the first G by index)."),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU indices used per node, e.g. 0,1,2,3 or 0-3."),

@@ -13,6 +13,8 @@ from typing import NoReturn, Optional, Tuple
 
 import typer
 
+from gpucomm.probes.limits import MAX_HOSTS, MAX_NODES  # noqa: F401  (--nodes max=, for every command that has it)
+
 TOPO_HELP = ("Topology: a saved topology (JSON/YAML), a snapshot (dir or .tar.gz), `nvidia-smi topo -m` output, "
              "an NCCL topology XML, `rocm-smi --showtopo` output, example:<name>, or - for standard input "
              "(also `nvidia-smi -q` / `nvlink -s`, `nvidia-imex-ctl -N` output and NCCL debug logs: GPUs and their "

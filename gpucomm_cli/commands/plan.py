@@ -9,8 +9,8 @@ from typing import Optional
 
 import typer
 
-from gpucomm.commands.common import (TOPO_HELP, from_option, hostlist_option, load_topo, out_directory, pick_source,
-                                     topo_argument, usage_error)
+from gpucomm.commands.common import (MAX_HOSTS, MAX_NODES, TOPO_HELP, from_option, hostlist_option, load_topo,
+                                     out_directory, pick_source, topo_argument, usage_error)
 from gpucomm.settings import diag
 
 EMITS = ("torchrun", "slurm", "rankfile", "env", "wrapper", "json", "nccl-xml", "nccl-graph", "megatron", "deepspeed",
@@ -157,7 +157,7 @@ def plan(
                                       "--expert-tensor-parallel-size; default: tp)."),
     vpp: Optional[int] = typer.Option(None, "--vpp", min=1, help="Virtual pipeline stages per pipeline rank "
                                       "(interleaved 1F1B; Megatron needs pp > 2)."),
-    nodes: Optional[int] = typer.Option(None, "--nodes", "-N", min=1, help="Number of identical nodes (default 1)."),
+    nodes: Optional[int] = typer.Option(None, "--nodes", "-N", min=1, max=MAX_NODES, help="Number of identical nodes (default 1)."),
     cluster: Optional[str] = typer.Option(None, "--cluster", help="Cluster file (YAML/JSON: nodes + fabric)."),
     order: str = typer.Option("tp-cp-ep-dp-pp", "--order", help="Megatron rank order, leftmost = adjacent ranks "
                               "(tp-cp-ep-pp-dp = Megatron's --use-tp-pp-dp-mapping)."),
@@ -283,7 +283,7 @@ def select(
                                        "with --nodes, free hosts as a Slurm hostlist, e.g. node[01-40]."),
     policy: str = typer.Option("gpucomm", "--policy", help="gpucomm (default) or gpuallocator (NVIDIA "
                                "go-gpuallocator's best-effort policy, as the Kubernetes device plugin)."),
-    nodes: Optional[int] = typer.Option(None, "--nodes", "-N", min=1, help="Pick N nodes of --cluster for one job "
+    nodes: Optional[int] = typer.Option(None, "--nodes", "-N", min=1, max=MAX_HOSTS, help="Pick N nodes of --cluster for one job "
                                         "instead: healthy, free, in one NVLink domain, else one leaf, else under the "
                                         "lowest switch with room; says what crossing a spine costs."),
     cluster: Optional[str] = typer.Option(None, "--cluster", help="With --nodes: a cluster file (gpucomm cluster), "
@@ -368,7 +368,7 @@ def _node_nic_gbps(doc: dict) -> Optional[float]:
 def synth(
     topo: Optional[str] = typer.Argument(None, metavar="[TOPO]", show_default=False,
                                          help=TOPO_HELP + " The topology of every node (or --node)."),
-    nodes: Optional[int] = typer.Option(None, "--nodes", "-N", min=1, help="Number of nodes (or --fabric)."),
+    nodes: Optional[int] = typer.Option(None, "--nodes", "-N", min=1, max=MAX_HOSTS, help="Number of nodes (or --fabric)."),
     node: Optional[str] = typer.Option(None, "--node", "--from", metavar="TOPO",
                                        help="Topology of every node, e.g. example:hgx-h100 (the same as TOPO)."),
     fabric_file: Optional[str] = typer.Option(None, "--fabric", metavar="FILE", help="A real fabric instead of a "

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from gpucomm.commands.common import from_option, load_topo, topo_argument
+from gpucomm.commands.common import MAX_NODES, from_option, load_topo, topo_argument
 from gpucomm.probes import units
 from gpucomm.settings import diag
 
@@ -121,7 +121,7 @@ def predict(
                                        "8B:8GiB (doubling), 1K:1G:x4 (factor 4), or a list 1M,2M.  K/M/G and "
                                        "KiB/MiB/GiB are powers of 1024 (as nccl-tests' -b/-e), KB/MB/GB powers of "
                                        "1000.  With --compare: the file's sizes."),
-    nodes: Optional[int] = typer.Option(None, "--nodes", "-N", min=1, help="Number of identical nodes (default 1; with "
+    nodes: Optional[int] = typer.Option(None, "--nodes", "-N", min=1, max=MAX_NODES, help="Number of identical nodes (default 1; with "
                                         "--compare: from the file's hosts and ranks)."),
     gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", "-g", min=1,
                                                 help="GPUs used per node (default: all; the first G by index)."),

@@ -75,9 +75,9 @@ def _natural(table) -> tuple:
     """(width, text) of the table printed without a width limit, in plain text."""
     import io
 
-    from rich.console import Console
+    from gpucomm.render.output import safe_console_class
 
-    wide = Console(file=io.StringIO(), width=100_000, color_system=None, highlight=False)
+    wide = safe_console_class()(file=io.StringIO(), width=100_000, color_system=None, highlight=False)
     wide.print(table, soft_wrap=False)
     text = wide.file.getvalue()
     return max((len(line.rstrip()) for line in text.split("\n")), default=0), text

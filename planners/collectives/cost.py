@@ -32,6 +32,7 @@ from typing import Iterable, Optional, Sequence, Union
 
 from gpucomm.probes import facts
 from gpucomm.probes.errors import InputError, NothingToDo, PlanInfeasible, TopologyError
+from gpucomm.probes.limits import MAX_NODES
 from gpucomm.probes.topology import Topology
 from gpucomm.probes.units import busbw_factor, normalize_collective
 from gpucomm.planners.collectives import timing
@@ -232,8 +233,8 @@ def graphs(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[i
     bandwidth, and NCCL's graph rate only for NICs without a rate (a NIC's link rate is what NCCL
     itself sees and chooses algorithms by); with no NIC in the topology it stands for one NIC per node.
     Raises TopologyError when several nodes are asked for and there is no network to use."""
-    if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1 or nodes > 1_000_000:
-        raise InputError(f"--nodes {nodes!r}: must be a positive integer")
+    if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1 or nodes > MAX_NODES:
+        raise InputError(f"--nodes {nodes!r}: must be a positive integer", expected=f"1 to {MAX_NODES}")
     if fabric_gbps is not None and (isinstance(fabric_gbps, bool) or not isinstance(fabric_gbps, (int, float))
                                     or not math.isfinite(fabric_gbps) or fabric_gbps <= 0 or fabric_gbps > 1e6):
         raise InputError(f"--fabric-gbps {fabric_gbps!r}: must be a positive number of Gb/s")

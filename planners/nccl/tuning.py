@@ -425,6 +425,15 @@ def nccl_choice(g: CommGraph, coll: str, nbytes: int, allowed: Sequence[str] = A
     NCCL's pick is not among ``cells`` (the caller times it from them)."""
     cells = tuning_table(g, coll) if cells is None else cells
     best = _exact_choice(g, coll, nbytes, allowed) if g.nccl_tuning is not None and coll in _FUNC else None
+    if best is None and g.nccl_tuning is not None and coll in _FUNC:
+        s = g.nccl_tuning.get("settings")
+        if s is not None and (s.algo or s.proto) and _exact_choice(g, coll, nbytes, ALGOS) is None:
+            from gpucomm.probes.errors import PlanInfeasible
+
+            # NCCL accepts the setting and stops at the first collective (enqueue.cc topoGetAlgoInfo)
+            raise PlanInfeasible(f"NCCL finds no algorithm/protocol for {coll}: NCCL_ALGO={s.algo or '(unset)'} "
+                                 f"NCCL_PROTO={s.proto or '(unset)'} leave none (NCCL stops with 'No "
+                                 "algorithm/protocol available')")
     if best is None or (best[1], best[2]) not in cells:
         best = choose(g, coll, nbytes, cells, allowed)
     return best

@@ -58,7 +58,7 @@ from typing import Any, Optional
 from gpucomm.probes import facts
 from gpucomm.probes.errors import InputError, TopologyError
 from gpucomm.probes.facts import PCI_GT_TO_GEN, nvlink_bw_per_link, pcie_bw_GBps
-from gpucomm.probes.limits import MAX_GPUS, MAX_NICS
+from gpucomm.probes.limits import MAX_GPUS, MAX_NICS, MAX_NVLINKS
 from gpucomm.probes.model import (cpu_id, cpulist_to_mask, cpumask_to_list, finalize, format_cpulist, gpu_record, host_of,
                                   is_sentinel_bus_id, link_record, new_document, nic_record, normalize_bus_id,
                                   parse_cpulist, source_record, switch_record, warn)
@@ -149,7 +149,7 @@ class _Builder:
             limit = MAX_GPUS if tag == "gpu" else MAX_NICS
             if self.devices[tag] > limit:
                 raise InputError(f"more than {limit} <{tag}> devices, the limit per node", self.path, self._line(),
-                                 expected="NCCL's own bound, NCCL_TOPO_MAX_NODES (README: Limits)")
+                                 expected=f"at most {limit} per node (docs/LIMITS.md)")
         node = _Node(tag, {str(k): str(v) for k, v in dict(attrs).items()}, self._line())
         self.stack[-1].children.append(node)
         self.stack.append(node)
@@ -383,6 +383,10 @@ class _Ctx:
                 warn(self.doc, f"link_speed {raw!r} ({self.where(line)}) is not a PCIe speed; treated as unknown")
         width = _int(attrs.get("link_width"))
         if width is not None and width <= 0:
+            if "width" not in self.speed_warned:
+                self.speed_warned.add("width")
+                warn(self.doc, f"link_width {attrs.get('link_width')!r} ({self.where(line)}) is not a PCIe width "
+                               "(VMs report 0): NCCL counts it as x16; the width is unknown")
             width = None  # NCCL: width 0 (unknown) counts as x16
         return gen, width
 
@@ -587,6 +591,9 @@ def _add_cpu(ctx: _Ctx, el: _Node) -> None:
     if numaid is None:
         warn(doc, f"<cpu> ({ctx.where(el.line)}) has no integer numaid; read as numaid -1")
         numaid = -1
+    elif numaid < 0:
+        warn(doc, f"<cpu numaid={numaid}> ({ctx.where(el.line)}): no NUMA node (NCCL writes -1 in VMs); the NUMA "
+                  "node of its GPUs and NICs is unknown")
     if a.get("host_hash"):
         ctx.host_hashes.add(a["host_hash"].strip().lower())
     cpus: Optional[list[int]] = None
@@ -844,6 +851,9 @@ def _add_nic_group(ctx: _Ctx, nic_el: Optional[_Node], bus: Optional[str], paren
         existing = next((r for r in group if r["name"] == name), None) if bus else \
             next((r for r in doc["nics"] if r["name"] == name and r["parent"] == parent and r["pci_bus_id"] is None), None)
         port = _net_port(na)
+        if na.get("speed") is not None and port["rate_gbps"] is None:
+            warn(doc, f"<net name={name!r}> ({ctx.where(net.line)}) speed {na['speed'][:40]!r} is not a positive "
+                      "number of Mb/s; its rate is unknown")
         if existing is not None:
             existing["ports"].append(port)
             continue
@@ -959,6 +969,10 @@ def _add_nvlinks_and_c2c(ctx: _Ctx) -> None:
             target_raw = (a.get("target") or "").strip().lower()
             if count is None or count <= 0:
                 warn(doc, f"GPU{rec['index']}: <nvlink> at line {el.line} has no positive count; ignored")
+                continue
+            if count > MAX_NVLINKS:
+                warn(doc, f"GPU{rec['index']}: <nvlink> at line {el.line} has count {count}, more than the "
+                          f"{MAX_NVLINKS} links a GPU can have; ignored")
                 continue
             sentinel = is_sentinel_bus_id(target_raw)
             tbus = None if sentinel else normalize_bus_id(target_raw)

@@ -41,6 +41,7 @@ import re
 from typing import Optional
 
 from gpucomm.probes.errors import InputError
+from gpucomm.probes.formats.scan import HostPrefixed
 from gpucomm.probes.units import busbw_factor
 
 SCHEMA = "gpucomm.nccltests/v1"
@@ -76,7 +77,8 @@ _STARTING_RE = re.compile(r"^#\s*Collective test starting:\s*(?P<name>[A-Za-z0-9
 _VERSION_RE = re.compile(r"^#\s*[nr]ccl-tests version\s+(?P<v>\S+)(?P<rest>.*)$", re.I)
 _AVG_RE = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(?P<v>\S+)")
 _OOB_RE = re.compile(r"^#\s*Out of bounds values\s*:\s*(?P<v>\d+)")
-_PARAM_RE = re.compile(r"(?P<k>[A-Za-z][A-Za-z ]*?)\s*:?\s+(?P<v>-?\d+(?:\.\d+)?)(?:\((?P<unit>[a-z]+)\))?")
+# (a key is at most 40 characters: a long run of words is crossed in linear time)
+_PARAM_RE = re.compile(r"(?P<k>[A-Za-z][A-Za-z ]{0,40}?)\s*:?\s+(?P<v>-?\d+(?:\.\d+)?)(?:\((?P<unit>[a-z]+)\))?")
 _INT_RE = re.compile(r"^-?\d+$")
 # Launcher output labels: ``srun --label`` ("0: ", " 12: "), Open MPI ``--tag-output``
 # ("[1,0]<stdout>:"), Intel MPI / MPICH ``-prepend-rank`` ("[0] "), pdsh/clush host prefixes
@@ -85,7 +87,7 @@ _LABEL_RE = re.compile(r"^\s*(?:\d+:\s|\[\d+,\d+\]<std(?:out|err)>:\s?|\[\d+\]\s
                        r"(?=\s*(?:#|\d+\s+\d))")
 # An NCCL debug line (``host:pid:tid [dev] NCCL INFO ...``, src/debug.cc), possibly glued to the end of
 # a result row another thread was printing (the row continues on a later line).
-_NCCL_LOG_RE = re.compile(r"[A-Za-z][\w.-]*:\d+:\d+ \[\d+\] NCCL (?:INFO|WARN|TRACE|ABORT)\b")
+_NCCL_LOG_RE = HostPrefixed(r"[A-Za-z]", r"[\w.-]", r":\d+:\d+ \[\d+\] NCCL (?:INFO|WARN|TRACE|ABORT)\b")
 _NUM_RE = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
 # NCCL's banner in its INFO lines (init.cc: "NCCL version 2.23.4+cuda12.6")
 _NCCL_VERSION_RE = re.compile(r"NCCL INFO NCCL version (\d+)\.(\d+)\.(\d+)")
