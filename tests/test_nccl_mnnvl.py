@@ -161,6 +161,12 @@ def test_a_documents_fabric_info_is_the_default(tmp_path):
     assert split.n_nodes == 2
     off = nccl_comm(doc, nodes=2, settings=NcclSettings(mnnvl_enable=0))
     assert (off.mnnvl, off.n_nodes) == (0, 2)
+    # a tray whose IMEX capture names an NVLink domain of 18 nodes: no clique larger than that
+    rack = load_topology("example:gb200-nvl72")
+    assert rack["gpus"][0].get("fabric")
+    two = nccl_comm(rack, nodes=36)
+    assert (two.clique_size, two.n_nodes) == (72, 2)
+    assert nccl_comm(rack, nodes=20).clique_size == 40          # 2 domains of 10 trays: the largest equal split
 
 
 def test_nccls_fused_dump_is_one_clique():

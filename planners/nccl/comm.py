@@ -714,7 +714,9 @@ def nccl_comm(doc: Union[Topology, dict, str], nodes: int = 1, gpus: Optional[It
     ``nvlink_domain`` K: the nodes come in consecutive groups of K that share one NVLink domain (one
     MNNVL clique each: NCCL fuses a group's hosts into one system; groups are joined by the NICs).
     Default: from the GPUs' fabric info (``gpus[].fabric``) where the document has it -- every node is a
-    copy, so all share the recorded clique (K = nodes) -- else 1 (no fabric info: one system per node).
+    copy, so all share the recorded clique (K = nodes), in NVLink domains no larger than the document's
+    (``Topology.nvlink_domain()``: an IMEX capture's nodes; the largest equal split of the nodes that
+    fits) -- else 1 (no fabric info: one system per node).
     A group of several nodes whose GPUs record no fabric info is taken to be one clique with its
     registration completed (as ``--nvlink-domain`` says).  Whether NCCL then runs MNNVL is NCCL's
     decision (NCCL_MNNVL_ENABLE, fabric states, cuMem): :mod:`gpucomm.planners.nccl.mnnvl`.  ``fabric``:
@@ -726,6 +728,7 @@ def nccl_comm(doc: Union[Topology, dict, str], nodes: int = 1, gpus: Optional[It
     s = settings if settings is not None else NcclSettings.from_env()
     recorded: Optional[tuple] = None
     hosts = 1
+    domain_nodes: Optional[int] = None
     if not isinstance(doc, str):
         topo = Topology.of(doc)
         if topo.multi_host:
@@ -757,6 +760,8 @@ def nccl_comm(doc: Union[Topology, dict, str], nodes: int = 1, gpus: Optional[It
         if hosts == 1:
             one = _recorded_fabric(topo.gpus, gpus)
             recorded = (one,) if one is not None else None
+            if recorded is not None and nvlink_domain is None:
+                domain_nodes = topo.nvlink_domain().nodes
     g = tuple(gpus) if gpus is not None else None
     if g is not None and len(set(g)) != len(g):
         dup = sorted({x for x in g if g.count(x) > 1})
@@ -764,6 +769,10 @@ def nccl_comm(doc: Union[Topology, dict, str], nodes: int = 1, gpus: Optional[It
     if fabric is None:
         # a document of several hosts without fabric info is NCCL's fused dump: its hosts were one clique
         k = nvlink_domain if nvlink_domain is not None else (hosts if hosts > 1 and recorded is None else None)
+        if k is None and domain_nodes:
+            # copies of a tray whose NVLink domain has domain_nodes trays (an IMEX capture says so): the
+            # nodes fill domains of that size, or split into equal ones no larger
+            k = max(d for d in range(1, min(nodes, domain_nodes) + 1) if nodes % d == 0)
         fabric = _fabric(recorded, int(nodes), k, len(g) if g is not None else None, text)
     return _run_cached(text, g, int(nodes), s.key(), s, fabric)
 
