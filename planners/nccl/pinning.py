@@ -484,11 +484,12 @@ def _xml_from_matrix(topo: Topology) -> str:
 
 # --------------------------------------------------------------------------------------------
 # What NCCL's model runs on
-def nccl_inputs(doc: Union[Topology, dict, str], nodes: int = 1, settings: Optional[NcclSettings] = None) -> tuple:
+def nccl_inputs(doc: Union[Topology, dict, str], nodes: int = 1, settings: Optional[NcclSettings] = None,
+                nvlink_domain: int = 1) -> tuple:
     """(the XML NCCL loads, the settings it runs with) for ``doc`` (a topology or an NCCL XML text used
     as it is): the pinned XML (:func:`pin`) and ``settings`` (default: the environment's) with NVML's
     P2P status of the document (:func:`p2p_blocked`).  Raises InputError (an NCCL graph file),
-    NothingToDo (no GPU), TopologyError (no NIC for several nodes)."""
+    NothingToDo (no GPU), TopologyError (no NIC for nodes in several NVLink domains of ``nvlink_domain``)."""
     s = settings if settings is not None else NcclSettings.from_env()
     if isinstance(doc, str):
         return doc, s
@@ -500,7 +501,7 @@ def nccl_inputs(doc: Union[Topology, dict, str], nodes: int = 1, settings: Optio
                          expected="an NCCL topology XML (<system>), a snapshot or a topology document")
     if not topo.gpus:
         raise NothingToDo("topology has no GPUs")
-    if nodes > 1 and not topo.nics:
+    if nodes > 1 and not topo.nics and nvlink_domain < nodes:
         raise TopologyError(f"topology has no NICs: --nodes {nodes} needs a network between nodes")
     text = pin(topo)
     if not s.p2p_blocked:
