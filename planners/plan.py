@@ -22,7 +22,8 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
                     hosts: Optional[List[str]] = None, etp: Optional[int] = None, vpp: Optional[int] = None,
                     torch_version: Optional[str] = None, calibration: Optional[dict] = None,
                     calibration_source: Optional[str] = None, nccl_graph: bool = False, force: bool = False,
-                    nccl_xml: bool = False, transport: Optional[str] = None) -> dict:
+                    nccl_xml: bool = False, transport: Optional[str] = None,
+                    nvlink_domain: Optional[int] = None) -> dict:
     """Everything ``gpucomm plan`` computes, as the ``gpucomm.plan/v1`` document (no I/O): the
     factorization (given, or ranked for ``model``), the rank layout, env settings with reasons, launch
     artefacts, and with ``cluster`` the host order and cross-switch traffic.  ``calibration``: a
@@ -33,7 +34,8 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
     ``nccl_xml``: ``files['nccl-topo.xml']`` always (the XML NCCL detects by itself where the host's
     own tree serves, the VM skeleton where it does not; each says which in a comment).
     ``transport``: the ``--transport`` value timing ``model``'s multi-node collectives (default: the
-    probe's, :mod:`gpucomm.planners.collectives.transport`)."""
+    probe's, :mod:`gpucomm.planners.collectives.transport`).  ``nvlink_domain``: consecutive nodes per
+    NVLink domain timing ``model``'s collectives across nodes (default: NCCL's, from the fabric info)."""
     order = placement.parse_order(order)
     mspec = model_specs.parse_model_spec(model)
     hosts_pool = None
@@ -64,6 +66,7 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
 
         chosen = tr.choose(topo, transport)
         model_specs.use_transport(view, chosen)
+        model_specs.use_nvlink_domain(view, nvlink_domain)
     elif transport is not None:
         from gpucomm.planners.collectives.transport import parse
 

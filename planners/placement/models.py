@@ -274,6 +274,22 @@ def use_transport(view, transport) -> None:
     view.cache[TRANSPORT_KEY] = transport
 
 
+NVLINK_DOMAIN_KEY = ("nvlink_domain",)   # view.cache entry: nodes (trays) per NVLink domain (--nvlink-domain)
+
+
+def use_nvlink_domain(view, k: Optional[int]) -> None:
+    """Time this view's multi-node collectives with ``k`` consecutive nodes per NVLink domain
+    (``gpucomm plan --nvlink-domain K``; None: NCCL's default, from the GPUs' fabric info)."""
+    view.cache[NVLINK_DOMAIN_KEY] = k
+
+
+def _group_domain(view, nodes: int) -> Optional[int]:
+    """Nodes per NVLink domain of a group over ``nodes`` consecutive nodes: the plan's K, or the share of
+    the group one domain holds (gcd: a group of 4 nodes in domains of 18 is in one domain of 4)."""
+    k = view.cache.get(NVLINK_DOMAIN_KEY)
+    return None if k is None else math.gcd(int(nodes), int(k))
+
+
 def use_calibration(view, profile, source: str) -> None:
     """Time this view's collectives with a calibration profile (``gpucomm plan --calibration``)."""
     view.cache[CALIBRATION_KEY] = (profile, source)
@@ -294,7 +310,8 @@ def _cost_model_time(view, kind: str, nbytes: float, tier: dict, dtype_bytes: in
     if g is None:
         try:
             g = cost.summarize(view.topo, nodes=int(tier.get("nodes", 1)), gpus=list(tier["gpus"]), profile=profile,
-                               transport=view.cache.get(TRANSPORT_KEY))
+                               transport=view.cache.get(TRANSPORT_KEY),
+                               nvlink_domain=_group_domain(view, int(tier.get("nodes", 1))))
         except (TopologyError, PlanInfeasible):  # no network for a multi-node group: the alpha-beta model
             g = False
         view.cache[key] = g
