@@ -10,6 +10,7 @@ from gpucomm.planners.launch import scripts as launch
 from gpucomm.planners.placement import layout as placement
 from gpucomm.planners.placement import models as model_specs
 from gpucomm.planners.placement.cluster import block_segment, choose_host_order, leaf_uplinks, traffic_report
+from gpucomm.planners.placement.nvldomain import domain_note, job_domain_nodes
 from gpucomm.planners.placement.select import select_gpus
 from gpucomm.probes.errors import InputError, PlanInfeasible
 from gpucomm.probes.topology import Topology
@@ -66,7 +67,6 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
 
         chosen = tr.choose(topo, transport)
         model_specs.use_transport(view, chosen)
-        model_specs.use_nvlink_domain(view, nvlink_domain)
     elif transport is not None:
         from gpucomm.planners.collectives.transport import parse
 
@@ -97,6 +97,9 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
     total = nodes * gpn
     candidates = None
     warnings: List[str] = []
+    # nodes that share an NVLink domain (NVL72 trays): model-parallel groups may span them
+    model_specs.use_nvlink_domain(view, nvlink_domain)
+    domain_nodes = job_domain_nodes(topo, nodes, nvlink_domain)
     if mspec is not None and tp is None and pp is None and dp is None:
         fixed = {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "etp": etp}
         rows = model_specs.rank_factorizations(view, nodes, gpn, mspec, order, fixed, top=top, gpus=gpus,
@@ -111,7 +114,7 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
     else:
         if mspec is None and tp is None and pp is None and dp is None and cp is None and ep is None:
             warnings.append("no --tp/--pp/--dp/--model given: plain data parallelism over all GPUs")
-        axes = placement.resolve_axes(total, tp, pp, dp, cp, ep, gpn, etp=etp)
+        axes = placement.resolve_axes(total, tp, pp, dp, cp, ep, gpn, etp=etp, domain_nodes=domain_nodes)
     weights = model_specs.axis_weights(mspec, axes) if mspec else None
     layout = placement.make_layout(view, nodes, gpn, axes, order, weights, gpus)
     node_docs = None
@@ -130,6 +133,8 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
         node_docs = [cluster.doc(h) for h in hosts]
     plan = placement.plan_document(layout, hosts=hosts, node_docs=node_docs)
     plan["host_order"] = host_order
+    note = domain_note(gpn, domain_nodes, layout.axes, nodes)
+    plan["nvlink_domain"] = {"nodes": domain_nodes, "gpus": domain_nodes * gpn, "note": note} if note else None
     plan["warnings"] = list(dict.fromkeys(warnings + plan["warnings"] + (cluster.warnings if cluster else [])
                                           + cal_notes))
     plan["forced"] = None

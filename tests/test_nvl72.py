@@ -152,3 +152,20 @@ def test_synth_writes_nvl72_racks_as_slurm_blocks_and_select_keeps_a_job_in_one(
     em = run_cli("plan", "--cluster", str(tmp_path / "cluster.yaml"), "--nodes", "36", "--tp", "4", "--pp", "4",
                  "--emit", "slurm")
     assert em.code == 0 and "#SBATCH --segment=18" in em.stdout
+
+
+def test_plan_puts_tensor_parallel_across_trays_of_one_nvlink_domain_only():
+    r = run_cli("plan", "example:gb300-nvl72", "--nodes", "36", "--tp", "8", "--pp", "2", "--format", "json")
+    assert r.code == 0, r.stderr
+    plan = r.json()
+    assert plan["parallelism"]["tp"] == 8 and plan["nvlink_domain"]["nodes"] == 18
+    assert "spans 2 trays" in plan["nvlink_domain"]["note"] and "2 domains" in plan["nvlink_domain"]["note"]
+    # every TP group stays inside one domain of 18 consecutive nodes
+    gpn = plan["gpus_per_node"]
+    for grp in plan["groups"]["tp"]:
+        assert len({rank // (gpn * 18) for rank in grp}) == 1
+    # 16 GPUs = 4 trays do not tile 18-tray domains; trays kept apart (K = 1) keep TP inside a tray
+    assert run_cli("plan", "example:gb300-nvl72", "--nodes", "36", "--tp", "16").code == 4
+    assert run_cli("plan", "example:gb300-nvl72", "--nodes", "36", "--tp", "8", "--nvlink-domain", "1").code == 4
+    # a node without multi-node NVLink: TP stays inside the node, as before
+    assert run_cli("plan", "example:hgx-h100", "--nodes", "2", "--tp", "16").code == 4

@@ -46,6 +46,8 @@ def draw_plan(plan: dict, console, note: Optional[str] = None) -> None:
                          f"tp={p['tp']} cp={p['cp']} ep={p['ep']} dp={p['dp']} pp={p['pp']} (order {p['order']})"
                          + (f"; expert layers etp={p['etp']} ep={p['ep']} edp={p['edp']}"
                             if p["ep"] > 1 or p["etp"] != p["tp"] else ""), rest="  ")
+    if (plan.get("nvlink_domain") or {}).get("note"):
+        print_prose(console, "  " + plan["nvlink_domain"]["note"], rest="    ")
     torch = f"  torch: {plan['mesh']['device_mesh']['code']};"   # code to copy: one line, whole
     deepspeed = f"DeepSpeed axes {plan['mesh']['deepspeed_axes']} dims {plan['mesh']['deepspeed_dims']}"
     if len(torch) + 2 + len(deepspeed) <= console.width:

@@ -55,6 +55,7 @@ from gpucomm.probes.model import natural_key as _natural
 from gpucomm.probes.topology import Topology
 
 from gpucomm.planners.nccl import names as nccl_names
+from gpucomm.planners.placement.nvldomain import fits_nvlink_domain
 
 AXES = ("tp", "cp", "ep", "dp", "pp")
 # Every group Megatron-LM's initialize_model_parallel builds, by our key: (generator, token given to
@@ -866,7 +867,8 @@ def choose_local_gpus(view: NodeView, gen: RankGenerator, gpn: int,
 # ============================================================================================
 # 5. Axes and the plan
 def resolve_axes(total: int, tp: Optional[int], pp: Optional[int], dp: Optional[int], cp: Optional[int],
-                 ep: Optional[int], gpn: Optional[int] = None, etp: Optional[int] = None) -> Dict[str, int]:
+                 ep: Optional[int], gpn: Optional[int] = None, etp: Optional[int] = None,
+                 domain_nodes: int = 1) -> Dict[str, int]:
     """Fill the axes the user left out (dp absorbs the rest) and check the product, as Megatron-LM
     does: ``world = tp*cp*dp*pp``; the experts re-factor the same world as ``etp*ep*edp*pp``
     (``etp`` defaults to tp), so ``ep`` must divide ``dp*cp*tp/etp``.  With ``gpn`` (GPUs per node),
@@ -878,11 +880,8 @@ def resolve_axes(total: int, tp: Optional[int], pp: Optional[int], dp: Optional[
         for name, v in (("tp", tp), ("etp", etp)):
             if not v:
                 continue
-            if v > gpn:
-                raise PlanInfeasible(f"{name}={v} does not fit in {gpn} GPUs per node (tensor parallelism must stay "
-                                     "inside a node)")
-            if gpn % v:
-                raise PlanInfeasible(f"{name}={v} does not divide {gpn} GPUs per node")
+            if v > gpn or gpn % v:
+                fits_nvlink_domain(name, v, gpn, total // gpn, None, domain_nodes)
     axes = {"tp": tp or 1, "pp": pp or 1, "cp": cp or 1, "ep": ep or 1}
     model = axes["tp"] * axes["pp"] * axes["cp"]
     if dp is None:
@@ -910,10 +909,8 @@ def check_feasible(view: NodeView, axes: Dict[str, int], gpn: int, nodes: int) -
     tp = axes["tp"]
     if gpn > view.gpu_count:
         raise PlanInfeasible(f"{gpn} GPUs per node requested but the topology has {view.gpu_count}")
-    if tp > gpn:
-        raise PlanInfeasible(f"tp={tp} does not fit in {gpn} GPUs per node (tensor parallelism must stay inside a node)")
-    if gpn % tp:
-        raise PlanInfeasible(f"tp={tp} does not divide {gpn} GPUs per node")
+    if tp > gpn or gpn % tp:
+        fits_nvlink_domain("tp", tp, gpn, nodes, view)
     if view.mig and tp > 1:
         raise PlanInfeasible(f"tp={tp} across MIG instances: MIG slices cannot use P2P, NVLink or NVLS "
                              "(nvidia/nccl#1716) and a process sees one MIG instance (pytorch#130181)")
@@ -1075,7 +1072,7 @@ def make_layout(view: NodeView, nodes: int, gpn: int, axes: Dict[str, int], orde
     if gen.world_size != nodes * gpn:
         raise PlanInfeasible(f"tp*cp*dp*pp = {gen.world_size} but {nodes} node(s) x {gpn} GPUs = {nodes * gpn}")
     for name, g, token in (("TP", gen, "tp"), ("expert TP", egen, "tp")):
-        if g.name_to_size["tp"] > 1:
+        if 1 < g.name_to_size["tp"] <= gpn:   # (a larger one spans the trays of an NVLink domain)
             # Launchers give each node a contiguous block of ranks; an order that puts other axes before
             # tp strides TP groups across that block, and possibly across nodes.
             bases, members = g.group_parts(token)

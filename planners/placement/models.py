@@ -41,6 +41,7 @@ from typing import Dict, List, Optional, Tuple
 
 from gpucomm.probes import units
 from gpucomm.probes.errors import InputError, PlanInfeasible, TopologyError
+from gpucomm.planners.placement.nvldomain import NVLINK_DOMAIN_KEY, job_domain_nodes
 
 # --------------------------------------------------------------------------------------------
 # Presets: Meta Llama 3.1 model cards / params.json [recalled; the notes do not list them].
@@ -272,9 +273,6 @@ TRANSPORT_KEY = ("transport",)       # view.cache entry: the inter-node Transpor
 def use_transport(view, transport) -> None:
     """Time this view's multi-node collectives over ``transport`` (``gpucomm plan --transport``, or the probe's)."""
     view.cache[TRANSPORT_KEY] = transport
-
-
-NVLINK_DOMAIN_KEY = ("nvlink_domain",)   # view.cache entry: nodes (trays) per NVLink domain (--nvlink-domain)
 
 
 def use_nvlink_domain(view, k: Optional[int]) -> None:
@@ -563,13 +561,14 @@ def megatron_refusal(model: dict, axes: Dict[str, int], vpp: Optional[int] = Non
 
 
 def candidate_axes(model: dict, total: int, gpn: int, fixed: Dict[str, Optional[int]],
-                   uneven_pp: bool = False) -> List[Dict[str, int]]:
+                   uneven_pp: bool = False, domain_nodes: int = 1) -> List[Dict[str, int]]:
     """Every (tp, cp, ep, dp, pp) with ``tp*cp*dp*pp = total`` and ``ep | dp*cp`` that Megatron accepts for ``model``
     (:func:`megatron_refusal`), tp dividing the GPUs per node; pp divides the layers, or, with
     ``uneven_pp`` or an explicit --pp, splits them unevenly as Megatron's
-    --decoder-first/last-pipeline-num-layers do.  Axes in ``fixed`` (non-None) are kept as given."""
+    --decoder-first/last-pipeline-num-layers do.  Axes in ``fixed`` (non-None) are kept as given.
+    ``domain_nodes`` > 1: consecutive nodes share an NVLink domain, and tp may also span whole trays of it."""
     out = []
-    for tp in _divisors(gpn):
+    for tp in _divisors(gpn) + [gpn * m for m in _divisors(domain_nodes) if m > 1]:
         if fixed.get("tp") and tp != fixed["tp"]:
             continue
         rest_tp = total // tp if total % tp == 0 else None
@@ -647,6 +646,7 @@ def rank_factorizations(view, nodes: int, gpn: int, model: dict, order: str,
 
     fixed = fixed or {}
     total = nodes * gpn
+    domain_nodes = job_domain_nodes(view.topo, nodes, view.cache.get(NVLINK_DOMAIN_KEY))
     rows: List[dict] = []
     layouts = []
 
@@ -654,7 +654,7 @@ def rank_factorizations(view, nodes: int, gpn: int, model: dict, order: str,
         # Screen every candidate with the alpha-beta model, then re-time the best ``top`` with the
         # cost model (NCCL's search per group is too slow to run on every candidate).
         seen = {tuple(sorted(r["parallelism"].items())) for r in rows}
-        for axes in candidate_axes(model, total, gpn, fixed, uneven_pp=uneven):
+        for axes in candidate_axes(model, total, gpn, fixed, uneven_pp=uneven, domain_nodes=domain_nodes):
             try:
                 check_feasible(view, axes, gpn, nodes)
                 layout = make_layout(view, nodes, gpn, axes, order, axis_weights(model, axes), gpus)
