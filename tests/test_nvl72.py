@@ -169,3 +169,14 @@ def test_plan_puts_tensor_parallel_across_trays_of_one_nvlink_domain_only():
     assert run_cli("plan", "example:gb300-nvl72", "--nodes", "36", "--tp", "8", "--nvlink-domain", "1").code == 4
     # a node without multi-node NVLink: TP stays inside the node, as before
     assert run_cli("plan", "example:hgx-h100", "--nodes", "2", "--tp", "16").code == 4
+
+
+def test_calibrate_fits_nvl72_runs(gb300):
+    from gpucomm.planners.collectives.calibrate import build_calibration
+
+    texts = [(str(_table(k)), _table(k).read_text()) for k in ("006", "008", "012", "013")]
+    cal = build_calibration(gb300, texts, "example:gb300-nvl72")
+    assert len(cal["runs"]) == 4
+    assert {r["nodes"] for r in cal["runs"]} >= {1, 16, 32}
+    # the fit on these four runs is no worse than the defaults on them
+    assert cal["residual"]["median_abs_time_error_pct"] < 15
