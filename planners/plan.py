@@ -97,7 +97,13 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
     total = nodes * gpn
     candidates = None
     warnings: List[str] = []
-    # nodes that share an NVLink domain (NVL72 trays): model-parallel groups may span them
+    # nodes that share an NVLink domain (NVL72 trays): model-parallel groups may span them; a cluster
+    # file's NVLink domains (synth --nvlink-domain, gpucomm cluster) say it where --nvlink-domain does not
+    if nvlink_domain is None and cluster is not None and cluster.domain_of:
+        sizes: dict = {}
+        for d in cluster.domain_of.values():
+            sizes[d] = sizes.get(d, 0) + 1
+        nvlink_domain = min(sizes.values())
     model_specs.use_nvlink_domain(view, nvlink_domain)
     domain_nodes = job_domain_nodes(topo, nodes, nvlink_domain)
     if mspec is not None and tp is None and pp is None and dp is None:

@@ -180,3 +180,13 @@ def test_calibrate_fits_nvl72_runs(gb300):
     assert {r["nodes"] for r in cal["runs"]} >= {1, 16, 32}
     # the fit on these four runs is no worse than the defaults on them
     assert cal["residual"]["median_abs_time_error_pct"] < 15
+
+
+def test_plan_on_a_cluster_of_racks_reads_their_nvlink_domains(tmp_path):
+    assert run_cli("synth", "example:gb300-nvl72", "--nodes", "8", "--nvlink-domain", "2",
+                   "--out-dir", str(tmp_path)).code == 0
+    r = run_cli("plan", "--cluster", str(tmp_path / "cluster.yaml"), "--nodes", "8", "--tp", "8", "--format", "json")
+    assert r.code == 0, r.stderr
+    assert r.json()["nvlink_domain"]["nodes"] == 2
+    # racks of 2 trays: a TP group of 4 trays would leave its domain
+    assert run_cli("plan", "--cluster", str(tmp_path / "cluster.yaml"), "--nodes", "8", "--tp", "16").code == 4
