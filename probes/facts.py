@@ -494,6 +494,9 @@ def assumption(kind: str, **kw: Any) -> str:
         return (f"EFA devices ({', '.join(kw['names'])}): NCCL's network latency assumed {kw['us']:g} us, what the "
                 "aws-ofi-nccl plugin reports on p4d/p5 (35 us on p5en/p6 from plugin 1.15; an NCCL topology dump "
                 "says which; NCCL's tuning adds it to every network step)")
+    if kind == "no-nic":
+        return ("no network device in the topology: NCCL's socket transport on one "
+                f"{SOCKET_NIC_GBPS:g} Gb/s Ethernet port assumed (NCCL always has one)")
     if kind == "sm":
         return (f"GPU compute capability unknown: sm{kw['sm']} assumed ({kw['why']}; NCCL's per-link NVLink "
                 f"bandwidth, PCIe generation and tuning of that class)")

@@ -395,6 +395,70 @@ def _topology_for_reference(topo: Topology, fabric_gbps: Optional[float]) -> Top
     return view
 
 
+# --------------------------------------------------------------------------------------------
+# The layout-cost entry: predict's model for the groups of a rank layout
+class LayoutCost:
+    """Seconds of collectives on groups of GPUs of one node type, as ``gpucomm plan --model`` ranks
+    rank layouts by them: for a group of the local GPUs ``gpus`` on each of ``nodes`` identical nodes,
+    exactly what ``gpucomm predict TOPO --gpus GPUS --nodes NODES --size S`` predicts --
+    :func:`summarize` (NCCL's graphs of the group and the achievable layer under ``profile``, the
+    ``--calibration`` profile) then :func:`predict` (the algorithm and protocol NCCL's tuning model
+    picks and the time they take).  NCCL's graphs of each (GPUs, nodes) are built once.
+
+    ``options`` are :func:`summarize`'s keyword options as predict passes them (``fabric_gbps``, and
+    any transport or efficiency choice summarize takes): such a choice enters here, once, for both
+    commands.  One policy is plan's own: a group across the nodes of a topology without any network
+    device, where predict asks for ``--fabric-gbps``, runs over NCCL's socket transport on the one
+    interface NCCL always has (:data:`gpucomm.probes.facts.SOCKET_NIC_GBPS`), named as an assumption.
+
+    >>> from gpucomm.probes.load import load_topology
+    >>> topo = Topology.of(load_topology("example:hgx-h100"))
+    >>> lc = LayoutCost(topo)
+    >>> t = lc.seconds("all_reduce", 1 << 30, [0, 1, 2, 3, 4, 5, 6, 7])
+    >>> row = predict(summarize(topo), "all_reduce", [1 << 30], dtype_bytes=2)[0]
+    >>> t == row["time_us"] * 1e-6, lc.seconds("all_reduce", 1 << 30, [0]) == 0.0
+    (True, True)
+    """
+
+    def __init__(self, doc: Union[Topology, dict], profile: Optional[timing.Profile] = None, **options) -> None:
+        self.topo = Topology.of(doc)
+        self.profile = profile
+        self.options = options
+        self._graphs: dict = {}
+        self._times: dict = {}
+
+    def has_graph(self, gpus: Sequence[int], nodes: int = 1) -> bool:
+        """True when NCCL's graphs of this group are built (timing it costs no search)."""
+        return (tuple(gpus), int(nodes)) in self._graphs
+
+    def graph(self, gpus: Sequence[int], nodes: int = 1) -> CommGraph:
+        """:func:`summarize` of the group (cached)."""
+        key = (tuple(gpus), int(nodes))
+        g = self._graphs.get(key)
+        if g is None:
+            opts = dict(self.options)
+            if key[1] > 1 and not self.topo.nics and opts.get("fabric_gbps") is None:
+                opts["fabric_gbps"] = facts.SOCKET_NIC_GBPS
+                self.topo.assume(facts.assumption("no-nic"))
+            g = self._graphs[key] = summarize(self.topo, nodes=key[1], gpus=list(key[0]), profile=self.profile, **opts)
+        return g
+
+    def seconds(self, collective: str, nbytes: float, gpus: Sequence[int], nodes: int = 1,
+                dtype_bytes: int = 2) -> float:
+        """Seconds of one ``collective`` of ``nbytes`` (nccl-tests' size) on the group: predict's
+        ``time_us`` (0 for a group of one GPU or nothing to move)."""
+        gpus = tuple(gpus)
+        if len(gpus) * nodes <= 1 or nbytes <= 0:
+            return 0.0
+        size = max(1, int(nbytes))
+        key = (collective, size, gpus, int(nodes), dtype_bytes)
+        t = self._times.get(key)
+        if t is None:
+            row = predict(self.graph(gpus, nodes), collective, [size], dtype_bytes=dtype_bytes, profile=self.profile)[0]
+            t = self._times[key] = row["time_us"] * 1e-6
+        return t
+
+
 def summary_dict(g: CommGraph) -> dict:
     """JSON-friendly view of a CommGraph (for ``predict --format json``)."""
     out = {}
@@ -411,5 +475,5 @@ def summary_dict(g: CommGraph) -> dict:
 
 __all__ = [
     "PCIE_RING_EFFICIENCY", "SOCKET_TRANSPORT_GBPS", "NET_EFFICIENCY",
-    "predict", "summarize", "node_facts", "summary_dict",
+    "predict", "summarize", "node_facts", "summary_dict", "LayoutCost",
 ]

@@ -208,8 +208,7 @@ class _Pinner:
                 for k, v in (("name", "eth0"), ("dev", "0"), ("speed", str(SOCKET_NIC_MBPS)), ("port", "0"),
                              ("guid", "0x0"), ("gdr", "0")):
                     net.set(k, v)
-                topo.assume("no network device in the topology: NCCL's socket transport on one "
-                            f"{SOCKET_NIC_MBPS // 1000} Gb/s Ethernet port assumed (NCCL always has one)")
+                topo.assume(facts.assumption("no-nic"))
             return
         efa = []
         for net in live:
