@@ -264,3 +264,15 @@ def test_nic_rate_unit_conversions_invert(gbps):
     assert isinstance(mbps, int) and abs(mbps - gbps * 1000) <= 0.5
     back = facts.gbps_of_mbps(mbps)
     assert back is None if mbps <= 0 else back == round(mbps / 1000, 3)
+
+
+def test_k8s_compute_capability_label_reads_the_view():
+    """The label is the view's compute capability of GPUs whose record gives one: any spelling of
+    the record (here NVML's (major, minor) pair, which used to make the label set raise) reads the
+    same, an assumed one gives no label."""
+    from gpucomm.planners.launch.k8s import PREFIX, node_labels
+
+    for cc in ([9, 0], "9.0", "sm_90", 90):
+        labels = node_labels(hgx_doc(name=None, cc=cc))
+        assert labels[PREFIX + "gpu.compute-capability"] == "9.0", cc
+    assert PREFIX + "gpu.compute-capability" not in node_labels(hgx_doc(name=None, cc=None))
