@@ -265,6 +265,11 @@ def test_plan_times_collectives_with_predicts_model():
     g = cost.summarize(v.topo, nodes=tier["nodes"], gpus=tier["gpus"], profile=prof)
     assert got == cost.predict(g, "all_reduce", [1 << 26], dtype_bytes=2, profile=prof)[0]["time_us"] * 1e-6
     assert "calibrated by prof.json" in ms.step_estimate(ms.parse_model_spec("llama-8b"), lay)["cost_model"]
+    # a choice predict takes as an option of summarize reaches plan's times as the same option
+    ms.use_cost_options(v, fabric_gbps=25.0)
+    got = ms.collective_time("all_reduce", 1 << 26, tier, v, 2)
+    g = cost.summarize(v.topo, nodes=tier["nodes"], gpus=tier["gpus"], profile=prof, fabric_gbps=25.0)
+    assert got == cost.predict(g, "all_reduce", [1 << 26], dtype_bytes=2, profile=prof)[0]["time_us"] * 1e-6
 
 
 def test_no_network_device_means_nccls_socket_default():

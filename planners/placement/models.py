@@ -245,6 +245,7 @@ def peak_tflops(view) -> Optional[float]:
 # --------------------------------------------------------------------------------------------
 # Timing one collective on one group: predict's model (gpucomm.planners.collectives.cost.LayoutCost)
 CALIBRATION_KEY = ("calibration",)   # view.cache entry: (profile, source) of --calibration
+_OPTIONS_KEY = ("cost-options",)     # view.cache entry: summarize's options (use_cost_options)
 _COST_KEY = ("layout-cost",)         # view.cache entry: the view's LayoutCost
 
 
@@ -254,15 +255,22 @@ def use_calibration(view, profile, source: str) -> None:
     view.cache.pop(_COST_KEY, None)
 
 
+def use_cost_options(view, **options) -> None:
+    """Time this view's collectives with these options of ``cost.summarize`` -- what ``predict``
+    passes for the same choice (``fabric_gbps``, a transport): one parameter for both commands."""
+    view.cache[_OPTIONS_KEY] = dict(options)
+    view.cache.pop(_COST_KEY, None)
+
+
 def layout_cost(view):
     """The view's :class:`gpucomm.planners.collectives.cost.LayoutCost` (predict's model, under the
-    ``--calibration`` profile when one is set), built once per view."""
+    ``--calibration`` profile and the options of :func:`use_cost_options`), built once per view."""
     lc = view.cache.get(_COST_KEY)
     if lc is None:
         from gpucomm.planners.collectives.cost import LayoutCost
 
         profile = (view.cache.get(CALIBRATION_KEY) or (None, None))[0]
-        lc = view.cache[_COST_KEY] = LayoutCost(view.topo, profile)
+        lc = view.cache[_COST_KEY] = LayoutCost(view.topo, profile, **view.cache.get(_OPTIONS_KEY, {}))
     return lc
 
 
