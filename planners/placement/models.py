@@ -308,40 +308,39 @@ def step_parts(model: dict, layout) -> dict:
     s_local = s / c
     # the slowest stage sets the pace: ceil when layers do not divide evenly across stages
     layers_per_stage = math.ceil(l / p)
-    tiers = {a: layout.axis_tier(a) for a in ("tp", "cp", "ep", "dp", "pp", "edp")}
+    tier = layout.axis_tier      # the group of an axis, asked for only where the axis communicates
     comm: Dict[str, tuple] = {}
     # TP: 4 all-reduces of b*s*h per layer per micro-batch.
     if t > 1:
         size = b * s_local * h * g
         count = 4 * layers_per_stage * m
-        comm["tp"] = ("all_reduce", size, count, tiers["tp"], "4 all-reduces of b*s*h per layer per micro-batch")
+        comm["tp"] = ("all_reduce", size, count, tier("tp"), "4 all-reduces of b*s*h per layer per micro-batch")
     # PP: one activation forward + one gradient backward per micro-batch, scattered over TP ranks.
     if p > 1:
         size = b * s_local * h * g / t
-        comm["pp"] = ("send_recv", size, 2 * m, tiers["pp"], "b*s*h/t forward + backward per micro-batch")
+        comm["pp"] = ("send_recv", size, 2 * m, tier("pp"), "b*s*h/t forward + backward per micro-batch")
     # CP: K/V blocks round the ring, (c-1) steps forward and 2x backward per attention layer.
     if c > 1:
         kv_dim = h * model["kv_heads"] / model["heads"]
         size = 2 * b * s_local * kv_dim * g
         count = 3 * (c - 1) * layers_per_stage * m
-        comm["cp"] = ("send_recv", size, count, tiers["cp"], "(cp-1) K/V block passes per attention layer, x3 fwd+bwd")
+        comm["cp"] = ("send_recv", size, count, tier("cp"), "(cp-1) K/V block passes per attention layer, x3 fwd+bwd")
     # EP: dispatch + combine all-to-all per MoE layer, forward and backward.
     if e > 1 and model.get("experts"):
         size = b * s_local * model["topk"] * h * g
         count = 4 * layers_per_stage * m
-        comm["ep"] = ("all_to_all", size, count, tiers["ep"], "dispatch+combine per MoE layer, fwd+bwd")
+        comm["ep"] = ("all_to_all", size, count, tier("ep"), "dispatch+combine per MoE layer, fwd+bwd")
     # DP: gradients of one model-parallel shard over the dp*cp group once per step.
     dd = d * c
     psi_e = expert_params(model)
     factor = 1.5 if model["zero"] >= 3 else 1.0
     if dd > 1:
         shard = (model["params"] - psi_e) / (t * p) + (psi_e / (et * p * e) if edp == dd and et == t else 0.0)
-        tier = layout.axis_tier("dp-cp") if c > 1 else tiers["dp"]
-        comm["dp"] = ("all_reduce", shard * g * factor, 1, tier,
+        comm["dp"] = ("all_reduce", shard * g * factor, 1, tier("dp-cp" if c > 1 else "dp"),
                       "gradient all-reduce (or RS+AG) of one model shard" + (", x1.5 ZeRO-3" if factor > 1 else ""))
     if psi_e and edp > 1 and not (edp == dd and et == t):
         # Expert weights reduce over the expert data-parallel group (Megatron's EXPERT_DATA_PARALLEL_GROUP).
-        comm["edp"] = ("all_reduce", psi_e / (et * p * e) * g * factor, 1, tiers["edp"],
+        comm["edp"] = ("all_reduce", psi_e / (et * p * e) * g * factor, 1, tier("edp"),
                        "gradient all-reduce (or RS+AG) of one expert shard over the expert data-parallel group")
     peak = peak_tflops(layout.view)
     tokens = model["gbs"] * s
