@@ -45,7 +45,8 @@ def pinned_xml(doc: Union[Topology, dict]) -> str:
     NCCL reads from the host written in (see :func:`gpucomm.planners.nccl.pinning.pin`)."""
     from gpucomm.planners.nccl.pinning import pin
 
-    return pin(Topology.of(doc))
+    topo = Topology.of(doc)
+    return topo.derived("nccl-pinned-xml", lambda: pin(topo))
 
 
 # --------------------------------------------------------------------------------------------
