@@ -225,12 +225,18 @@ def cluster_table(py: Path, runs: int, tmp: Path, big: bool, only: "str | None" 
     if only:
         rows = [r for r in rows if only in r[0]]
     print(f"\n## cluster scale, wheel install (median of {runs}; wall s, CPU s, peak RSS)\n")
+    print_rows(gpucomm, rows, runs, tmp)
+
+
+def print_rows(gpucomm: list, rows: list, runs: int, cwd: Path) -> None:
+    """A markdown table of (label, goal in CPU s or None, argv after ``gpucomm``) rows: medians of
+    ``runs`` wall and CPU seconds, the peak RSS."""
     print("| what | wall s | CPU s | peak MiB | goal (CPU s) |")
     print("|---|---|---|---|---|")
     for label, goal, args in rows:
         res = []
         for _ in range(runs):
-            wall, cpu, rss, code = run_once(gpucomm + [str(a) for a in args], tmp)
+            wall, cpu, rss, code = run_once(gpucomm + [str(a) for a in args], cwd)
             if code not in (0, 5):
                 raise SystemExit(f"failed ({code}): {label}")
             res.append((wall, cpu, rss))

@@ -34,6 +34,9 @@ COMMAND_MODULES = [
     "gpucomm.commands.plan",       # plan, select, synth
     "gpucomm.commands.doctor",     # doctor, diff
     "gpucomm.commands.bench",      # bench p2p|collective
+    "gpucomm.commands.fabric",     # fabric
+    "gpucomm.commands.cluster",    # cluster
+    "gpucomm.commands.fleet",      # fleet probe|manifest
 ]
 
 
@@ -79,7 +82,8 @@ COMMAND_OWNERS = {
     "trees": "gpucomm.commands.collective", "predict": "gpucomm.commands.predict",
     "calibrate": "gpucomm.commands.calibrate", "plan": "gpucomm.commands.plan", "select": "gpucomm.commands.plan",
     "synth": "gpucomm.commands.plan", "doctor": "gpucomm.commands.doctor", "diff": "gpucomm.commands.doctor",
-    "bench": "gpucomm.commands.bench",
+    "bench": "gpucomm.commands.bench", "fabric": "gpucomm.commands.fabric",
+    "cluster": "gpucomm.commands.cluster", "fleet": "gpucomm.commands.fleet",
 }
 _REGISTERED: dict = {}   # module -> (the commands, the groups) it added to ``app``
 

@@ -9,7 +9,7 @@ from gpucomm.planners.launch import env as penv
 from gpucomm.planners.launch import scripts as launch
 from gpucomm.planners.placement import layout as placement
 from gpucomm.planners.placement import models as model_specs
-from gpucomm.planners.placement.cluster import choose_host_order, traffic_report
+from gpucomm.planners.placement.cluster import block_segment, choose_host_order, leaf_uplinks, traffic_report
 from gpucomm.planners.placement.select import select_gpus
 from gpucomm.probes.errors import InputError, PlanInfeasible
 from gpucomm.probes.topology import Topology
@@ -21,12 +21,15 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
                     command: str = "train.py", topo_file_path: Optional[str] = None, port: int = 29500,
                     hosts: Optional[List[str]] = None, etp: Optional[int] = None, vpp: Optional[int] = None,
                     torch_version: Optional[str] = None, calibration: Optional[dict] = None,
-                    calibration_source: Optional[str] = None, nccl_graph: bool = False) -> dict:
+                    calibration_source: Optional[str] = None, nccl_graph: bool = False,
+                    transport: Optional[str] = None) -> dict:
     """Everything ``gpucomm plan`` computes, as the ``gpucomm.plan/v1`` document (no I/O): the
     factorization (given, or ranked for ``model``), the rank layout, env settings with reasons, launch
     artefacts, and with ``cluster`` the host order and cross-switch traffic.  ``calibration``: a
     ``gpucomm.calibration/v1`` document that times the collectives of ``model``'s estimate.
-    ``nccl_graph``: set NCCL_GRAPH_FILE (file ``nccl-graph.xml``) where our rings beat NCCL's search."""
+    ``nccl_graph``: set NCCL_GRAPH_FILE (file ``nccl-graph.xml``) where our rings beat NCCL's search.
+    ``transport``: the ``--transport`` value timing ``model``'s multi-node collectives (default: the
+    probe's, :mod:`gpucomm.planners.collectives.transport`)."""
     order = placement.parse_order(order)
     mspec = model_specs.parse_model_spec(model)
     hosts_pool = None
@@ -36,9 +39,9 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
         doc = views[cluster.topology_of[ref_host]]
         counts = {h: len(views[cluster.topology_of[h]].gpus) for h in cluster.nodes}
         want = gpus_per_node or (len(gpus) if gpus else counts[ref_host])
-        hosts_pool = [h for h in cluster.nodes if counts[h] >= want]
+        hosts_pool = [h for h in cluster.nodes if counts[h] >= want and h not in cluster.unhealthy]
         if not hosts_pool:
-            raise PlanInfeasible(f"no node of the cluster has {want} GPUs")
+            raise PlanInfeasible(f"no healthy node of the cluster has {want} GPUs")
     if doc is None:
         raise InputError("plan needs a topology (TOPO) or --cluster FILE")
     topo = Topology.of(doc)
@@ -52,6 +55,16 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
     gpn = len(gpus) if gpus is not None else (gpus_per_node or view.gpu_count)
     if gpn > view.gpu_count:
         raise PlanInfeasible(f"{gpn} GPUs per node requested but the topology has {view.gpu_count}")
+    chosen = None
+    if mspec is not None:   # only the --model estimate times collectives (no cost-model import otherwise)
+        from gpucomm.planners.collectives import transport as tr
+
+        chosen = tr.choose(topo, transport)
+        model_specs.use_cost_options(view, transport=chosen)
+    elif transport is not None:
+        from gpucomm.planners.collectives.transport import parse
+
+        parse(transport)   # a bad value is still an input error
     cal_notes: List[str] = []
     if calibration is not None:
         from gpucomm.planners.collectives import calibrate as cal
@@ -114,6 +127,9 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
                                           + cal_notes))
     if mspec is not None:
         plan["estimate"] = estimate
+        if nodes > 1 and chosen is not None:   # the estimate's inter-node collectives run over this transport (named first)
+            plan["estimate"]["transport"] = chosen.to_dict()
+            plan["warnings"].insert(0, f"transport: {chosen.describe()}")
         mem = plan["estimate"]["memory"]
         if mem["fits"] is False:
             need, cap = mem["per_gpu_bytes"] / 2**30, mem["capacity_bytes"] / 2**30
@@ -130,9 +146,20 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
         traffic = traffic_report(plan, cluster.fabric if cluster is not None else None)
     plan["traffic"] = traffic
     switches = traffic["leaf_switches"] if traffic and traffic.get("leaf_switches") else None
+    segment = None
+    if cluster is not None and cluster.blocks():
+        switches = None          # topology/block has no switches: --segment instead, never --switches
+        segment = block_segment(cluster, plan.get("hosts") or [], layout.gen, gpn)
+        if cluster.unhealthy:
+            plan["warnings"].append(f"{len(cluster.unhealthy)} unhealthy node(s) left out: "
+                                    + ", ".join(sorted(cluster.unhealthy)[:5]))
+    elif cluster is not None and cluster.unhealthy:
+        plan["warnings"].append(f"{len(cluster.unhealthy)} unhealthy node(s) left out: " + ", ".join(sorted(cluster.unhealthy)[:5]))
+    if cluster is not None and cluster.fabric_doc and traffic:
+        traffic["leaf_uplinks"] = leaf_uplinks(cluster, plan.get("hosts") or [], traffic, plan["warnings"])
     plan["megatron"] = model_specs.megatron_arguments(plan["parallelism"], mspec, vpp)
     plan["deepspeed"] = model_specs.deepspeed_config(plan["parallelism"], mspec)
     launch.build_launch(plan, command=command, all_cpus=view.all_cpus, node_gpus=len(topo.gpus),
                         switches=switches, port=port, n_cores=len(set(placement.core_map(view).values())) or None,
-                        torch_version=torch_version, view=placement.node_view(topo))
+                        torch_version=torch_version, view=placement.node_view(topo), segment=segment)
     return plan

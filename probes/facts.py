@@ -106,7 +106,8 @@ _ARCH_BY_NAME = [
     (r"MI100", "cdna1", None),
 ]
 # sm of the parts of an architecture that are not its x.0
-_SM_EXCEPTIONS = [(r"A10G|A10\b|A40|A16|A2\b|RTX 30\d\d|RTX A\d+|A6000|A5000|A4000", 86),
+_SM_EXCEPTIONS = [(r"GB300|B300", 103),   # Blackwell Ultra: compute capability 10.3 (captures/k8s/005)
+                  (r"A10G|A10\b|A40|A16|A2\b|RTX 30\d\d|RTX A\d+|A6000|A5000|A4000", 86),
                   (r"T4\b|RTX 20|Quadro RTX|TITAN RTX", 75)]
 _ARCH_BY_SM = [(100, "blackwell"), (90, "hopper"), (89, "ada"), (80, "ampere"), (75, "turing"), (70, "volta"),
                (60, "pascal"), (50, "maxwell"), (30, "kepler")]
@@ -444,6 +445,50 @@ def default_nic_gbps(sm: Optional[int], rdma: bool = True) -> float:
     return 400.0 if sm >= 90 else 200.0 if sm >= 80 else 100.0
 
 
+# --------------------------------------------------------------------------------------------
+# InfiniBand link speeds (IBTA; infiniband-diags' dump_linkspeed / iblinkinfo, ibstat's "Rate")
+IB_LANE_GBPS = {"SDR": 2.5, "DDR": 5.0, "QDR": 10.0, "FDR10": 10.0, "FDR": 14.0, "EDR": 25.0,
+                "HDR": 50.0, "NDR": 100.0, "XDR": 200.0}
+"""Nominal Gb/s of one lane per IB speed, as ``ibstat``'s ``Rate`` counts them (4X EDR = 100,
+4X HDR = 200, 4X FDR10 = 40): a link's rate is its width times this."""
+
+IB_LANE_SIGNAL_GBPS = {2.5: "SDR", 5.0: "DDR", 10.0: "QDR", 10.3125: "FDR10", 14.0625: "FDR",
+                       25.78125: "EDR", 53.125: "HDR", 106.25: "NDR", 212.5: "XDR"}
+"""The per-lane signalling rate ``iblinkinfo`` prints (``4X 25.78125 Gbps``) -> the IB speed name."""
+
+
+def ib_speed_name(lane_gbps: Any) -> Optional[str]:
+    """The IB speed of a lane signalling rate as iblinkinfo prints it (``25.78125`` -> ``EDR``;
+    ``53.125`` -> ``HDR``); None when it is none of IBTA's.
+
+    >>> ib_speed_name("25.78125"), ib_speed_name(10.0), ib_speed_name(7)
+    ('EDR', 'QDR', None)
+    """
+    try:
+        v = float(lane_gbps)
+    except (TypeError, ValueError):
+        return None
+    for rate, name in IB_LANE_SIGNAL_GBPS.items():
+        if abs(v - rate) < 1e-3:
+            return name
+    return None
+
+
+def ib_rate_gbps(width: Any, speed: Optional[str]) -> Optional[float]:
+    """A link's nominal rate (Gb/s, as ibstat's ``Rate``) from its width (``4x``, ``4X`` or 4) and
+    speed name (``EDR``); None when either is unknown.
+
+    >>> ib_rate_gbps("4x", "EDR"), ib_rate_gbps(4, "HDR"), ib_rate_gbps("1X", "SDR"), ib_rate_gbps("4x", "???")
+    (100.0, 200.0, 2.5, None)
+    """
+    m = re.fullmatch(r"(\d{1,2})[xX]?", str(width if width is not None else "").strip())
+    w = int(m.group(1)) if m else None
+    lane = IB_LANE_GBPS.get(str(speed or "").upper())
+    if not w or lane is None:
+        return None
+    return float(w) * lane
+
+
 def nic_is_up(nic: dict) -> bool:
     """False when the NIC lists ports and none is ACTIVE (an unplugged or down HCA)."""
     ports = _ports(nic)
@@ -551,6 +596,111 @@ def nic_net_latency_us(nic: dict) -> Optional[float]:
 
 
 # --------------------------------------------------------------------------------------------
+# Multi-node NVLink fabric (GB200/GB300 NVL72): NVML's fabric info, as nvml.h defines it
+FABRIC_STATES = ("not_supported", "not_started", "in_progress", "completed")
+"""nvmlGpuFabricState_t by value (NVML_GPU_FABRIC_STATE_*); NCCL forms a clique only of GPUs whose
+state is ``completed`` (mnnvl.cc ncclMnnvlCheck)."""
+
+# nvmlGpuFabricInfo_v2 healthMask: (field, shift, width, {value: meaning}), nvml.h
+# NVML_GPU_FABRIC_HEALTH_MASK_*; value 0 is "not supported" for every field.  A bad meaning is
+# one :func:`fabric_health_problems` reports.
+FABRIC_HEALTH_FIELDS = (
+    ("degraded_bw", 0, 0x3, {1: "degraded", 2: "full"}),
+    ("route_recovery", 2, 0x3, {1: "in_progress", 2: "none"}),
+    ("route_unhealthy", 4, 0x3, {1: "unhealthy", 2: "healthy"}),
+    ("access_timeout_recovery", 6, 0x3, {1: "in_progress", 2: "none"}),
+    ("incorrect_configuration", 8, 0xF, {1: "none", 2: "incorrect_sysguid", 3: "incorrect_chassis_sn",
+                                         4: "no_partition", 5: "insufficient_nvlinks", 6: "incompatible_gpu_fw",
+                                         7: "invalid_location", 8: "gpu_state_invalid"}),
+    ("partition_assigned", 12, 0x3, {1: "assigned", 2: "not_assigned"}),
+    ("gfm_state", 14, 0x3, {1: "connected", 2: "disconnected"}),
+)
+FABRIC_HEALTH_GOOD = {"degraded_bw": "full", "route_recovery": "none", "route_unhealthy": "healthy",
+                      "access_timeout_recovery": "none", "incorrect_configuration": "none",
+                      "partition_assigned": "assigned", "gfm_state": "connected"}
+FABRIC_HEALTH_SUMMARIES = {1: "healthy", 2: "unhealthy", 3: "limited_capacity"}
+"""nvmlGpuFabricInfo_v3 healthSummary (NVML_GPU_FABRIC_HEALTH_SUMMARY_*); 0 = not supported."""
+
+
+def decode_fabric_health(mask: Optional[int]) -> dict:
+    """NVML's fabric health mask -> {field: meaning} for the fields the driver reports (value != 0).
+
+    >>> decode_fabric_health(0x1aa)     # NCCL logs 0x1aa on healthy GB300 trays (capture 014)
+    {'degraded_bw': 'full', 'route_recovery': 'none', 'route_unhealthy': 'healthy', \
+'access_timeout_recovery': 'none', 'incorrect_configuration': 'none'}
+    """
+    out: dict = {}
+    if not isinstance(mask, int) or isinstance(mask, bool) or mask < 0:
+        return out
+    for name, shift, width, meanings in FABRIC_HEALTH_FIELDS:
+        v = (mask >> shift) & width
+        if v:
+            out[name] = meanings.get(v, f"unknown_{v}")
+    return out
+
+
+def encode_fabric_health(fields: dict) -> int:
+    """The inverse of :func:`decode_fabric_health` ({field: meaning} -> mask); unknown fields and
+    meanings contribute 0 ("not supported")."""
+    mask = 0
+    for name, shift, _width, meanings in FABRIC_HEALTH_FIELDS:
+        want = fields.get(name)
+        code = next((k for k, v in meanings.items() if v == want), 0)
+        mask |= code << shift
+    return mask
+
+
+def fabric_health_problems(mask: Optional[int]) -> list:
+    """The fields of a health mask whose meaning is not the healthy one, as ``field=meaning``."""
+    return [f"{k}={v}" for k, v in decode_fabric_health(mask).items() if FABRIC_HEALTH_GOOD.get(k) != v]
+
+
+def cluster_uuid_from_bytes(raw: Any) -> Optional[str]:
+    """NVML's 16-byte ``clusterUuid`` -> the UUID text nvidia-smi -q and GPU Feature Discovery print
+    (``dc6e40c4-d722-4357-9ba6-5291dd461278``); None for all zeros (no fabric) or a wrong length."""
+    import uuid as _uuid
+
+    try:
+        b = bytes(bytearray(raw))
+    except (TypeError, ValueError):
+        return None
+    if len(b) != 16 or not any(b):
+        return None
+    return str(_uuid.UUID(bytes=b))
+
+
+def cluster_uuid_from_nccl(text: Any) -> Optional[str]:
+    """NCCL's spelling of a cluster UUID (init.cc ``fabric UUID %lx.%lx``: the 16 bytes as two
+    little-endian 64-bit words) -> the UUID text; None when it is not two hex words.
+
+    >>> cluster_uuid_from_nccl("3143b15bc2cd192b.28cc9b5473fb5b93")
+    '2b19cdc2-5bb1-4331-935b-fb73549bcc28'
+    """
+    m = re.fullmatch(r"([0-9a-fA-F]{1,16})\.([0-9a-fA-F]{1,16})", str(text).strip()) if text is not None else None
+    if not m:
+        return None
+    raw = int(m.group(1), 16).to_bytes(8, "little") + int(m.group(2), 16).to_bytes(8, "little")
+    return cluster_uuid_from_bytes(raw)
+
+
+def normalize_cluster_uuid(text: Any) -> Optional[str]:
+    """A cluster UUID as any tool prints it (UUID text, NCCL's two words) -> the UUID text (lower
+    case); None for anything else, and for the all-zero UUID of a GPU without a fabric."""
+    import uuid as _uuid
+
+    if not isinstance(text, str) or not text.strip():
+        return None
+    t = text.strip()
+    if "." in t:
+        return cluster_uuid_from_nccl(t)
+    try:
+        u = _uuid.UUID(t)
+    except ValueError:
+        return None
+    return str(u) if u.int else None
+
+
+# --------------------------------------------------------------------------------------------
 # Named assumptions: the one wording of each default, used by every command's output.
 def assumption(kind: str, **kw: Any) -> str:
     """The sentence a command prints when it had to use a default (one wording per fact)."""
@@ -573,3 +723,24 @@ def assumption(kind: str, **kw: Any) -> str:
         return (f"GPU compute capability unknown: sm{kw['sm']} assumed ({kw['why']}; NCCL's per-link NVLink "
                 f"bandwidth, PCIe generation and tuning of that class)")
     raise ValueError(kind)
+
+
+# --------------------------------------------------------------------------------------------
+# NCCL settings and the first NCCL release that reads them (the git history of NVIDIA/nccl: the first
+# release tag whose src/ names the parameter; 2.3.5 is the first open-source release).  The settings
+# gpucomm plan emits (planners/launch/env.py) and the doctor's nccl-version rule read this table.
+NCCL_SETTING_SINCE = {
+    "NCCL_IB_HCA": (2, 3, 5),
+    "NCCL_SOCKET_IFNAME": (2, 3, 5),
+    "NCCL_P2P_LEVEL": (2, 3, 5),
+    "NCCL_NET_GDR_LEVEL": (2, 4, 2),
+    "NCCL_CROSS_NIC": (2, 5, 6),
+    "NCCL_TOPO_FILE": (2, 6, 4),
+    "NCCL_GRAPH_FILE": (2, 6, 4),
+    "NCCL_NVLS_ENABLE": (2, 17, 1),
+    "NCCL_NET_GDR_C2C": (2, 26, 2),
+}
+NCCL_PLAN_SETTINGS = ("NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "NCCL_P2P_LEVEL", "NCCL_NET_GDR_LEVEL", "NCCL_CROSS_NIC",
+                      "NCCL_TOPO_FILE", "NCCL_GRAPH_FILE")
+"""The settings planners/launch/env.py emits on any machine (NCCL_NET_GDR_C2C only where GPUs reach
+their NICs over C2C)."""

@@ -27,6 +27,16 @@ MAX_COMMAND_OUTPUT = 8 * 1024 * 1024
 COMMAND_TIMEOUT_S = 15.0
 """Seconds a command a probe runs may take; then its whole process group is killed."""
 
+MAX_ELF_SCAN_BYTES = 128 * 1024 * 1024
+"""Bytes of one shared library's read-only data a probe scans for its version string (NCCL's
+``.rodata`` is a few MiB; its device code sits in other sections and is never read)."""
+
+MAX_LIBRARY_CANDIDATES = 64
+"""NCCL libraries and network plugins one probe examines (each found on the loader path)."""
+
+MAX_EXTRACT_BYTES = 1024 * 1024
+"""A snapshot's extract of one large file (the byte ranges a probe read of it)."""
+
 # Snapshot archives ------------------------------------------------------------------------------
 MAX_ARCHIVE_MEMBERS = 20_000
 """Members of a snapshot .tar.gz (a recorded 8-GPU node has ~1,500)."""

@@ -2,8 +2,10 @@
 format by content, never by file name (the CLI contract, docs/ARCHITECTURE.md).
 
 Supported: a saved topology (JSON/YAML), a snapshot (directory or .tar.gz), a
-``nvidia-smi topo -m`` capture, an NCCL topology XML, a ``rocm-smi --showtopo`` capture, and
-``example:<name>`` for the bundled recorded hosts.
+``nvidia-smi topo -m`` capture, an NCCL topology XML (a fused multi-host dump reads as several
+hosts), a ``rocm-smi --showtopo`` capture, ``nvidia-smi -q`` (GPUs and their NVLink fabric),
+``nvidia-imex-ctl -N`` (an IMEX domain), an NCCL debug log (its GPUs, hosts, fabric and NCCL_*
+settings) and ``example:<name>`` for the bundled recorded hosts.
 """
 from __future__ import annotations
 
@@ -92,6 +94,18 @@ def detect_kind(text: str) -> Optional[str]:
     if re.search(r"ROCm\s+System\s+Management\s+Interface", text[:8192]) or \
             re.search(r"(?:Link\s+Type|Weight)\s+between\s+two\s+GPUs", text):
         return "rocm-smi"
+    from gpucomm.probes.formats import imex, smi_query
+
+    if smi_query.looks_like(text):
+        return "nvidia-smi-q"
+    if imex.looks_like(text):
+        return "imex"
+    from gpucomm.probes.formats import nccllog, smi_nvlink
+
+    if nccllog.looks_like(text):
+        return "nccl-log"
+    if smi_nvlink.looks_like(text) and not re.search(r"(^|\s)GPU0\s+GPU1\b", text[:20000]):
+        return "nvidia-smi-nvlink"
     from gpucomm.probes.formats.smi_topo import looks_like
 
     bare = _ANSI_RE.sub("", text[:20000])
@@ -121,6 +135,22 @@ def load_document(text: str, path: str, kind: str) -> dict:
         from gpucomm.probes.formats.rocm_smi import parse_rocm_text
 
         return parse_rocm_text(text, path=path)
+    if kind == "nvidia-smi-q":
+        from gpucomm.probes.formats.smi_query import parse_smi_query
+
+        return parse_smi_query(text, path=path)
+    if kind == "imex":
+        from gpucomm.probes.formats.imex import imex_document, parse_imex_status
+
+        return imex_document(parse_imex_status(text, path=path), path)
+    if kind == "nccl-log":
+        from gpucomm.probes.formats.nccllog import log_document, parse_nccl_log
+
+        return log_document(parse_nccl_log(text, path), path)
+    if kind == "nvidia-smi-nvlink":
+        from gpucomm.probes.formats.smi_nvlink import nvlink_document, parse_nvlink_status
+
+        return nvlink_document(parse_nvlink_status(text, path), path)
     raise InputError(f"unknown input kind {kind}", path)  # pragma: no cover
 
 
@@ -357,9 +387,15 @@ def _from_text(text: str, src_path: str) -> dict:
                          expected="data: save a topology with `--format json -o FILE.json` (or .yaml, .xml)")
     kind = detect_kind(text)
     if kind is None:
+        from gpucomm.probes.fabric import detect_fabric
+
+        if detect_fabric(text) in ("ib", "slurm"):
+            raise InputError("this is a switch fabric (ibnetdiscover/iblinkinfo output or a Slurm topology), not a "
+                             "node's topology", src_path, expected="gpucomm fabric FILE, or plan/select/predict --cluster FILE")
         raise InputError("unrecognised content", src_path,
                          expected="a gpucomm topology (JSON/YAML), a snapshot, `nvidia-smi topo -m` output, "
-                                  "an NCCL topology XML or `rocm-smi --showtopo` output")
+                                  "an NCCL topology XML or `rocm-smi --showtopo` output (or `nvidia-smi -q`, "
+                                  "`nvidia-smi nvlink -s`, `nvidia-imex-ctl -N` output, an NCCL debug log)")
     doc = load_document(text, src_path, kind)
     return finalize(validate_document(doc, src_path, saved=kind in ("json", "yaml"), report=report))
 

@@ -16,13 +16,14 @@ Rules (NVML's ``nvmlDeviceGetTopologyCommonAncestor`` levels, as nvidia-smi prin
   SYS   different NUMA nodes (SMP interconnect), or different host bridges whose NUMA node is
         unknown (numa_node -1 on a multi-node host: nvidia-smi cannot show they share one)
   PIX   also two functions of one PCI device (the ports of a dual-port card), whatever is above
+  N/A   devices of two hosts (a fused multi-node NVLink XML) with no NVLink between them
 Pairs whose placement is unknown get ``N/A`` and a warning rather than a guess.
 """
 from __future__ import annotations
 
 from typing import Optional
 
-from gpucomm.probes.model import cpu_id, gpu_id, nic_id, normalize_bus_id, warn
+from gpucomm.probes.model import cpu_id, gpu_id, host_of, nic_id, normalize_bus_id, split_host_id, warn
 
 
 def _chains(doc: dict) -> tuple[dict, dict]:
@@ -30,8 +31,8 @@ def _chains(doc: dict) -> tuple[dict, dict]:
     return switches, {}
 
 
-def ancestors(dev_parent: Optional[str], switches: dict, numa: Optional[int]) -> list[str]:
-    """Chain of upstream node ids, nearest first, ending with ``CPU<n>`` when known."""
+def ancestors(dev_parent: Optional[str], switches: dict, numa: Optional[int], host: int = 0) -> list[str]:
+    """Chain of upstream node ids, nearest first, ending with ``CPU<n>`` (``h/CPU<n>`` on host h) when known."""
     chain: list[str] = []
     cur = dev_parent
     seen = set()
@@ -43,11 +44,15 @@ def ancestors(dev_parent: Optional[str], switches: dict, numa: Optional[int]) ->
             break
         nxt = sw.get("parent")
         if nxt is None and sw.get("numa_node") is not None:
-            nxt = cpu_id(sw["numa_node"])
+            nxt = cpu_id(sw["numa_node"], host_of(sw))
         cur = nxt
-    if (not chain or not chain[-1].startswith("CPU")) and numa is not None and numa >= 0:
-        chain.append(cpu_id(numa))
+    if (not chain or not _is_cpu(chain[-1])) and numa is not None and numa >= 0:
+        chain.append(cpu_id(numa, host))
     return chain
+
+
+def _is_cpu(node_id: str) -> bool:
+    return split_host_id(node_id)[1].startswith("CPU")
 
 
 def _under_host_bridge(chain: list, switches: dict) -> bool:
@@ -61,8 +66,8 @@ def pci_level(chain_a: list[str], chain_b: list[str], switches: dict) -> str:
     set_b = set(chain_b)
     common = next((c for c in chain_a if c in set_b), None)
     if common is None:
-        cpu_a = chain_a[-1] if chain_a[-1].startswith("CPU") else None
-        cpu_b = chain_b[-1] if chain_b[-1].startswith("CPU") else None
+        cpu_a = chain_a[-1] if _is_cpu(chain_a[-1]) else None
+        cpu_b = chain_b[-1] if _is_cpu(chain_b[-1]) else None
         if cpu_a and cpu_b and cpu_a != cpu_b:
             return "SYS"
         # Both are placed in the PCI tree (each below a host bridge) but nothing shows that they
@@ -73,7 +78,7 @@ def pci_level(chain_a: list[str], chain_b: list[str], switches: dict) -> str:
         if _under_host_bridge(chain_a, switches) and _under_host_bridge(chain_b, switches):
             return "SYS"
         return "N/A"
-    kind = switches.get(common, {}).get("kind") if common in switches else ("cpu" if common.startswith("CPU") else None)
+    kind = switches.get(common, {}).get("kind") if common in switches else ("cpu" if _is_cpu(common) else None)
     if kind == "cpu":
         hb_a = any(switches.get(c, {}).get("kind") == "host_bridge" for c in chain_a)
         hb_b = any(switches.get(c, {}).get("kind") == "host_bridge" for c in chain_b)
@@ -91,6 +96,9 @@ def same_pci_device(a: Optional[str], b: Optional[str]) -> bool:
     dual-port NIC).  Their common ancestor is the one port both sit behind -- "at most a single
     PCIe bridge" -- so nvidia-smi prints PIX even when that port is a root port, which is not a
     node of our tree (capture 11: the DGX A100 storage NIC mlx5_8/mlx5_9)."""
+    (ha, a), (hb, b) = split_host_id(a or ""), split_host_id(b or "")
+    if ha != hb:
+        return False
     na, nb = normalize_bus_id(a), normalize_bus_id(b)
     return bool(na and nb and na != nb and na.rsplit(".", 1)[0] == nb.rsplit(".", 1)[0])
 
@@ -124,27 +132,33 @@ def nvlink_counts(doc: dict) -> dict:
 def compute_matrix(doc: dict) -> dict:
     """Fill ``doc['matrix']`` from the tree and links; returns the matrix."""
     switches = {s["id"]: s for s in doc.get("switches", [])}
-    devs: list[tuple[str, str, list[str]]] = []  # (matrix key, graph id, chain)
+    devs: list[tuple[str, str, list[str], int]] = []  # (matrix key, graph id, chain, host)
     for g in sorted(doc.get("gpus", []), key=lambda g: g["index"]):
-        devs.append((f"GPU{g['index']}", gpu_id(g), ancestors(g.get("parent"), switches, g.get("numa_node"))))
+        h = host_of(g)
+        devs.append((f"GPU{g['index']}", gpu_id(g), ancestors(g.get("parent"), switches, g.get("numa_node"), h), h))
     for n in doc.get("nics", []):
         # nvidia-smi's NIC columns are RDMA (ibverbs) devices only -- mlx5_*, rocep*, bnxt_re* --
         # a plain Ethernet netdev (the net source's rdma=False records) never gets a column.
         if n.get("rdma") is False:
             continue
-        devs.append((n["name"], nic_id(n), ancestors(n.get("parent"), switches, n.get("numa_node"))))
+        h = host_of(n)
+        devs.append((n["name"], nic_id(n), ancestors(n.get("parent"), switches, n.get("numa_node"), h), h))
     nv = nvlink_counts(doc)
     matrix: dict = {}
     unknown = 0
-    for ka, ida, ca in devs:
+    for ka, ida, ca, ha in devs:
         row = {}
-        for kb, idb, cb in devs:
+        for kb, idb, cb, hb in devs:
             if ka == kb:
                 row[kb] = "X"
                 continue
             count = nv.get(tuple(sorted((ida, idb))))
             if count:
                 row[kb] = f"NV{count}"
+                continue
+            if ha != hb:
+                # devices of two hosts (NCCL's fused multi-node NVLink XML): no PCI path between them
+                row[kb] = "N/A"
                 continue
             level = "PIX" if same_pci_device(ida, idb) else pci_level(ca, cb, switches)
             if level == "N/A":

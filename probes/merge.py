@@ -36,6 +36,7 @@ PRIORITY = {"file": 0, "nvml": 10, "smi": 20, "nvidia-smi": 20, "ib": 25, "net":
 OWNED_LINK_KINDS = ("nvlink", "c2c", "xgmi")
 SYMMETRIC_KINDS = ("smp", "xgmi")
 EXTRA_LISTS = {"pci_devices": "bdf", "net_interfaces": "name"}
+MERGED_SECTIONS = ("software",)   # mappings several sources fill, entry by entry (sources/swpath.py)
 _CORE = {"schema", "host", "sources", "numa_nodes", "gpus", "nics", "switches", "links", "matrix", "warnings",
          "priority"}
 
@@ -126,6 +127,9 @@ def merge(partials: list, provenance: str = "live") -> dict:
         for k, v in parts[i].items():
             if k not in _CORE and k not in doc:
                 doc[k] = copy.deepcopy(v)
+            elif k in MERGED_SECTIONS and isinstance(doc.get(k), dict) and isinstance(v, dict):
+                for kk, vv in v.items():   # each source writes its own entries of the section
+                    doc[k].setdefault(kk, copy.deepcopy(vv))
 
     _matrix(doc, parts, order)
 

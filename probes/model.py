@@ -26,7 +26,7 @@ from typing import Any, Iterable, Optional
 from gpucomm.probes.limits import MAX_WARNINGS
 
 SCHEMA = "gpucomm.topology/v1"
-PROVENANCES = ("live", "snapshot", "nvidia-smi", "nccl-xml", "rocm-smi", "json", "fixture")
+PROVENANCES = ("live", "snapshot", "nvidia-smi", "nccl-xml", "rocm-smi", "json", "fixture", "nccl-log")
 
 
 # --------------------------------------------------------------------------------------------
@@ -246,21 +246,152 @@ def link_record(a: str, b: str, kind: str, bw_GBps: float, count: Optional[int] 
     return rec
 
 
+FABRIC_KEYS = ("cluster_uuid", "clique_id", "state", "status", "health_mask", "health_summary")
+PLATFORM_KEYS = ("chassis_serial", "slot", "tray_index", "host_id", "module_id")
+
+
+def fabric_record(raw: Any) -> Optional[dict]:
+    """``gpus[].fabric`` from what a reader found (NVML, nvidia-smi -q, an NCCL log): the cluster UUID
+    as UUID text, the clique id, the state (one of :data:`gpucomm.probes.facts.FABRIC_STATES`), NVML's
+    status, health mask and summary; a value of the wrong kind is left out.  None when nothing usable
+    is left.
+
+    >>> fabric_record({"cluster_uuid": "3143b15bc2cd192b.28cc9b5473fb5b93", "clique_id": 0x7ffe, "state": 3,
+    ...                "health_mask": 0xaa})["cluster_uuid"]
+    '2b19cdc2-5bb1-4331-935b-fb73549bcc28'
+    """
+    from gpucomm.probes import facts
+
+    if not isinstance(raw, dict):
+        return None
+    out: dict = {}
+    cu = facts.normalize_cluster_uuid(raw.get("cluster_uuid"))
+    if cu:
+        out["cluster_uuid"] = cu
+    for key, hi in (("clique_id", 0xFFFFFFFF), ("health_mask", 0xFFFFFFFF)):
+        v = raw.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= hi:
+            out[key] = v
+    st = raw.get("state")
+    if isinstance(st, int) and not isinstance(st, bool) and 0 <= st < len(facts.FABRIC_STATES):
+        st = facts.FABRIC_STATES[st]
+    if isinstance(st, str) and st.strip().lower().replace(" ", "_") in facts.FABRIC_STATES:
+        out["state"] = st.strip().lower().replace(" ", "_")
+    for key in ("status", "health_summary"):
+        v = raw.get(key)
+        if isinstance(v, str) and v.strip() and len(v) <= 80:
+            out[key] = v.strip()
+    return out or None
+
+
 def source_record(name: str, status: str, detail: str = "") -> dict:
     assert status in ("ok", "unavailable", "partial", "error"), status
     return {"name": name, "status": status, "detail": detail}
 
 
+def host_of(rec: Any) -> int:
+    """The host (NCCL's system id) a record is on: its ``host`` field, 0 when absent or not a
+    non-negative integer.  Documents of one node have no ``host`` fields at all."""
+    h = rec.get("host") if isinstance(rec, dict) else None
+    return h if isinstance(h, int) and not isinstance(h, bool) and h > 0 else 0
+
+
+def host_qualified(local_id: str, host: int) -> str:
+    """A graph id on host ``host``: the local id on host 0 (every one-node document), ``<host>/<id>``
+    beyond (``1/0008:06:00.0``, ``1/CPU0``): hosts of one NVLink domain share bus ids and NUMA ids,
+    as NCCL's system ids (bits 56+ of a node id, topo.h NCCL_TOPO_ID) keep them apart.
+
+    >>> host_qualified("0008:06:00.0", 0), host_qualified("0008:06:00.0", 1)
+    ('0008:06:00.0', '1/0008:06:00.0')
+    """
+    return f"{host}/{local_id}" if host else local_id
+
+
+_HOST_ID = re.compile(r"^(\d{1,5})/(.+)$")
+
+
+def split_host_id(graph_id: str) -> tuple:
+    """``"1/CPU0"`` -> ``(1, "CPU0")``; an id without a host prefix is on host 0.
+
+    >>> split_host_id("1/CPU0"), split_host_id("0008:06:00.0")
+    ((1, 'CPU0'), (0, '0008:06:00.0'))
+    """
+    m = _HOST_ID.match(graph_id) if isinstance(graph_id, str) else None
+    return (int(m.group(1)), m.group(2)) if m else (0, graph_id)
+
+
 def gpu_id(gpu: dict) -> str:
-    return gpu.get("pci_bus_id") or f"GPU{gpu['index']}"
+    bus = gpu.get("pci_bus_id")
+    return host_qualified(bus, host_of(gpu)) if bus else f"GPU{gpu['index']}"
 
 
 def nic_id(nic: dict) -> str:
-    return nic.get("pci_bus_id") or nic["name"]
+    bus = nic.get("pci_bus_id")
+    return host_qualified(bus, host_of(nic)) if bus else nic["name"]
 
 
-def cpu_id(numa: Optional[int]) -> str:
-    return f"CPU{numa if numa is not None and numa >= 0 else 0}"
+def cpu_id(numa: Optional[int], host: int = 0) -> str:
+    return host_qualified(f"CPU{numa if numa is not None and numa >= 0 else 0}", host)
+
+
+def host_document(doc: dict, host: int) -> dict:
+    """The part of a document of several hosts on ``host``, as a document of one node: its devices,
+    links, NUMA nodes and PCI devices with their ``h/`` prefixes and ``host`` fields dropped (graph ids
+    and NIC names as on that host alone), GPUs renumbered by ``local_index``; the shared NVSwitch
+    (``NVS``) is kept.  A document of one host comes back as a copy."""
+    import copy
+
+    d = copy.deepcopy(doc)
+    hosts = d.pop("hosts", None)
+
+    def local(x: Any) -> Any:
+        if not isinstance(x, str):
+            return x
+        h, rest = split_host_id(x)
+        return rest if h == host else x
+
+    def mine(rec: dict) -> bool:
+        return host_of(rec) == host
+
+    gpus = [g for g in d.get("gpus", []) if mine(g)]
+    for g in gpus:
+        if isinstance(g.get("local_index"), int):
+            g["index"] = g.pop("local_index")
+        for k in ("parent", "raw_parent", "id"):
+            if k in g:
+                g[k] = local(g[k])
+        for nl in g.get("nvlink") or []:
+            if isinstance(nl, dict):
+                nl["remote"] = local(nl.get("remote"))
+        g.pop("host", None)
+    d["gpus"] = gpus
+    for key in ("nics", "switches", "numa_nodes", "pci_devices"):
+        items = [x for x in d.get(key) or [] if isinstance(x, dict) and (mine(x) or x.get("id") == "NVS")]
+        for x in items:
+            for k in ("name", "id", "parent", "raw_parent"):
+                if k in x:
+                    x[k] = local(x[k])
+            x.pop("host", None)
+        if key in d:
+            d[key] = items
+    keep = {gpu_id(g) for g in gpus} | {f"GPU{g['index']}" for g in gpus}
+    keep |= {nic_id(n) for n in d.get("nics", [])} | {s["id"] for s in d.get("switches", [])}
+    keep |= {cpu_id(n.get("id")) for n in d.get("numa_nodes", [])}
+    links = []
+    for l in d.get("links", []):
+        ends = (l.get("a"), l.get("b"))
+        if not all(isinstance(e, str) and (e == "NVS" or split_host_id(e)[0] == host) for e in ends):
+            continue
+        a, b = local(ends[0]), local(ends[1])
+        if (a in keep or a == "NVS") and (b in keep or b == "NVS"):
+            links.append(dict(l, a=a, b=b))
+    d["links"] = links
+    if hosts:
+        named = next((h for h in hosts if isinstance(h, dict) and h.get("id") == host), None)
+        if named and named.get("hostname"):
+            d["host"] = dict(d.get("host") or {}, hostname=named["hostname"])
+    d["matrix"] = {}
+    return d
 
 
 def warn(doc: dict, message: str) -> None:
@@ -292,10 +423,10 @@ def _matrix_key(k: str) -> tuple:
 def finalize(doc: dict) -> dict:
     """Sort lists into their canonical order so that output is deterministic."""
     doc["gpus"].sort(key=lambda g: g["index"])
-    doc["nics"].sort(key=lambda n: _natural(n["name"]))
+    doc["nics"].sort(key=lambda n: (host_of(n), _natural(n["name"])))
     doc["switches"].sort(key=lambda s: s["id"])
     doc["links"].sort(key=_sort_key_link)
-    doc["numa_nodes"].sort(key=lambda n: n["id"])
+    doc["numa_nodes"].sort(key=lambda n: (host_of(n), n["id"]))
     # sources keep insertion (probe) order; warnings keep emission order
     for g in doc["gpus"]:
         g["nvlink"].sort(key=lambda l: (l.get("link") if l.get("link") is not None else -1, str(l.get("remote"))))

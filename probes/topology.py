@@ -30,7 +30,8 @@ from typing import Any, Iterable, Optional, Union
 
 from gpucomm.probes import facts
 from gpucomm.probes.facts import integer, number
-from gpucomm.probes.model import cpu_id, gpu_id, is_sentinel_bus_id, natural_key, nic_id, parse_cpulist
+from gpucomm.probes.model import (PLATFORM_KEYS, cpu_id, fabric_record, gpu_id, host_of, is_sentinel_bus_id,
+                                  natural_key, nic_id, parse_cpulist)
 
 NVS_ID = "NVS"
 LINK_KINDS = ("nvlink", "pcie", "smp", "c2c", "xgmi", "net")
@@ -114,7 +115,10 @@ class _Cleaner:
             gpu_numa_id=integer(g.get("gpu_numa_id")),
             p2p={k: str(v) for k, v in p2p.items() if isinstance(k, str) and isinstance(v, str)}
             if isinstance(p2p, dict) else {},
-            nvlink=nvl)
+            nvlink=nvl, host=host_of(g), local_index=integer(g.get("local_index")),
+            fabric=fabric_record(g.get("fabric")),
+            platform={k: v for k, v in g["platform"].items() if k in PLATFORM_KEYS and isinstance(v, (str, int))}
+            if isinstance(g.get("platform"), dict) else {})
 
     def nic(self, i: int, n: dict) -> Optional[dict]:
         name = _s(n.get("name"))
@@ -128,7 +132,7 @@ class _Cleaner:
                     numa_node=integer(n.get("numa_node")), link_layer=_s(n.get("link_layer")),
                     guid=_s(n.get("guid")), rdma=_b(n.get("rdma")), parent=_s(n.get("parent")),
                     pcie=_pcie(n.get("pcie")), pci_ids=n["pci_ids"] if isinstance(n.get("pci_ids"), dict) else {},
-                    fw_ver=_s(n.get("fw_ver")), ports=ports)
+                    fw_ver=_s(n.get("fw_ver")), ports=ports, host=host_of(n))
 
     def switch(self, i: int, s: dict) -> Optional[dict]:
         sid = _s(s.get("id"))
@@ -140,7 +144,8 @@ class _Cleaner:
                     numa_node=integer(s.get("numa_node")), vendor=_s(s.get("vendor")), device=_s(s.get("device")),
                     pcie=_pcie(s.get("pcie")),
                     acs={k: [f for f in v if isinstance(f, str)] for k, v in acs.items()
-                         if isinstance(k, str) and isinstance(v, list)} if acs is not None else None)
+                         if isinstance(k, str) and isinstance(v, list)} if acs is not None else None,
+                    host=host_of(s))
 
     def link(self, i: int, l: dict) -> Optional[dict]:
         if not all(_s(l.get(k)) for k in ("a", "b", "kind")):
@@ -169,7 +174,7 @@ class _Cleaner:
             return None
         d = n.get("distances")
         return dict(n, id=nid, cpus=_cpulist(n.get("cpus")), memory_bytes=integer(n.get("memory_bytes")),
-                    distances=[_num_signed(x) for x in d] if isinstance(d, list) else None)
+                    distances=[_num_signed(x) for x in d] if isinstance(d, list) else None, host=host_of(n))
 
     def document(self, doc: Any) -> dict:
         d = dict(doc) if isinstance(doc, dict) else {}
@@ -204,10 +209,10 @@ class _Cleaner:
             d["gpus"].append(g)
         bus: dict = {}
         for g in d["gpus"]:
-            b = g.get("pci_bus_id")
-            if b and b in bus:
-                self.note(f"gpus: GPU{bus[b]} and GPU{g['index']} share bus id {b}")
-            elif b:
+            b = (g["host"], g.get("pci_bus_id"))
+            if b[1] and b in bus:
+                self.note(f"gpus: GPU{bus[b]} and GPU{g['index']} share bus id {b[1]}")
+            elif b[1]:
                 bus[b] = g["index"]
         nics = clean_list("nics", self.nic)
         names: set = set()
@@ -230,10 +235,27 @@ class _Cleaner:
         d["measured"] = dict(meas, p2p={a: {b: {"bw_GBps": number(c.get("bw_GBps")), "lat_us": number(c.get("lat_us"))}
                                             for b, c in row.items() if isinstance(c, dict)}
                                         for a, row in p2p.items() if isinstance(row, dict)})
+        d["hosts"] = [dict(h, id=integer(h.get("id")), hostname=_s(h.get("hostname")), host_hash=_s(h.get("host_hash")))
+                      for h in _dicts(d.get("hosts")) if (integer(h.get("id")) or 0) >= 0 and integer(h.get("id")) is not None]
+        d["imex"] = _imex(d.get("imex"))
+        d["nccl"] = d["nccl"] if isinstance(d.get("nccl"), dict) else None
         d["warnings"] = [w for w in d.get("warnings") or [] if isinstance(w, str)] \
             if isinstance(d.get("warnings"), list) else []
         d["sources"] = _dicts(d.get("sources"))
         return d
+
+
+def _imex(v: Any) -> Optional[dict]:
+    """``imex`` (nvidia-imex-ctl -N) with the schema's types, None when absent or unusable."""
+    if not isinstance(v, dict):
+        return None
+    nodes = [dict(n, index=integer(n.get("index")), address=_s(n.get("address")), state=_s(n.get("state")),
+                  version=_s(n.get("version")))
+             for n in _dicts(v.get("nodes")) if integer(n.get("index")) is not None]
+    conn = v.get("connectivity")
+    return dict(v, domain_state=_s(v.get("domain_state")), nodes=nodes, timestamp=_s(v.get("timestamp")),
+                connectivity={k: c for k, c in conn.items() if isinstance(k, str) and integer(c) is not None}
+                if isinstance(conn, dict) else None)
 
 
 def clean_document(doc: Any) -> tuple[dict, list[str]]:
@@ -278,6 +300,56 @@ def _pcie_of(rec: Optional[dict]) -> Optional[PCIe]:
 
 
 @dataclass(frozen=True)
+class Fabric:
+    """A GPU's multi-node NVLink fabric as NVML reports it (``gpus[].fabric``): the NVLink domain
+    (cluster UUID) and the clique (partition) inside it, the registration state, NVML's status, the
+    health mask and summary.  NCCL puts GPUs with the same cluster UUID and clique id, all in state
+    ``completed``, in one MNNVL clique (mnnvl.cc ncclMnnvlCheck)."""
+    cluster_uuid: Optional[str]
+    clique_id: Optional[int]
+    state: Optional[str]            # facts.FABRIC_STATES
+    status: Optional[str]           # "NVML_SUCCESS" or the NVML error name
+    health_mask: Optional[int]
+    health_summary: Optional[str]   # healthy, unhealthy, limited_capacity (nvidia-smi -q "Summary")
+
+    @property
+    def completed(self) -> bool:
+        return self.state == "completed"
+
+    @property
+    def attached(self) -> bool:
+        """GPU Feature Discovery's test (go-nvlib IsFabricAttached): registration completed, a cluster
+        UUID, status success (or not reported)."""
+        return self.completed and bool(self.cluster_uuid) and self.status in (None, "NVML_SUCCESS", "Success")
+
+    @property
+    def clique(self) -> Optional[tuple]:
+        """(cluster UUID, clique id): the MNNVL clique key, None unless attached with a clique id."""
+        return (self.cluster_uuid, self.clique_id) if self.attached and self.clique_id is not None else None
+
+    @property
+    def health(self) -> dict:
+        """The health mask decoded ({field: meaning}, :func:`facts.decode_fabric_health`)."""
+        return facts.decode_fabric_health(self.health_mask)
+
+    @property
+    def health_problems(self) -> list:
+        """Health fields that are not healthy (``degraded_bw=degraded`` ...), plus the summary when it
+        says unhealthy or limited capacity."""
+        out = facts.fabric_health_problems(self.health_mask)
+        if self.health_summary and self.health_summary.lower().replace(" ", "_") in ("unhealthy", "limited_capacity"):
+            out.append(f"summary={self.health_summary.lower().replace(' ', '_')}")
+        return out
+
+
+def _fabric_of(rec: Optional[dict]) -> Optional[Fabric]:
+    if not rec:
+        return None
+    return Fabric(rec.get("cluster_uuid"), rec.get("clique_id"), rec.get("state"), rec.get("status"),
+                  rec.get("health_mask"), rec.get("health_summary"))
+
+
+@dataclass(frozen=True)
 class GPU:
     index: int
     id: str                      # graph id (bus id, else GPU<index>)
@@ -298,6 +370,10 @@ class GPU:
     gdr: bool
     p2p: dict
     rec: dict = field(repr=False, compare=False)
+    host: int = 0                        # the host (tray) it is on: Topology.hosts[...].id
+    local_index: Optional[int] = None    # its NVML/CUDA index on that host (several hosts), else None
+    fabric: Optional[Fabric] = None      # multi-node NVLink fabric (NVML, nvidia-smi -q, NCCL log)
+    label: str = ""                      # GPU<index>, or <host>/GPU<local index> in a document of several hosts
 
 
 @dataclass(frozen=True)
@@ -329,6 +405,7 @@ class NIC:
     gdr: bool
     pcie: Optional[PCIe]
     rec: dict = field(repr=False, compare=False)
+    host: int = 0
 
     @property
     def active_ports(self) -> list[int]:
@@ -348,6 +425,39 @@ class CPU:
     name: Optional[str]
     sys_bw: Optional[float]      # facts.inter_cpu_bw (None: CPU not identified; see Topology.inter_cpu_bw)
     rec: dict = field(repr=False, compare=False)
+    host: int = 0
+
+
+@dataclass(frozen=True)
+class Host:
+    """One host (tray) of a document: NCCL's system id, its name and host hash when known, and the
+    indices of its GPUs.  A one-node document has exactly one, id 0."""
+    id: int
+    hostname: Optional[str]
+    host_hash: Optional[str]
+    gpus: tuple                  # GPU indices
+
+
+@dataclass(frozen=True)
+class Clique:
+    """GPUs NCCL would put in one MNNVL clique: the same cluster UUID and clique id, fabric
+    registration completed (mnnvl.cc).  ``hosts``: the hosts they are on."""
+    cluster_uuid: str
+    clique_id: int
+    gpus: tuple                  # GPU indices
+    hosts: tuple                 # host ids
+
+
+@dataclass(frozen=True)
+class NVLinkDomain:
+    """The NVLink domain (rack) a document's GPUs are in, as far as the document says: ``size`` in
+    GPUs and ``nodes`` in hosts (None: unknown), where it comes from (``source``: imex, hosts, a log's
+    nvlDomainSize, or none) and ``note``, the sentence to print."""
+    multi_node: bool             # the GPUs report a multi-node NVLink fabric (cluster UUID, completed)
+    size: Optional[int]
+    nodes: Optional[int]
+    source: Optional[str]
+    note: str
 
 
 @dataclass(frozen=True)
@@ -449,14 +559,18 @@ class Topology:
         self.warnings: list[str] = d["warnings"]
         # GPUs (sm from the record or the name; else guessed from NVLink counts below)
         gpus = []
+        several = len({g["host"] for g in d["gpus"]} | {h["id"] for h in d["hosts"]}) > 1
         for g in d["gpus"]:
             sm, src = facts.gpu_sm(g)
+            local = g.get("local_index")
+            label = f"{g['host']}/GPU{local if local is not None else g['index']}" if several else f"GPU{g['index']}"
             gpus.append(GPU(index=g["index"], id=gpu_id(g), key=f"GPU{g['index']}", name=g.get("name"),
                             uuid=g.get("uuid"), pci_bus_id=g.get("pci_bus_id"), vendor=g.get("vendor") or "nvidia",
                             sm=sm, sm_source=src, arch=g.get("arch") or facts.arch_from_sm(sm),
                             memory_bytes=g.get("memory_bytes"), numa_node=g.get("numa_node"),
                             cpu_affinity=g.get("cpu_affinity"), pcie=_pcie_of(g.get("pcie")), mig=g.get("mig"),
-                            parent=g.get("parent"), gdr=_truthy(g.get("gdr")), p2p=dict(g.get("p2p") or {}), rec=g))
+                            parent=g.get("parent"), gdr=_truthy(g.get("gdr")), p2p=dict(g.get("p2p") or {}), rec=g,
+                            host=g["host"], local_index=local, fabric=_fabric_of(g.get("fabric")), label=label))
         self.gpus: tuple = tuple(gpus)
         self._gpu_by_index = {g.index: g for g in self.gpus}
         self._gpu_by_id = {g.id: g for g in self.gpus}
@@ -469,7 +583,7 @@ class Topology:
                                         for p in n["ports"]),
                             guid=n.get("guid"), parent=n.get("parent"), rdma=facts.nic_is_rdma(n),
                             rate_gbps=facts.nic_rate_gbps(n), up=facts.nic_is_up(n), gdr=_truthy(n.get("gdr")),
-                            pcie=_pcie_of(n.get("pcie")), rec=n))
+                            pcie=_pcie_of(n.get("pcie")), rec=n, host=n["host"]))
         self.nics: tuple = tuple(nics)
         self._nic_by_name = {n.name: n for n in self.nics}
         self.switches: dict = {s["id"]: Switch(s["id"], s.get("kind"), s.get("pci_bus_id"), s.get("parent"),
@@ -485,9 +599,9 @@ class Topology:
                 cl = tuple(parse_cpulist(n.get("cpus") or ""))
             except ValueError:
                 cl = ()
-            cid = cpu_id(n["id"])
+            cid = cpu_id(n["id"], n["host"])
             self.cpus[cid] = CPU(cid, n["id"], cl, info["arch"], info["vendor"], info["family"], info["model"],
-                                 info["name"], facts.inter_cpu_bw(info), n)
+                                 info["name"], facts.inter_cpu_bw(info), n, host=n["host"])
         self.cpu_alias: dict = self._cpu_aliases()
         self.nvlink: NVLinkFabric = self._nvlink()
         self._fill_unknown_sm()
@@ -504,23 +618,26 @@ class Topology:
         """{"CPU<n>": "CPU<m>"} folding memory-only NUMA nodes (no CPUs: GPU HBM exposed as NUMA memory
         on Grace, CXL memory) into the nearest NUMA node that has CPUs, by the distance matrix: NCCL's
         CPU nodes are where root complexes are, and a node without cores cannot be one."""
-        nodes = {n["id"]: n for n in self.doc["numa_nodes"]}
-        with_cpus = sorted(i for i, n in nodes.items() if n.get("cpus"))
         out: dict = {}
-        if not with_cpus:
-            return out
-        ids = sorted(nodes)
-        for i, n in nodes.items():
-            if n.get("cpus"):
+        by_host: dict = {}
+        for n in self.doc["numa_nodes"]:
+            by_host.setdefault(n["host"], {})[n["id"]] = n
+        for host, nodes in by_host.items():
+            with_cpus = sorted(i for i, n in nodes.items() if n.get("cpus"))
+            if not with_cpus:
                 continue
-            dist = n.get("distances")
-            best = None
-            for j in with_cpus:
-                dd = dist[ids.index(j)] if dist and len(dist) == len(ids) else None
-                key = (dd if dd is not None else 10 ** 6, j)
-                if best is None or key < best:
-                    best = key
-            out[f"CPU{i}"] = f"CPU{best[1]}"
+            ids = sorted(nodes)
+            for i, n in nodes.items():
+                if n.get("cpus"):
+                    continue
+                dist = n.get("distances")
+                best = None
+                for j in with_cpus:
+                    dd = dist[ids.index(j)] if dist and len(dist) == len(ids) else None
+                    key = (dd if dd is not None else 10 ** 6, j)
+                    if best is None or key < best:
+                        best = key
+                out[cpu_id(i, host)] = cpu_id(best[1], host)
         return out
 
     def _nvlink_records(self) -> tuple[list, Optional[str]]:
@@ -640,6 +757,91 @@ class Topology:
         self.assume(facts.assumption("sm", sm=sm, why=why))
         self.nvlink = self._nvlink()   # per-link bandwidth of the assumed generation
 
+    # ---- hosts and the multi-node NVLink fabric ---------------------------------------------------
+    @property
+    def hosts(self) -> tuple:
+        """The hosts (trays) of the document, by id: ``hosts[]`` and every device's ``host``; one host
+        (id 0) for a document of one node.  Cached."""
+        h = self.__dict__.get("_hosts")
+        if h is None:
+            named = {x["id"]: x for x in self.doc["hosts"]}
+            ids = sorted(set(named) | {g.host for g in self.gpus} | {n.host for n in self.nics}) or [0]
+            h = tuple(Host(i, (named.get(i) or {}).get("hostname") or (self.host.get("hostname") if i == 0 else None),
+                           (named.get(i) or {}).get("host_hash"),
+                           tuple(g.index for g in self.gpus if g.host == i)) for i in ids)
+            self.__dict__["_hosts"] = h
+        return h
+
+    @property
+    def multi_host(self) -> bool:
+        """True when the document holds several hosts (NCCL's fused multi-host XML, a log of several)."""
+        return len(self.hosts) > 1
+
+    def gpus_on(self, host: int) -> list:
+        """The GPUs of one host, in index order."""
+        return [g for g in self.gpus if g.host == host]
+
+    def cliques(self) -> list:
+        """The MNNVL cliques NCCL would form over this document's GPUs (:class:`Clique`), largest first:
+        GPUs whose fabric is attached (registration completed, a cluster UUID, status success), grouped by
+        (cluster UUID, clique id), as mnnvl.cc ``ncclMnnvlCheck`` does for a communicator of them all."""
+        groups: dict = {}
+        for g in self.gpus:
+            key = g.fabric.clique if g.fabric is not None else None
+            if key is not None:
+                groups.setdefault(key, []).append(g)
+        out = [Clique(k[0], k[1], tuple(g.index for g in v), tuple(sorted({g.host for g in v})))
+               for k, v in groups.items()]
+        return sorted(out, key=lambda c: (-len(c.gpus), c.cluster_uuid, c.clique_id))
+
+    @property
+    def imex(self) -> Optional[dict]:
+        """The IMEX domain (``nvidia-imex-ctl -N``): {domain_state, nodes: [{index, address, state,
+        version}], connectivity, timestamp}, None when the document has none."""
+        return self.doc.get("imex")
+
+    @property
+    def nccl(self) -> dict:
+        """What an NCCL log said (``nccl``: version, env, mnnvl), {} when nothing."""
+        return self.doc.get("nccl") or {}
+
+    def nvlink_domain(self) -> NVLinkDomain:
+        """The NVLink domain (rack) of this document's GPUs: multi-node when a GPU's fabric is attached
+        (a GB200/GB300 tray).  Its size in GPUs, from the first that says it: the IMEX domain
+        (``nvidia-imex-ctl -N``: its nodes x this tray's GPUs, every tray assumed alike), the hosts of a
+        multi-host document in one clique, NCCL's ``nvlDomainSize`` in a log (GPUs of the communicator
+        on that fabric: a lower bound); else unknown, and ``note`` says so.  Not multi-node: the largest
+        group of GPUs joined by NVLink inside the node."""
+        attached = [g for g in self.gpus if g.fabric is not None and g.fabric.attached]
+        if not attached:
+            doms = self.nvlink.domains(g.id for g in self.gpus)
+            size = max((len(d) for d in doms), default=0)
+            return NVLinkDomain(False, size, 1 if size else None, "nvlink" if size else None,
+                                f"NVLink inside the node: {size} GPUs" if size else "no NVLink between GPUs")
+        per_tray = max(len(self.gpus_on(h.id)) for h in self.hosts) or len(self.gpus)
+        imex = self.imex
+        if imex and imex.get("nodes"):
+            n = len(imex["nodes"])
+            return NVLinkDomain(True, n * per_tray, n, "imex",
+                                f"NVLink domain of {n * per_tray} GPUs: the IMEX domain's {n} nodes x {per_tray} GPUs "
+                                "per tray (nvidia-imex-ctl -N; every tray assumed like this one)")
+        mn = self.nccl.get("mnnvl") if isinstance(self.nccl.get("mnnvl"), dict) else {}
+        if isinstance(mn.get("nvl_domain_size"), int) and mn["nvl_domain_size"] > len(self.gpus_on(0)):
+            n = mn["nvl_domain_size"]
+            return NVLinkDomain(True, n, -(-n // per_tray), "nccl-log",
+                                f"NVLink domain of at least {n} GPUs (NCCL's nvlDomainSize: the communicator's GPUs "
+                                "on this fabric)")
+        if self.multi_host:
+            cl = self.cliques()
+            n = len(cl[0].gpus) if cl else len(attached)
+            hosts = len(cl[0].hosts) if cl else len(self.hosts)
+            return NVLinkDomain(True, n, hosts, "hosts",
+                                f"NVLink domain of at least {n} GPUs on {hosts} hosts (this document's)")
+        return NVLinkDomain(True, None, None, None,
+                            f"multi-node NVLink tray (cluster {attached[0].fabric.cluster_uuid}, clique "
+                            f"{attached[0].fabric.clique_id}); the domain's size is unknown: the GPUs' fabric info "
+                            "names the domain, not its size (an `nvidia-imex-ctl -N` capture gives it)")
+
     # ---- lookups ----------------------------------------------------------------------------
     def gpu(self, index: int) -> GPU:
         return self._gpu_by_index[index]
@@ -677,6 +879,16 @@ class Topology:
         return min(sms) if sms else None
 
     @property
+    def software(self) -> "SoftwarePath":
+        """The software path the probe found (``software`` section; :mod:`gpucomm.probes.software`)."""
+        sw = self.__dict__.get("_software")
+        if sw is None:
+            from gpucomm.probes.software import SoftwarePath
+
+            sw = self.__dict__["_software"] = SoftwarePath.of(self.doc)
+        return sw
+
+    @property
     def has_pci_tree(self) -> bool:
         """True when the document carries a PCI tree (parents or pcie links), not only a matrix."""
         return any(g.parent for g in self.gpus) or any(n.parent for n in self.nics) or \
@@ -686,15 +898,15 @@ class Topology:
         """NUMA id -> cpus, for NUMA nodes that have CPUs."""
         return {c.numa: list(c.cpus) for c in self.cpus.values() if c.cpus}
 
-    def cpu_for(self, numa: Optional[int]) -> CPU:
-        """The CPU node of a NUMA id (memory-only nodes folded into their nearest CPU node)."""
-        cid = self.cpu_alias.get(cpu_id(numa), cpu_id(numa))
+    def cpu_for(self, numa: Optional[int], host: int = 0) -> CPU:
+        """The CPU node of a NUMA id on ``host`` (memory-only nodes folded into their nearest CPU node)."""
+        cid = self.cpu_alias.get(cpu_id(numa, host), cpu_id(numa, host))
         if cid in self.cpus:
             return self.cpus[cid]
-        m = re.match(r"^CPU(-?\d+)$", cid)
+        m = re.match(r"^(?:\d+/)?CPU(-?\d+)$", cid)
         info = facts.cpu_identity(None, self.host)
         return CPU(cid, int(m.group(1)) if m else None, (), info["arch"], info["vendor"], info["family"],
-                   info["model"], info["name"], facts.inter_cpu_bw(info), {})
+                   info["model"], info["name"], facts.inter_cpu_bw(info), {}, host=host)
 
     def derived(self, key: str, make):
         """A value derived from this view alone (the NCCL XML pinned from it, ...), made once: a view

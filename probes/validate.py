@@ -41,7 +41,7 @@ from typing import Any, Callable, Optional
 
 from gpucomm.probes.errors import InputError
 from gpucomm.probes.limits import MAX_GPUS, MAX_MATRIX_COLUMNS, MAX_NICS, MAX_SWITCHES
-from gpucomm.probes.model import SCHEMA, gpu_id, new_document, nic_id, parse_cpulist, schema_path, warn
+from gpucomm.probes.model import SCHEMA, gpu_id, host_of, new_document, nic_id, parse_cpulist, schema_path, warn
 
 _TYPES = {"gpus": list, "nics": list, "switches": list, "links": list, "numa_nodes": list,
           "sources": list, "warnings": list, "matrix": dict, "host": dict}
@@ -58,6 +58,8 @@ _PCIE = {"type": ["object", "null"], "properties": {k: {"type": ["integer", "nul
                                                    for k in ("gen", "width", "max_gen", "max_width")}}
 _IDS = {"type": ["object", "null"], "additionalProperties": _NULL_STR}
 _CPULIST = {"type": ["string", "null"], "x-cpulist": True}
+_MAX_HOST_ID = 65535
+_HOST = {"type": "integer", "minimum": 0, "maximum": _MAX_HOST_ID}   # hosts[].id of a device's host
 
 # Fields gpucomm reads beyond (or more strictly than) the shipped schema, in the schema's dialect.
 # "x-bad": what a wrong value means -- "refuse" (the document is broken), "drop" (the list item
@@ -76,7 +78,12 @@ EXTRA: dict = {
             "cpu_affinity": _CPULIST, "pcie": _PCIE, "p2p": {"type": ["object", "null"], "additionalProperties": _NULL_STR},
             "gpu_numa_id": _NULL_INT, "id": _NULL_STR, "sm": {"type": ["integer", "null"], "minimum": 0},
             "gdr": _NULL_INT, "nccl_rank": _NULL_INT, "pci_ids": _IDS, "pci_device_id": _NULL_STR, "raw_parent": _NULL_STR,
-            "index_inferred": _NULL_BOOL, "numa_node": {"maximum": 65535}, "memory_bytes": {"maximum": _MAX_INT}}}},
+            "index_inferred": _NULL_BOOL, "numa_node": {"maximum": 65535}, "memory_bytes": {"maximum": _MAX_INT},
+            "host": _HOST, "local_index": {"type": ["integer", "null"], "minimum": 0, "maximum": 65535},
+            "fabric": {"properties": {"clique_id": {"maximum": 0xFFFFFFFF}, "health_mask": {"maximum": 0xFFFFFFFF}}},
+            "platform": {"properties": {k: {"maximum": 255} for k in ("slot", "tray_index", "host_id", "module_id")}},
+            "persistence_mode": _NULL_BOOL, "ecc": {"type": ["object", "null"]},
+            "retired_pages": {"type": ["object", "null"]}, "remapped_rows": {"type": ["object", "null"]}}}},
         "nics": {"x-bad": "refuse", "items": {"x-bad": "refuse", "properties": {
             "name": {"x-bad": "refuse"},
             "ports": {"x-bad": "refuse", "items": {"x-bad": "drop", "properties": {
@@ -86,13 +93,13 @@ EXTRA: dict = {
             "operstate": _NULL_STR, "cpu_affinity": _CPULIST, "id": _NULL_STR, "sys_image_guid": _NULL_STR,
             "gdr": _NULL_INT, "nccl_dev": _NULL_INT, "nccl_busid": _NULL_STR, "raw_parent": _NULL_STR,
             "nccl_attrs": {"type": ["object", "null"], "additionalProperties": _NULL_STR},
-            "numa_node": {"maximum": 65535}}}},
+            "numa_node": {"maximum": 65535}, "host": _HOST}}},
         "switches": {"x-bad": "refuse", "items": {"x-bad": "refuse", "properties": {
             "id": {"x-bad": "refuse"}, "kind": {"type": ["string", "null"], "enum": ["pcie", "nvswitch", "host_bridge", None]},
             "numa_node": _NULL_INT, "vendor": _NULL_STR, "device": _NULL_STR, "class": _NULL_STR,
             "subsystem_vendor": _NULL_STR, "subsystem_device": _NULL_STR, "domain": _NULL_STR, "raw_parent": _NULL_STR,
             "gen": {"type": ["integer", "null"], "minimum": 0}, "width": {"type": ["integer", "null"], "minimum": 0},
-            "pcie": _PCIE, "bcm_gen": _NULL_INT,
+            "pcie": _PCIE, "bcm_gen": _NULL_INT, "host": _HOST,
             "acs": {"type": ["object", "null"], "additionalProperties": {"type": "array", "items": {"type": "string"}}}}}},
         "links": {"x-bad": "refuse", "items": {"x-bad": "refuse", "properties": {
             "a": {"x-bad": "refuse"}, "b": {"x-bad": "refuse"},
@@ -103,7 +110,11 @@ EXTRA: dict = {
         "numa_nodes": {"x-bad": "refuse", "items": {"x-bad": "refuse", "properties": {
             "id": {"x-bad": "refuse", "minimum": 0, "maximum": 65535}, "cpus": {"x-cpulist": True},
             "distances": {"items": {"x-bad": "drop", "minimum": 0}},
-            "arch": _NULL_STR, "vendor": _NULL_STR, "familyid": _NULL_INT, "modelid": _NULL_INT}}},
+            "arch": _NULL_STR, "vendor": _NULL_STR, "familyid": _NULL_INT, "modelid": _NULL_INT, "host": _HOST}}},
+        "hosts": {"x-bad": "refuse", "items": {"x-bad": "refuse", "properties": {
+            "id": {"x-bad": "refuse", "maximum": _MAX_HOST_ID}}}},
+        "imex": {"properties": {"nodes": {"items": {"x-bad": "drop", "properties": {
+            "index": {"x-bad": "drop", "maximum": 65535}}}}}},
         "sources": {"x-bad": "refuse", "items": {"x-bad": "drop", "properties": {
             "name": {"x-bad": "drop"}, "status": {"x-bad": "drop"}, "detail": {"type": ["string", "null"]}}}},
         "warnings": {"x-bad": "refuse", "items": {"x-bad": "drop"}},
@@ -125,13 +136,15 @@ EXTRA: dict = {
             "host_device": {"type": ["object", "array", "null"]}, "collectives": {"type": ["object", "array", "null"]},
             "process_p2p": {"type": ["object", "array", "null"]}}},
         "nccl_graph": {"type": "object"},
+        "software": {"type": "object", "additionalProperties": {"type": "object", "x-bad": "drop-entry", "properties": {
+            "status": {"type": "string", "enum": ["found", "absent", "unreadable"]}, "why": {"type": ["string", "null"]}}}},
         "planted_fault": _NULL_STR,
     },
 }
 
 _SPEC: Optional[dict] = None
 _NV_CELL = re.compile(r"^NV(\d+)$")
-_CPU_ID = re.compile(r"^CPU\d{1,5}$")
+_CPU_ID = re.compile(r"^(?:\d{1,5}/)?CPU\d{1,5}$")
 
 
 def _merge(base: dict, extra: dict) -> dict:
@@ -380,10 +393,12 @@ class _Validator:
             by_index[idx] = i
             b = g.get("pci_bus_id")
             if isinstance(b, str) and b:
-                if b.lower() in by_bus:
-                    raise InputError(f"gpus[{i}] (GPU{idx}) and gpus[{by_bus[b.lower()]}] share PCI bus id {b}",
-                                     self.path, expected="one bus id per GPU")
-                by_bus[b.lower()] = i
+                key = (host_of(g), b.lower())   # hosts of one NVLink domain share bus ids
+                if key in by_bus:
+                    raise InputError(f"gpus[{i}] (GPU{idx}) and gpus[{by_bus[key]}] share PCI bus id {b}"
+                                     + (f" on host {key[0]}" if key[0] else ""),
+                                     self.path, expected="one bus id per GPU and host")
+                by_bus[key] = i
         known = set()
         for g in gpus:
             if isinstance(g.get("index"), int):

@@ -49,6 +49,27 @@ PLANTED = {
     "pcie-peer-narrow": {("pcie-downtrained", "warning", "GPU2")},
     "nic-pcie-gen": {("pcie-downtrained", "warning", "mlx5_0")},
     "nvlink-down-nvml": {("nvlink-inactive", "error", "GPU0")},
+    # multi-node NVLink: two GB300 trays of one rack (fused NCCL dump + NVML fabric info + IMEX)
+    "mnnvl-2tray-healthy": set(),
+    "fabric-in-progress": {("fabric-state", "error", "GPU6")},
+    "fabric-health-degraded": {("fabric-health", "warning", "GPU1")},
+    # one GPU in another clique: the tray is split, and the domain then holds two cliques
+    "fabric-clique-split": {("fabric-clique", "error", "GPU3"), ("mnnvl-settings", "info", "NCCL_MNNVL_CROSS_CLIQUE")},
+    # host 1's links all down: its GPUs have none of the 18 the other host's GPUs have, too
+    "nvlink-tray-down": {("nvlink-tray-down", "error", "host 1")} |
+                        {("nvlink-inactive", "error", f"GPU{i}") for i in range(4, 8)},
+    "imex-domain-down": {("imex-domain", "error", "imex")},
+    "mnnvl-disabled": {("mnnvl-settings", "warning", "NCCL_MNNVL_ENABLE")},
+    # the software path (planners/health/path_rules.py): faults and clean twins
+    "path-clean": set(),
+    "path-gdr-unavailable": {("gdr-unavailable", "warning", "host")},
+    "path-socket-transport": {("socket-transport", "warning", "host")},
+    "path-nccl-version": {("nccl-version", "warning", "NCCL_CROSS_NIC"),
+                          ("nccl-version", "info", "/usr/lib/x86_64-linux-gnu/libnccl.so.2")},
+    "path-vm-clean": set(),
+    "path-vm-p2p": {("vm-p2p", "warning", "host")},
+    "path-nvswitch-clean": set(),
+    "path-fabricmanager-down": {("nvlink-services", "error", "fabricmanager")},
 }
 
 
@@ -84,6 +105,8 @@ HOST_EXPECTED = {
     "dgx-a100": set(),
     "dgx1-v100": set(),
     "gb200-tray": set(),  # GPU->NIC is SYS in nvidia-smi terms but goes over C2C: not reported
+    "gb200-nvl72": set(),  # fabric completed and healthy, IMEX domain UP
+    "gb300-nvl72": set(),
     "cpu-only": set(),
     # one mlx5 NIC on socket 0: GPUs 1-3 reach it through SYS (a layout fact, info only)
     "a100-pcie-4x-nvbridge": {("nic-numa-mismatch", "info", "GPU1"), ("nic-numa-mismatch", "info", "GPU2"),

@@ -124,7 +124,9 @@ def test_document_validates_against_schema(name, validator):
     assert d["host"]["provenance"] == "fixture"
     assert d["host"]["hostname"] == meta(name)["hostname"]
     # the documented probes all ran: every source reports a status
-    assert {s["name"] for s in d["sources"]} == {"nvml", "smi", "sysfs", "ib", "net", "numa"}
+    from gpucomm.probes.sources.probe import DEFAULT_SOURCES
+
+    assert {s["name"] for s in d["sources"]} == set(DEFAULT_SOURCES)
 
 
 # ------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ CLI_MODULES = ("gpucomm.app", "gpucomm.commands", "gpucomm.render", "gpucomm.set
 # planners subpackages, lowest first: a subpackage may import only those before it (and probes)
 PLANNER_LAYERS = ["nccl", "collectives", "placement", "launch"]
 PLANNER_LEAVES = {"health", "measure"}     # import probes only (and themselves)
+PLANNER_TOP = {"plan", "fleet"}            # composers above every subpackage (planners/plan.py, planners/fleet.py)
 
 
 def _modules() -> dict:
@@ -88,9 +89,9 @@ def test_import_rules(name):
             bad.append("imports torch (only gpucomm.planners.measure does)")
         m = re.match(r"gpucomm\.planners\.(\w+)", name)
         t = re.match(r"gpucomm\.planners\.(\w+)", mod)
-        if m and t and m.group(1) != t.group(1) and m.group(1) != "plan":
+        if m and t and m.group(1) != t.group(1) and m.group(1) not in PLANNER_TOP:
             mine, theirs = m.group(1), t.group(1)
-            if mine in PLANNER_LEAVES or theirs in PLANNER_LEAVES or theirs == "plan":
+            if mine in PLANNER_LEAVES or theirs in PLANNER_LEAVES or theirs in PLANNER_TOP:
                 bad.append(f"{mine} imports {theirs}")
             elif mine in PLANNER_LAYERS and PLANNER_LAYERS.index(theirs) > PLANNER_LAYERS.index(mine):
                 bad.append(f"{mine} imports {theirs}, a layer above it")

@@ -265,6 +265,16 @@ def test_plan_times_collectives_with_predicts_model():
     g = cost.summarize(v.topo, nodes=tier["nodes"], gpus=tier["gpus"], profile=prof)
     assert got == cost.predict(g, "all_reduce", [1 << 26], dtype_bytes=2, profile=prof)[0]["time_us"] * 1e-6
     assert "calibrated by prof.json" in ms.step_estimate(ms.parse_model_spec("llama-8b"), lay)["cost_model"]
+    # the transport (plan --transport, predict --transport): the same times for the same choice
+    from gpucomm.planners.collectives import transport as tr
+
+    v2 = pl.node_view(hgx_doc())
+    for name in ("socket", "ib-nogdr"):
+        ms.use_cost_options(v2, transport=tr.parse(name))
+        got = ms.collective_time("all_reduce", 1 << 26, tier, v2, 2)
+        want = build_prediction(v2.topo, "all_reduce", str(1 << 26), nodes=tier["nodes"], gpus=tier["gpus"],
+                                dtype="half", transport=name)
+        assert got == pytest.approx(want["rows"][0]["time_us"] * 1e-6, rel=1e-12), name
     # a choice predict takes as an option of summarize reaches plan's times as the same option
     ms.use_cost_options(v, fabric_gbps=25.0)
     got = ms.collective_time("all_reduce", 1 << 26, tier, v, 2)

@@ -87,7 +87,11 @@ def test_other_documents_validate(tmp_path):
                   str(CAPTURES / "nccltests" / "09_h100-x8_1node_allreduce_cluster01.txt")],
                  ["rings", str(CAPTURES / "ncclxml" / "panlichen-rtx3090-8gpu-topo.xml"), "--compare",
                   str(CAPTURES / "nccllogs" / "panlichen-rtx3090-4node-log.log")],
-                 ["plan", "example:hgx-h100", "--tp", "2", "--ep", "4", "--emit", "json"]):
+                 ["plan", "example:hgx-h100", "--tp", "2", "--ep", "4", "--emit", "json"],
+                 ["fabric", str(CAPTURES / "ib-fabric" / "topograph_example.out")],
+                 ["fabric", str(CAPTURES / "ib-fabric" / "topograph_example.out"), "--emit", "kueue"],
+                 ["select", "example:hgx-h100", "--nodes", "40", "--cluster",
+                  str(CAPTURES / "ib-fabric" / "topograph_example.out")]):
         r = run_cli(*args, "--format", "json")
         assert r.code in (0, 5), (args, r.stderr)
         docs.append(r.json())
@@ -95,7 +99,8 @@ def test_other_documents_validate(tmp_path):
         validate(d)
     assert {d["schema"] for d in docs} >= {"gpucomm.examples/v1", "gpucomm.diff/v1", "gpucomm.cluster/v1",
                                           "gpucomm.synth/v1", "gpucomm.predict-compare/v1", "gpucomm.rings/v1",
-                                          "gpucomm.plan/v1"}
+                                          "gpucomm.plan/v1", "gpucomm.fabric/v1", "gpucomm.kueue/v1",
+                                          "gpucomm.select-nodes/v1"}
 
 
 def test_every_shipped_schema_is_a_valid_schema_and_used():
@@ -106,7 +111,8 @@ def test_every_shipped_schema_is_a_valid_schema_and_used():
             jsonschema.Draft202012Validator.check_schema(s)
             ids.add(p.name[:-len(".schema.json")])
     assert {"topology", "paths", "rings", "trees", "predict", "predict-compare", "select", "plan", "doctor",
-            "diff", "bench", "examples", "cluster", "synth", "k8s-labels"} <= ids
+            "diff", "bench", "examples", "cluster", "synth", "k8s-labels", "fabric", "select-nodes", "fleet",
+            "kueue"} <= ids
 
 
 def test_strict_schemas_refuse_what_a_scheduler_could_not_parse():

@@ -67,6 +67,44 @@ class Daemons:
                 p.wait(timeout=5)
 
 
+def slurm_conf(d: Path, ctld_port: int, slurmd_port: int, sock: Path, plugin: str, nodes: str, extra: str = "",
+               name: str = "gpucommfabric", per_node: bool = True) -> str:
+    """A slurm.conf for daemons on 127.0.0.1 under ``d`` (state, spool, pid and log files there; with
+    ``per_node`` each slurmd's pid and log file carry its node name), topology/``plugin``, the
+    ``nodes`` lines and one partition of them all."""
+    sd = f"{d / 'slurmd'}-%n" if per_node else f"{d / 'slurmd'}"
+    return f"""ClusterName={name}
+SlurmctldHost={socket.gethostname()}(127.0.0.1)
+SlurmctldPort={ctld_port}
+SlurmdPort={slurmd_port}
+AuthType=auth/munge
+AuthInfo=socket={sock}
+CredType=cred/munge
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation={d / 'state'}
+SlurmdSpoolDir={d / 'spool'}/%n
+SlurmctldPidFile={d / 'slurmctld.pid'}
+SlurmdPidFile={sd}.pid
+SlurmctldLogFile={d / 'slurmctld.log'}
+SlurmdLogFile={sd}.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+TopologyPlugin=topology/{plugin}
+ReturnToService=2
+MpiDefault=none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+MailProg=/bin/true
+{nodes}
+PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+{extra}
+"""
+
+
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
     d = tmp_path_factory.mktemp("slurm")
@@ -92,38 +130,11 @@ def slurm(tmp_path_factory):
     shutil.copy(d / "synth" / "topology.conf", d / "topology.conf")
     ctld_port, slurmd_port = _free_port(), _free_port()
     conf = d / "slurm.conf"
-    conf.write_text(f"""ClusterName=gpucommtest
-SlurmctldHost={socket.gethostname()}(127.0.0.1)
-SlurmctldPort={ctld_port}
-SlurmdPort={slurmd_port}
-AuthType=auth/munge
-AuthInfo=socket={sock}
-CredType=cred/munge
-SlurmUser=root
-SlurmdUser=root
-StateSaveLocation={d / 'state'}
-SlurmdSpoolDir={d / 'spool'}/%n
-SlurmctldPidFile={d / 'slurmctld.pid'}
-SlurmdPidFile={d / 'slurmd.pid'}
-SlurmctldLogFile={d / 'slurmctld.log'}
-SlurmdLogFile={d / 'slurmd.log'}
-SlurmctldDebug=info
-SlurmdDebug=info
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SchedulerType=sched/backfill
-GresTypes=gpu
-TopologyPlugin=topology/tree
-SlurmdParameters=config_overrides
-ReturnToService=2
-MpiDefault=none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-NodeName=gpunode[01-{NODES:02d}] NodeAddr=127.0.0.1 Sockets=2 CoresPerSocket=32 ThreadsPerCore=2 RealMemory=1000 Gres=gpu:{GPU_TYPE}:8 State=UNKNOWN
-PartitionName=gpu Nodes=gpunode[01-{NODES:02d}] Default=YES MaxTime=INFINITE State=UP
-""")
+    conf.write_text(slurm_conf(d, ctld_port, slurmd_port, sock, "tree",
+                               f"NodeName=gpunode[01-{NODES:02d}] NodeAddr=127.0.0.1 Sockets=2 CoresPerSocket=32 "
+                               f"ThreadsPerCore=2 RealMemory=1000 Gres=gpu:{GPU_TYPE}:8 State=UNKNOWN",
+                               "SlurmctldDebug=info\nSlurmdDebug=info\nGresTypes=gpu\nSlurmdParameters=config_overrides",
+                               name="gpucommtest", per_node=False))
     env = dict(os.environ, SLURM_CONF=str(conf), MUNGE_SOCKET=str(sock))
     daemons = Daemons()
     logs = [d / "munged.log", d / "slurmctld.log", d / "slurmd.log"]

@@ -217,9 +217,19 @@ def rings(
 
         out["calibrated"] = achievable_summary(doc, nodes=nodes, gpus=gpu_list, calibration=read_calibration(calibration),
                                                calibration_source=calibration)
+    if nodes > 1:   # the transport between the nodes, as the probe found it (docs/SWPATH.md)
+        from gpucomm.planners.collectives.transport import from_probe
+        from gpucomm.probes.topology import Topology
+
+        out["transport"] = from_probe(Topology.of(doc)).to_dict()
 
     def table(console) -> None:
         from gpucomm.render.plain import Table
+
+        if out.get("transport"):
+            t = out["transport"]
+            console.print(f"transport between nodes: {t['name']} ({t['source']}: {t['why']})", markup=False,
+                          highlight=False)
 
         multi = out["nodes"] > 1
         t = Table(title=f"Rings: {plural(len(out['channels']), 'channel')}, {out['total_bw_GBps']:g} GB/s total "
@@ -271,7 +281,7 @@ def rings(
                           f"{ng['total_bw_GBps']:g} GB/s (type {ng['type_intra']}/{ng['type_inter']}); ours "
                           f"{ng['ours_total_bw_GBps']:g} GB/s" + (f" ({ng['ratio']:g}x)" if ng["ratio"] else ""))
             for i, ch in enumerate(ng["channels"][:16]):
-                console.print(f"  graph channel {i}: " + " > ".join(f"GPU{g}" for g in ch))
+                console.print(f"  graph channel {i}: " + " > ".join(f"GPU{g}" if isinstance(g, int) else str(g) for g in ch))
             if ng["covers_gpus"] is False:
                 console.print("  note: its channels do not cover exactly this plan's GPUs")
 

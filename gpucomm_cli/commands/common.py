@@ -14,7 +14,9 @@ from typing import NoReturn, Optional, Tuple
 import typer
 
 TOPO_HELP = ("Topology: a saved topology (JSON/YAML), a snapshot (dir or .tar.gz), `nvidia-smi topo -m` output, "
-             "an NCCL topology XML, `rocm-smi --showtopo` output, example:<name>, or - for standard input.")
+             "an NCCL topology XML, `rocm-smi --showtopo` output, example:<name>, or - for standard input "
+             "(also `nvidia-smi -q` / `nvlink -s`, `nvidia-imex-ctl -N` output and NCCL debug logs: GPUs and their "
+             "NVLink fabric).")
 LIVE_HELP = " Without one: this node (a live probe)."
 FROM_HELP = "The same as TOPO (kept for scripts written against earlier versions)."
 
@@ -66,3 +68,26 @@ def load_topo(topo: Optional[str], src: Optional[str] = None, live: bool = True,
     from gpucomm.probes.load import load_topology
 
     return load_topology(chosen), chosen
+
+
+def out_directory(path) -> None:
+    """Create ``--out-dir DIR`` (parents too), refusing a symbolic link; InputError in one line."""
+    from gpucomm.probes.errors import InputError
+
+    if path.is_symlink():
+        raise InputError("is a symbolic link; not followed", str(path), expected="a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"cannot write: {e.strerror}", str(path)) from None
+
+
+def hostlist_option(text: str, flag: str) -> list:
+    """A Slurm hostlist flag value (``node[01-04]``) -> host names; InputError naming the flag."""
+    from gpucomm.probes.errors import InputError
+    from gpucomm.probes.formats.slurm_topology import expand_hostlist
+
+    try:
+        return expand_hostlist(text)
+    except ValueError as e:
+        raise InputError(f"{flag} {text!r}: {e}", expected="a Slurm hostlist like node[01-04]") from None

@@ -23,6 +23,13 @@ def _describe(doc: dict, src: Optional[str]) -> str:
     return f"{name}: {plural(len(doc.get('gpus', [])), 'GPU')}, {plural(len(doc.get('nics', [])), 'NIC')}"
 
 
+def _job_env() -> dict:
+    """The NCCL settings a job started from this shell would get (mnnvl-settings judges them)."""
+    import os
+
+    return {k: v for k, v in os.environ.items() if k.startswith("NCCL_MNNVL_") or k == "NCCL_CUMEM_ENABLE"}
+
+
 def short_names(inputs: List[str]) -> List[str]:
     """Column labels for diff: the file or directory name without its extension, or the full
     argument when two inputs would get the same label."""
@@ -47,10 +54,12 @@ def doctor(
     rules: Optional[str] = typer.Option(None, "--rules", help="Comma list of rules to run (default: all): "
                                         "pcie-downtrained, nvlink-inactive, ib-port-down, ib-rate-low, "
                                         "nic-numa-mismatch, p2p-blocked, cpu-affinity-mismatch, measured-bw-low, "
-                                        "mig-enabled, matrix-asymmetric."),
+                                        "mig-enabled, matrix-asymmetric, fabric-state, fabric-health, fabric-clique, "
+                                        "nvlink-tray-down, imex-domain, mnnvl-settings."),
 ) -> None:
     """Find degraded or misconfigured links: PCIe down-trained, NVLink down, IB ports down or slow, GPU/NIC
-    NUMA mismatches, ACS/IOMMU blocking P2P, MIG. Exits 5 when it finds errors or warnings."""
+    NUMA mismatches, ACS/IOMMU blocking P2P, MIG; on multi-node NVLink trays the fabric state and health,
+    cliques, the IMEX domain and NCCL_MNNVL_* settings. Exits 5 when it finds errors or warnings."""
     from gpucomm.render.tables import plural, print_table
     from gpucomm.planners.health.doctor import parse_rules, run_doctor
 
@@ -63,7 +72,7 @@ def doctor(
             usage_error("standard input (-) can be read once")
         return doctor_many(inputs, only)
     doc, name = load_topo(fleet[0] if fleet else None, src)
-    report = run_doctor(doc, only)
+    report = run_doctor(doc, only, env=_job_env())
     title = _describe(doc, name)
 
     def table(console):
@@ -102,7 +111,7 @@ def doctor_many(inputs: List[str], only: Optional[list]) -> None:
 
     from gpucomm.render.output import emit
 
-    report = doctor_sources(zip(short_names(inputs), inputs), only)
+    report = doctor_sources(zip(short_names(inputs), inputs), only, env=_job_env())
 
     def table(console):
         from gpucomm.render.plain import Table
@@ -133,6 +142,9 @@ def doctor_many(inputs: List[str], only: Optional[list]) -> None:
                           f["rule"], f["subject"], f"{f['message']}\nfix: {f['fix']}")
         if t.row_count:
             console.print(t)
+        for f in report.get("fleet_findings") or []:
+            console.print(f"[{_SEV_STYLE[f['severity']]}]{f['severity']}[/] {f['rule']} {f['subject']} (across nodes): "
+                          f"{f['message']}\n  fix: {f['fix']}", soft_wrap=True)
         console.print(f"checked: {', '.join(report['checked'])}")
 
     emit(report, table=table)

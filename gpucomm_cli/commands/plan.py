@@ -9,7 +9,8 @@ from typing import Optional
 
 import typer
 
-from gpucomm.commands.common import TOPO_HELP, from_option, load_topo, pick_source, topo_argument, usage_error
+from gpucomm.commands.common import (TOPO_HELP, from_option, hostlist_option, load_topo, out_directory, pick_source,
+                                     topo_argument, usage_error)
 from gpucomm.settings import diag
 
 EMITS = ("torchrun", "slurm", "rankfile", "env", "wrapper", "json", "nccl-xml", "nccl-graph", "megatron", "deepspeed",
@@ -175,6 +176,9 @@ def plan(
     calibration: Optional[str] = typer.Option(None, "--calibration", metavar="PROFILE.json",
                                               help="A calibration profile (gpucomm calibrate) that times the "
                                               "collectives of the --model estimate."),
+    transport: Optional[str] = typer.Option(None, "--transport", help="The inter-node transport that times "
+                                            "--model's collectives across nodes: ib, ib-nogdr, socket, plugin:NAME "
+                                            "(default: what the probe found; docs/SWPATH.md)."),
     nccl_graph: bool = typer.Option(False, "--nccl-graph", help="Also search our rings (one node) and set "
                                     "NCCL_GRAPH_FILE where they beat NCCL's own ring search by 5% or more "
                                     "(--emit nccl-graph writes the file; implied by it)."),
@@ -201,12 +205,7 @@ def plan(
         raise InputError("--gpus is empty", expected="e.g. 0-3")
     host_list = None
     if hosts is not None:
-        from gpucomm.planners.placement.cluster import expand_hostlist
-
-        try:
-            host_list = expand_hostlist(hosts)
-        except ValueError as e:
-            raise InputError(f"--hosts {hosts!r}: {e}", expected="a Slurm hostlist like node[01-04]") from None
+        host_list = hostlist_option(hosts, "--hosts")
         if nodes is None:
             nodes = len(host_list)
     cl = load_cluster(cluster, default_topology=topo) if cluster else None
@@ -220,7 +219,8 @@ def plan(
                              top=top, gpus_per_node=gpus_per_node, gpus=gpu_list, cluster=cl, command=command,
                              topo_file_path=topo_file_path, port=port, hosts=host_list, etp=etp, vpp=vpp,
                              torch_version=installed_torch_version(), calibration=cal,
-                             calibration_source=calibration, nccl_graph=nccl_graph or emit == "nccl-graph")
+                             calibration_source=calibration, nccl_graph=nccl_graph or emit == "nccl-graph",
+                             transport=transport)
     if emit is not None:
         from gpucomm.probes.model import dumps_json
 
@@ -278,18 +278,30 @@ def _g(x) -> str:
 def select(
     topo: Optional[str] = topo_argument(),
     src: Optional[str] = from_option(),
-    count: int = typer.Option(..., "--count", "-k", min=1, help="How many GPUs to allocate."),
-    free: Optional[str] = typer.Option(None, "--free", help="Free GPU indices, e.g. 0,1,3 or 0-3,6 (default: all)."),
+    count: Optional[int] = typer.Option(None, "--count", "-k", min=1, help="How many GPUs to allocate."),
+    free: Optional[str] = typer.Option(None, "--free", help="Free GPU indices, e.g. 0,1,3 or 0-3,6 (default: all); "
+                                       "with --nodes, free hosts as a Slurm hostlist, e.g. node[01-40]."),
     policy: str = typer.Option("gpucomm", "--policy", help="gpucomm (default) or gpuallocator (NVIDIA "
                                "go-gpuallocator's best-effort policy, as the Kubernetes device plugin)."),
+    nodes: Optional[int] = typer.Option(None, "--nodes", "-N", min=1, help="Pick N nodes of --cluster for one job "
+                                        "instead: healthy, free, in one NVLink domain, else one leaf, else under the "
+                                        "lowest switch with room; says what crossing a spine costs."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="With --nodes: a cluster file (gpucomm cluster), "
+                                          "or a fabric (ibnetdiscover output, topology.conf) with TOPO as every node."),
 ) -> None:
-    """The best K of the free GPUs (for schedulers and device plugins).
+    """The best K of the free GPUs (for schedulers and device plugins), or with --nodes N --cluster FILE the
+    best N nodes of a cluster for one job.
 
-    Formats: table, json (gpucomm.select/v1), yaml, list (just the indices, comma-separated)."""
+    Formats: table, json (gpucomm.select/v1, gpucomm.select-nodes/v1), yaml, list (the indices, or the hostlist)."""
     from gpucomm.planners.placement.select import parse_index_list, select_gpus
     from gpucomm.probes.errors import InputError
 
     from gpucomm.render.output import emit as emit_doc
+
+    if nodes is not None or cluster is not None:
+        return select_nodes_cmd(topo or src, nodes, cluster, free, count)
+    if count is None:
+        usage_error("give --count K (GPUs of a node), or --nodes N --cluster FILE (nodes of a cluster)")
 
     if policy not in ("gpucomm", "gpuallocator"):
         usage_error(f"{policy!r} is not a policy (gpucomm or gpuallocator)", "--policy")
@@ -308,13 +320,60 @@ def select(
         diag(f"gpucomm: warning: {w}")
 
 
+def draw_select_nodes(res: dict, console) -> None:
+    sp = res["span"]
+    where = {"nvlink-domain": "one NVLink domain", "leaf": "one leaf switch"}.get(sp["within"], f"switch level {sp['within'][5:]}"
+                                                                                if sp["within"].startswith("level") else sp["within"])
+    console.print(f"gpucomm select: {res['count']} node(s) -> {res['hostlist']}", soft_wrap=True)
+    console.print(f"  within {where}" + (f" ({sp['name']})" if sp.get("name") else "")
+                  + f"; leaves: {', '.join(sp['leaves']) or '-'}" + (f"; NVLink domains: {', '.join(sp['nvlink_domains'])}"
+                                                                    if sp["nvlink_domains"] else ""), soft_wrap=True)
+    ex = res["excluded"]
+    console.print(f"  {res['candidates']} candidate(s); left out: {ex['unhealthy']} unhealthy, {ex['not_free']} not free",
+                  soft_wrap=True)
+    if res.get("cost"):
+        console.print(f"  crossing the spine: {res['cost']['text']}", soft_wrap=True)
+
+
+def select_nodes_cmd(topo: Optional[str], nodes: Optional[int], cluster: Optional[str], free: Optional[str],
+                     count: Optional[int]) -> None:
+    from gpucomm.planners.placement.cluster import load_cluster
+    from gpucomm.planners.placement.select import select_nodes
+    from gpucomm.render.output import emit as emit_doc
+
+    if nodes is None or cluster is None:
+        usage_error("--nodes N and --cluster FILE go together: gpucomm select --nodes 8 --cluster cluster.yaml")
+    if count is not None:
+        usage_error("--count picks GPUs of one node; --nodes picks nodes of a cluster: give one", "--count")
+    free_hosts = hostlist_option(free, "--free") if free is not None else None
+    cl = load_cluster(cluster, default_topology=topo)
+    res = select_nodes(cl, nodes, free_hosts, nic_gbps=_node_nic_gbps(cl.doc(cl.nodes[0])))
+    emit_doc(res, table=lambda console: draw_select_nodes(res, console), extra={"list": lambda: res["hostlist"]},
+             allowed=["table", "json", "yaml", "list"])
+    for w in res.get("warnings", []) + cl.warnings:
+        diag(f"gpucomm: warning: {w}")
+
+
+def _node_nic_gbps(doc: dict) -> Optional[float]:
+    """One node's RDMA rate to the fabric (its compute NICs, summed), or None."""
+    from gpucomm.planners.placement.layout import compute_nics
+    from gpucomm.probes.facts import nic_is_rdma, nic_rate_gbps
+
+    nics = {n["name"]: n for n in doc.get("nics") or [] if isinstance(n, dict) and n.get("name")}
+    rate = sum((nic_rate_gbps(n) or 0) for n in compute_nics(nics).values() if nic_is_rdma(n)) if nics else 0
+    return rate or None
+
+
 # ============================================================================================
 def synth(
     topo: Optional[str] = typer.Argument(None, metavar="[TOPO]", show_default=False,
                                          help=TOPO_HELP + " The topology of every node (or --node)."),
-    nodes: int = typer.Option(..., "--nodes", "-N", min=1, help="Number of nodes."),
+    nodes: Optional[int] = typer.Option(None, "--nodes", "-N", min=1, help="Number of nodes (or --fabric)."),
     node: Optional[str] = typer.Option(None, "--node", "--from", metavar="TOPO",
                                        help="Topology of every node, e.g. example:hgx-h100 (the same as TOPO)."),
+    fabric_file: Optional[str] = typer.Option(None, "--fabric", metavar="FILE", help="A real fabric instead of a "
+                                              "synthetic fat tree (ibnetdiscover/iblinkinfo output, topology.conf): "
+                                              "every host of it gets TOPO; the cluster file names FILE."),
     fat_tree: int = typer.Option(3, "--fat-tree", min=1, max=3, help="Levels of the fat tree (1, 2 or 3)."),
     nodes_per_leaf: int = typer.Option(32, "--nodes-per-leaf", min=1, help="Nodes under each leaf switch."),
     leaves_per_spine: int = typer.Option(8, "--leaves-per-spine", min=1, help="Leaf switches under each spine "
@@ -323,13 +382,11 @@ def synth(
     out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="Write cluster.yaml and topology.conf here "
                                            "(default: print the cluster file with the topology.conf inline)."),
 ) -> None:
-    """Write a synthetic cluster: NODES copies of a node under a fat tree (cluster YAML + Slurm topology.conf)."""
+    """Write a synthetic cluster: NODES copies of a node under a fat tree (cluster YAML + Slurm topology.conf + the
+    ibnetdiscover output of that fabric; --format ibnetdiscover prints the latter alone)."""
     import yaml
 
-    from gpucomm.planners.placement.cluster import synth_cluster
-    from gpucomm.planners.placement.layout import compute_nics
-    from gpucomm.probes.errors import InputError
-    from gpucomm.probes.facts import nic_is_rdma, nic_rate_gbps
+    from gpucomm.planners.placement.cluster import synth_cluster, synth_ibnetdiscover
     from gpucomm.probes.load import load_topology
 
     from gpucomm.render.output import chosen_format, write_text
@@ -337,35 +394,55 @@ def synth(
     node = pick_source(topo, node)
     if node is None:
         usage_error("give the topology of every node (TOPO or --node), e.g. gpucomm synth example:hgx-h100 -N 64")
+    if (nodes is None) == (fabric_file is None):
+        usage_error("give --nodes N (a synthetic fat tree) or --fabric FILE (a real one), not both")
     doc = load_topology(node)  # the node must load, and gives the uplink speed
-    nics = {n["name"]: n for n in doc.get("nics") or [] if isinstance(n, dict) and n.get("name")}
-    rate = sum((nic_rate_gbps(n) or 0) for n in compute_nics(nics).values() if nic_is_rdma(n))
+    rate = _node_nic_gbps(doc)
     src = node
     if out_dir is not None and not node.startswith("example:"):
         src = os.path.relpath(os.path.abspath(node), os.path.abspath(out_dir))
-    cluster_doc, conf = synth_cluster(nodes, src, fat_tree, nodes_per_leaf, leaves_per_spine, prefix,
-                                      link_gbps=rate or None,
-                                      topology_conf_name="topology.conf" if out_dir is not None else None)
-    fmt = chosen_format("yaml", ["yaml", "json", "table"])
-    if fmt not in ("yaml", "json", "table"):
-        usage_error(f"{fmt!r} is not a format of synth (it has yaml, json)", "--format")
+    fmt = chosen_format("yaml", ["yaml", "json", "table", "ibnetdiscover"])
+    if fmt not in ("yaml", "json", "table", "ibnetdiscover"):
+        usage_error(f"{fmt!r} is not a format of synth (it has yaml, json, ibnetdiscover)", "--format")
+    ibnet = None
+    if fabric_file is not None:
+        from gpucomm.planners.placement import fabric as pf
+        from gpucomm.probes.fabric import load_fabric
+
+        if fmt == "ibnetdiscover":
+            usage_error("with --fabric the fabric is FILE itself: no ibnetdiscover is written", "--format")
+        fdoc = load_fabric(fabric_file)
+        conf = pf.slurm(fdoc)
+        hosts = pf.host_order(fdoc)
+        nodes, fat_tree = len(hosts), max((lv["level"] or 0 for lv in fdoc["levels"]), default=1) or 1
+        fsrc = fabric_file if out_dir is None else os.path.relpath(os.path.abspath(fabric_file), os.path.abspath(out_dir))
+        cluster_doc = {"schema": "gpucomm.cluster/v1", "name": f"{nodes}x-{node.split(':')[-1]}",
+                       "nodes": [{"names": pf.compress_hostlist(hosts), "topology": src}], "fabric": {"file": fsrc}}
+    else:
+        cluster_doc, conf = synth_cluster(nodes, src, fat_tree, nodes_per_leaf, leaves_per_spine, prefix,
+                                          link_gbps=rate or None,
+                                          topology_conf_name="topology.conf" if out_dir is not None else None)
+        ibnet = synth_ibnetdiscover(nodes, fat_tree, nodes_per_leaf, leaves_per_spine, prefix)
+    if fmt == "ibnetdiscover" and out_dir is None:
+        write_text(ibnet)
+        return
     if out_dir is not None:
         from gpucomm.probes.files import check_writable, write_atomic
         from gpucomm.settings import SETTINGS
 
-        if out_dir.is_symlink():
-            raise InputError("is a symbolic link; not followed", str(out_dir), expected="a directory")
-        try:
-            out_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise InputError(f"cannot write: {e.strerror}", str(out_dir)) from None
-        for name in ("topology.conf", "cluster.yaml"):  # both refused before either is written
+        out_directory(out_dir)
+        names = ("topology.conf", "cluster.yaml") + (("ibnetdiscover.out",) if ibnet is not None else ())
+        for name in names:  # all refused before any is written
             check_writable(out_dir / name, SETTINGS.force)
         write_atomic(out_dir / "topology.conf", conf, force=SETTINGS.force)
+        if ibnet is not None:
+            write_atomic(out_dir / "ibnetdiscover.out", ibnet, force=SETTINGS.force)
         write_atomic(out_dir / "cluster.yaml", yaml.safe_dump(cluster_doc, sort_keys=True), force=SETTINGS.force)
-        diag(f"gpucomm: wrote {out_dir / 'cluster.yaml'} and {out_dir / 'topology.conf'} ({nodes} nodes)")
+        diag(f"gpucomm: wrote {', '.join(str(out_dir / n) for n in names)} ({nodes} nodes)")
         summary = {"schema": "gpucomm.synth/v1", "cluster": str(out_dir / "cluster.yaml"), "topology_conf": str(out_dir / "topology.conf"),
-                   "nodes": nodes, "levels": fat_tree}
+                   "nodes": nodes, "levels": min(fat_tree, 3)}
+        if ibnet is not None:
+            summary["ibnetdiscover"] = str(out_dir / "ibnetdiscover.out")
         from gpucomm.probes.model import dumps_json
 
         write_text(dumps_json(summary) if fmt == "json" else yaml.safe_dump(summary, sort_keys=True))

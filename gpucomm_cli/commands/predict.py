@@ -16,7 +16,7 @@ def table_text(pred: dict) -> str:
     lines = [
         f"# gpucomm predict: {pred['collective']}, {pred['n_ranks']} ranks "
         f"({pred['nodes']} node{plural} x {pred['gpus_per_node']} GPUs), algo {pred['algo']}",
-    ] + _graph_lines(pred["graph"])
+    ] + transport_lines(pred.get("transport")) + _graph_lines(pred["graph"])
     lines.append("#")
     lines.append(f"# {'size':>12} {'count':>13} {'type':>8} {'time':>12} {'algbw':>9} {'busbw':>9}  algorithm")
     lines.append(f"# {'(B)':>12} {'(elements)':>13} {'':>8} {'(us)':>12} {'(GB/s)':>9} {'(GB/s)':>9}")
@@ -25,6 +25,14 @@ def table_text(pred: dict) -> str:
         lines.append(f"  {r['size_bytes']:>12} {r['count']:>13} {r['type']:>8} {_fmt_time(r['time_us']):>12} "
                      f"{r['algbw_GBps']:>9.2f} {r['busbw_GBps']:>9.2f}  {algo}")
     return "\n".join(lines) + "\n"
+
+
+def transport_lines(t: Optional[dict]) -> list:
+    """``# transport: ...`` (the inter-node transport, why, and what it applies), none on one node."""
+    if not t or str(t.get("applies", "")).startswith("no: one node"):
+        return []
+    return [f"# transport: {t['name']} ({t['source']}: {t['why']})" if t.get("why") else
+            f"# transport: {t['name']} ({t['source']})", f"# transport efficiency: {t['applies']}"]
 
 
 def _human(n: Optional[int]) -> str:
@@ -59,6 +67,7 @@ def compare_table_text(rep: dict) -> str:
                  f"x {c['gpus_per_node']} GPUs), algo {c['algo']}",
                  f"# measured: {rep['source']} line {c['line']}"
                  + (f" ({c['test_name']}_perf)" if c.get("test_name") else "") + ", out-of-place columns"]
+        lines += transport_lines(c.get("transport"))
         lines += _graph_lines(c["graph"])
         lines += [f"# note: {n}" for n in c["notes"]]
         lines.append("#")
@@ -132,6 +141,17 @@ def predict(
     calibration: Optional[str] = typer.Option(None, "--calibration", metavar="PROFILE.json",
                                               help="A calibration profile (gpucomm calibrate): its fitted network, "
                                               "latency and protocol parameters replace the defaults."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="A cluster file (gpucomm cluster) or a fabric "
+                                          "(ibnetdiscover output, topology.conf) with TOPO as every node: --nodes N "
+                                          "are picked as `select --nodes` picks them, and a network that leaves a leaf "
+                                          "gets the leaf uplinks' share (oversubscription)."),
+    transport: Optional[str] = typer.Option(None, "--transport", help="The inter-node transport NCCL runs: ib, "
+                                            "ib-nogdr, socket, plugin:NAME (e.g. plugin:aws-ofi-nccl), "
+                                            "plugin:NAME:nogdr. Default: what the run's NCCL lines show, else "
+                                            "what the probe found (docs/SWPATH.md)."),
+    nccl_log: Optional[str] = typer.Option(None, "--nccl-log", metavar="LOG", help="An NCCL_DEBUG=INFO log of a "
+                                           "run on these nodes (or next to the --compare output): its transport "
+                                           "(NET/IB, NET/Socket, a plugin, GDRDMA) is used."),
 ) -> None:
     """Predict time, algbw and busbw of a collective (nccl-tests formulas), per size.
 
@@ -149,6 +169,15 @@ def predict(
 
     gpu_list = parse_gpu_list(gpus)
     cal = read_calibration(calibration) if calibration is not None else None
+    log = None
+    if nccl_log is not None:
+        from gpucomm.probes.formats.nccllog import load_nccl_log
+
+        log = load_nccl_log(nccl_log)
+    if transport is not None:
+        from gpucomm.planners.collectives.transport import parse
+
+        parse(transport)   # a bad value is an input error before anything is loaded
     if compare_file is not None:
         for flag, value in (("--size", size), ("--dtype", dtype)):
             if value is not None:
@@ -158,17 +187,35 @@ def predict(
         doc, _ = load_topo(topo, src)
         rep = build_comparison(doc, text, compare_file, collective=collective, nodes=nodes,
                                gpus_per_node=gpus_per_node, fabric_gbps=fabric_gbps, algo=algo, gpus=gpu_list,
-                               calibration=cal, calibration_source=calibration)
+                               calibration=cal, calibration_source=calibration, transport=transport, nccl_log=log)
         emit(rep, extra={"table": lambda: compare_table_text(rep)}, allowed=["table", "json", "yaml"])
         topo_warnings = set(doc.get("warnings") or [])
         for w in rep["warnings"]:   # skipped runs matter; topology warnings only with --verbose, as below
             diag(f"gpucomm: warning: {w}", verbose_only=w in topo_warnings)
         return
-    doc, _ = load_topo(topo, src)
+    notes = []
+    if cluster is not None:
+        from gpucomm.planners.placement.cluster import load_cluster
+        from gpucomm.planners.placement.select import cluster_network
+
+        cl = load_cluster(cluster, default_topology=topo or src)
+        doc = cl.doc(cl.nodes[0])
+        net = cluster_network(cl, nodes or 2, doc)
+        nodes = net["nodes"]
+        if fabric_gbps is None:
+            fabric_gbps = net["fabric_gbps"]
+        notes.append(net["note"])
+    else:
+        doc, _ = load_topo(topo, src)
     pred = build_prediction(doc, collective or "all_reduce", size or "1GiB", nodes=1 if nodes is None else nodes,
                             gpus_per_node=gpus_per_node, fabric_gbps=fabric_gbps, algo=algo, gpus=gpu_list,
-                            dtype=dtype or "float", calibration=cal, calibration_source=calibration)
+                            dtype=dtype or "float", calibration=cal, calibration_source=calibration,
+                            transport=transport, nccl_log=log)
+    if notes:
+        pred["cluster"] = notes[0]
     emit(pred, extra={"table": lambda: table_text(pred)}, allowed=["table", "json", "yaml"])
+    for n in notes:
+        diag(f"gpucomm: {n}")
     for w in pred["warnings"]:
         diag(f"gpucomm: warning: {w}", verbose_only=True)
 

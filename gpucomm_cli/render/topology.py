@@ -17,7 +17,7 @@ import re
 from typing import Optional
 
 from gpucomm.probes.facts import nic_rate_gbps, pcie_bw_GBps
-from gpucomm.probes.model import cpu_id, format_cpulist, gpu_id, matrix_order, nic_id
+from gpucomm.probes.model import cpu_id, format_cpulist, gpu_id, host_of, matrix_order, nic_id
 from gpucomm.probes.model import natural_key as _natural
 
 from gpucomm.render.tables import print_table
@@ -233,26 +233,34 @@ def summary_table(doc: dict, console) -> None:
                       _escape(s.get("detail", "")))
         print_table(console, t, prose=("detail",))
 
+    multi = _hosts_text(doc)
+    if multi:
+        console.print(multi, soft_wrap=True)
     if doc.get("numa_nodes"):
         t = Table(title="NUMA nodes", title_justify="left")
-        for c in ("node", "CPUs", "memory", "distances"):
+        for c in ("node", "CPUs", "memory", "distances") if not multi else ("host", "node", "CPUs", "memory", "distances"):
             t.add_column(c)
         for n in doc["numa_nodes"]:
             mem = n.get("memory_bytes")
-            t.add_row(str(n.get("id")), _dash(n.get("cpus")), f"{mem / 2**30:.1f} GiB" if mem else "-",
-                      " ".join(map(str, n.get("distances") or [])) or "-")
+            row = [str(n.get("id")), _dash(n.get("cpus")), f"{mem / 2**30:.1f} GiB" if mem else "-",
+                   " ".join(map(str, n.get("distances") or [])) or "-"]
+            t.add_row(*([str(host_of(n))] if multi else []), *row)
         print_table(console, t)
 
     t = Table(title=f"GPUs ({len(doc.get('gpus', []))})", title_justify="left")
-    for c in ("GPU", "name", "bus id", "NUMA", "CPUs", "PCIe cur / max", "NVLink"):
+    for c in ("GPU", "host", "name", "bus id", "NUMA", "CPUs", "PCIe cur / max", "NVLink") if multi else \
+            ("GPU", "name", "bus id", "NUMA", "CPUs", "PCIe cur / max", "NVLink"):
         t.add_column(c, no_wrap=c in ("bus id", "PCIe cur / max"))
     for g in doc.get("gpus", []):
         numa = g.get("numa_node")
         aff = g.get("numa_affinity") or []
         numa_s = str(numa) if numa is not None else (format_cpulist(aff) if aff else "-")
-        t.add_row(str(g["index"]), _escape(_dash(g.get("name"))), _dash(g.get("pci_bus_id")), numa_s,
+        where = [f"{host_of(g)}/GPU{g['local_index'] if isinstance(g.get('local_index'), int) else g['index']}"] \
+            if multi else []
+        t.add_row(str(g["index"]), *where, _escape(_dash(g.get("name"))), _dash(g.get("pci_bus_id")), numa_s,
                   _dash(g.get("cpu_affinity")), _pcie_text(g.get("pcie")), _gpu_nvlink_text(doc, g))
     print_table(console, t, prose=("name", "NVLink"))
+    _fabric_table(doc, console)
 
     if doc.get("nics"):
         t = Table(title=f"NICs ({len(doc['nics'])})", title_justify="left")
@@ -287,6 +295,73 @@ def summary_table(doc: dict, console) -> None:
         for w in doc["warnings"]:
             console.print(f"  [yellow]![/] {_escape(w)}", soft_wrap=True)
     matrix_rich(doc, console)
+
+
+def _hosts_text(doc: dict) -> str:
+    """'Hosts: 0 = name (host_hash), 1 = ...' for a document of several hosts, '' for one."""
+    named = {h.get("id"): h for h in doc.get("hosts") or [] if isinstance(h, dict)}
+    ids = sorted(set(named) | {host_of(g) for g in doc.get("gpus", [])})
+    if len(ids) < 2:
+        return ""
+    parts = []
+    for i in ids:
+        h = named.get(i) or {}
+        extra = ", ".join(x for x in (h.get("hostname"), f"host_hash {h['host_hash']}" if h.get("host_hash") else None)
+                          if x)
+        parts.append(f"{i}" + (f" ({_escape(extra)})" if extra else ""))
+    return f"Hosts ({len(ids)}): " + "; ".join(parts) + " -- graph ids and NIC names of host h > 0 start with h/"
+
+
+def _fabric_table(doc: dict, console) -> None:
+    """The GPUs' multi-node NVLink fabric (NVML / nvidia-smi -q / NCCL log), the IMEX domain and what
+    an NCCL log said about MNNVL, when the document has any of them."""
+    from rich.table import Table
+
+    from gpucomm.probes.facts import fabric_health_problems
+
+    rows = [g for g in doc.get("gpus", []) if isinstance(g.get("fabric"), dict)]
+    if rows:
+        t = Table(title="NVLink fabric (multi-node NVLink)", title_justify="left")
+        for c in ("GPU", "cluster UUID", "clique", "state", "health", "rack position"):
+            t.add_column(c, no_wrap=c == "cluster UUID")
+        for g in rows:
+            f = g["fabric"]
+            bad = fabric_health_problems(f.get("health_mask"))
+            summary = f.get("health_summary")
+            if summary and summary != "healthy":
+                bad.append(f"summary={summary}")
+            health = ", ".join(bad) if bad else ("healthy" if f.get("health_mask") or summary else "-")
+            if f.get("status") not in (None, "NVML_SUCCESS"):
+                health = f"status {f['status']}" + (f"; {health}" if health != "-" else "")
+            p = g.get("platform") or {}
+            where = ", ".join(f"{k.replace('_', ' ')} {p[k]}" for k in ("chassis_serial", "slot", "tray_index", "host_id",
+                                                                       "module_id") if p.get(k) is not None)
+            gpu = f"{host_of(g)}/GPU{g.get('local_index', g['index'])}" if doc.get("hosts") else str(g["index"])
+            t.add_row(gpu, _dash(f.get("cluster_uuid")), _dash(f.get("clique_id")), _dash(f.get("state")),
+                      _escape(health), _escape(where) or "-")
+        print_table(console, t, prose=("health", "rack position"))
+    imex = doc.get("imex")
+    if isinstance(imex, dict):
+        nodes = [n for n in imex.get("nodes") or [] if isinstance(n, dict)]
+        ready = sum(1 for n in nodes if n.get("state") == "READY")
+        conn = imex.get("connectivity") or {}
+        console.print(f"IMEX domain {imex.get('domain_state') or 'state unknown'}: {len(nodes)} node(s), {ready} READY"
+                      + (f"; connectivity {', '.join(f'{k} {v}' for k, v in sorted(conn.items()))}" if conn else ""),
+                      soft_wrap=True)
+    nccl = doc.get("nccl")
+    if isinstance(nccl, dict):
+        mn = nccl.get("mnnvl") if isinstance(nccl.get("mnnvl"), dict) else {}
+        text = f"NCCL {nccl.get('version') or '(version not in the log)'}"
+        if mn.get("enabled") is not None:
+            text += f": MNNVL {'on' if mn['enabled'] else 'off'}"
+        if mn.get("clique_size"):
+            text += f", clique {mn.get('clique_id'):#x} of {mn['clique_size']} rank(s)"
+        if mn.get("nvl_domain_size"):
+            text += f", nvlDomainSize {mn['nvl_domain_size']}"
+        env = {k: v for k, v in (nccl.get("env") or {}).items() if k.startswith("NCCL_MNNVL")}
+        if env:
+            text += "; " + ", ".join(f"{k}={v}" for k, v in sorted(env.items()))
+        console.print(_escape(text), soft_wrap=True)
 
 
 def _escape(s: str) -> str:

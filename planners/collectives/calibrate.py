@@ -140,18 +140,45 @@ class _Case:
 
 
 class Layouts:
-    """NCCL's graphs per (nodes, GPUs per node) of one topology, searched once."""
+    """NCCL's graphs per (nodes, GPUs per node) of one topology, searched once.  ``transport``
+    (:class:`gpucomm.planners.collectives.transport.Transport`): the inter-node transport whose
+    documented efficiency the uncalibrated layer applies (``base``); ``consts``: other values of its
+    fitted constants (cross-validation)."""
 
-    def __init__(self, topo: Union[Topology, dict], fabric_gbps: Optional[float] = None):
+    def __init__(self, topo: Union[Topology, dict], fabric_gbps: Optional[float] = None, transport=None,
+                 consts: Optional[dict] = None):
+        from gpucomm.planners.collectives import transport as tr
+
         self.topo = Topology.of(topo)
         self.fabric_gbps = fabric_gbps
+        self.transport = transport
+        self.consts = consts
+        self.base = tr.profile(transport, consts=consts) if transport is not None else timing.DEFAULT
         self._cache: dict = {}
+        self._raw: dict = {}
 
     def get(self, nodes: int, gpn: int):
         key = (nodes, gpn)
         if key not in self._cache:
-            self._cache[key] = cost.graphs(self.topo, nodes=nodes, gpus_per_node=gpn, fabric_gbps=self.fabric_gbps)
+            if key not in self._raw:
+                self._raw[key] = cost.graphs(self.topo, nodes=nodes, gpus_per_node=gpn, fabric_gbps=self.fabric_gbps)
+            g, hw = self._raw[key]
+            if self.transport is not None and nodes > 1 and self.fabric_gbps is None:
+                from gpucomm.planners.collectives.transport import hardware
+
+                hw = hardware(hw, self.transport, g.type_inter, self.consts)
+            self._cache[key] = (g, hw)
         return self._cache[key]
+
+    def with_transport(self, transport, consts: Optional[dict] = None) -> "Layouts":
+        """The same graphs (not searched again) under another transport or constants."""
+        out = Layouts.__new__(Layouts)
+        out.__dict__.update(self.__dict__)
+        from gpucomm.planners.collectives import transport as tr
+
+        out.transport, out.consts, out._cache = transport, consts, {}
+        out.base = tr.profile(transport, consts=consts) if transport is not None else timing.DEFAULT
+        return out
 
 
 def _case(layouts: Layouts, run: Run, algo: str = "auto", ll128_c2c: Optional[bool] = None) -> Optional[_Case]:
@@ -578,8 +605,20 @@ def build_calibration(topo_doc: Union[Topology, dict], texts: Sequence[tuple[str
                       collective: Optional[str] = None, nodes: Optional[int] = None,
                       gpus_per_node: Optional[int] = None, fabric_gbps: Optional[float] = None) -> dict:
     """The ``gpucomm.calibration/v1`` document of ``gpucomm calibrate`` (no I/O)."""
+    from gpucomm.planners.collectives import transport as tr
+
     topo = Topology.of(topo_doc)
     runs, notes = runs_from_texts(topo, texts, collective=collective, nodes=nodes, gpus_per_node=gpus_per_node)
+    # the transport the runs' own NCCL lines show: one profile describes one transport (calibrate each apart)
+    seen = {}
+    for r in runs:
+        t = tr.from_log({"net": r.run.get("nccl_net")}, r.label)
+        if t is not None:
+            seen.setdefault(t.name, []).append(r.label)
+    if len(seen) > 1:
+        notes.append("the runs show different inter-node transports (" + "; ".join(
+            f"{k}: {', '.join(v[:2])}" for k, v in sorted(seen.items())) + "): a profile describes one; calibrate each "
+            "transport separately")
     layouts = Layouts(topo, fabric_gbps)
     p, fitted, cases = fit(layouts, runs)
     summaries = [_run_summary(c, p) for c in cases]
@@ -589,6 +628,8 @@ def build_calibration(topo_doc: Union[Topology, dict], texts: Sequence[tuple[str
     warn = setup_warning(summaries, med_time)
     if warn:
         notes.append(warn)
+    if len(seen) == 1:
+        notes.insert(0, f"transport: {next(iter(seen))} (the runs' NCCL lines)")
     return document(p, fitted, topo, topology_source, summaries, notes, fabric_gbps=fabric_gbps,
                     residual={"runs": len(summaries), "sizes": sum(s["sizes"] for s in summaries),
                               "median_abs_time_error_pct": _r(med_time)})
@@ -698,7 +739,8 @@ def check_run(layouts: Layouts, run: Run, profile: Optional[timing.Profile]) -> 
     --compare``.  Returns {collective, nodes, gpus_per_node, largest_size_bytes, largest_error_pct,
     median_abs_error_pct_ge_1MiB, peak80_measured_bytes, peak80_predicted_bytes, algorithm}."""
     g, hw = layouts.get(run.nodes, run.gpus_per_node)
-    graph = timing.apply(g, hw, profile or timing.DEFAULT)
+    profile = profile or layouts.base
+    graph = timing.apply(g, hw, profile)
     c = compare.compare_run(layouts.topo, run.run, nodes=run.nodes, gpus_per_node=run.gpus_per_node,
                             graph=graph, profile=profile)
     s = c["summary"]

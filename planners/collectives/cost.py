@@ -206,16 +206,22 @@ def _nvls_graph(f: NodeFacts) -> tuple[int, float]:
 
 def summarize(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[int] = None,
               fabric_gbps: Optional[float] = None, gpus: Optional[Sequence[int]] = None,
-              profile: Optional[timing.Profile] = None) -> CommGraph:
+              profile: Optional[timing.Profile] = None, transport=None) -> CommGraph:
     """Build the :class:`CommGraph` of ``nodes`` identical copies of ``doc``'s node: NCCL's graphs
     (:func:`graphs`) with the achievable bandwidths of ``profile`` (:func:`timing.apply`; the
-    documented defaults when None)."""
-    g, hw = graphs(doc, nodes=nodes, gpus_per_node=gpus_per_node, fabric_gbps=fabric_gbps, gpus=gpus)
+    documented defaults of ``transport`` when None: :mod:`gpucomm.planners.collectives.transport`)."""
+    g, hw = graphs(doc, nodes=nodes, gpus_per_node=gpus_per_node, fabric_gbps=fabric_gbps, gpus=gpus,
+                   transport=transport)
+    if profile is None and transport is not None:
+        from gpucomm.planners.collectives.transport import profile as transport_profile
+
+        profile = transport_profile(transport)
     return timing.apply(g, hw, profile or timing.DEFAULT)
 
 
 def graphs(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[int] = None,
-           fabric_gbps: Optional[float] = None, gpus: Optional[Sequence[int]] = None) -> tuple[CommGraph, "timing.Hardware"]:
+           fabric_gbps: Optional[float] = None, gpus: Optional[Sequence[int]] = None,
+           transport=None) -> tuple[CommGraph, "timing.Hardware"]:
     """NCCL's graphs of ``nodes`` identical copies of ``doc``'s node and the hardware figures the
     achievable layer reads (the expensive part of :func:`summarize`, independent of any profile).
 
@@ -284,7 +290,11 @@ def graphs(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[i
         top = max(r for _, r, _ in f.nics)
         carrying = used or {name for name, r, _ in f.nics if r >= top / 2}   # the NICs the job's traffic takes
         plain = sorted(n.name for n in topo.nics if n.name in carrying and not n.rdma)
-        if plain and len(plain) == len(carrying):
+        if plain and len(plain) == len(carrying) and transport is not None:
+            notes.append(f"{', '.join(plain)}: not RDMA devices, as far as the topology says: NCCL reaches them "
+                         f"through a net plugin (--transport plugin:NAME, e.g. aws-ofi-nccl) or its TCP socket "
+                         f"transport (--transport socket); the transport line says which is assumed")
+        elif plain and len(plain) == len(carrying):
             notes.append(f"{', '.join(plain)}: not RDMA devices, as far as the topology says: NCCL reaches "
                          f"them through a net plugin (e.g. aws-ofi-nccl; assumed here: the line rate x "
                          f"NET_EFFICIENCY) or, without one, its TCP socket transport (far slower: "
@@ -372,6 +382,11 @@ def graphs(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[i
                          nic_line_GBps=nic_bw if nodes > 1 and fabric_gbps is None else None,
                          fabric_GBps=(fabric_gbps / 8.0) if (nodes > 1 and fabric_gbps is not None) else None,
                          gpu_bw=gpu_bw, p2p_bw=p2p_bw)
+    if transport is not None and nodes > 1 and fabric_gbps is None:
+        # the inter-node transport's share of the line rate (collectives/transport.py)
+        from gpucomm.planners.collectives.transport import hardware as transport_hardware
+
+        hw = transport_hardware(hw, transport, graph.type_inter)
     return graph, hw
 
 
@@ -424,6 +439,12 @@ class LayoutCost:
         self.topo = Topology.of(doc)
         self.profile = profile
         self.options = options
+        # predict's profile: the calibration's, else the transport's defaults (as build_prediction)
+        self._timing = profile
+        if profile is None and options.get("transport") is not None:
+            from gpucomm.planners.collectives.transport import profile as transport_profile
+
+            self._timing = transport_profile(options["transport"])
         self._graphs: dict = {}
         self._times: dict = {}
 
@@ -454,7 +475,7 @@ class LayoutCost:
         key = (collective, size, gpus, int(nodes), dtype_bytes)
         t = self._times.get(key)
         if t is None:
-            row = predict(self.graph(gpus, nodes), collective, [size], dtype_bytes=dtype_bytes, profile=self.profile)[0]
+            row = predict(self.graph(gpus, nodes), collective, [size], dtype_bytes=dtype_bytes, profile=self._timing)[0]
             t = self._times[key] = row["time_us"] * 1e-6
         return t
 

@@ -384,9 +384,31 @@ def compare_rings(log: dict, plan: dict, ref: Optional[dict], doc: dict, nodes: 
     parts.append(f"our rings give {_fmt(ours_bw)} GB/s" +
                  (f" vs NCCL's {_fmt(nccl_bw)}" if nccl_bw is not None else ""))
     sec["verdict"] = "; ".join(parts)
+    sec["transport"], tnote = transport_vs_probe(log, doc)
+    if tnote:
+        notes.append(tnote)
     sec["notes"] = notes + [n for n in _version_note(log, diffs) if n not in notes]
     sec["warnings"] = warns
     return sec
+
+
+def transport_vs_probe(log: dict, doc: dict) -> tuple[Optional[dict], Optional[str]]:
+    """({log, probe, differs}, the note when the log's inter-node transport is not the one the probe
+    expects NCCL to choose) -- None when the log shows no network."""
+    from gpucomm.planners.collectives import transport as tr
+    from gpucomm.probes.topology import Topology
+
+    seen = tr.from_log(log, log.get("source") or "the NCCL log")
+    if seen is None:
+        return None, None
+    expect = tr.from_probe(Topology.of(doc))
+    differs = seen.name != expect.name
+    rec = {"log": seen.to_dict(), "probe": expect.to_dict(), "differs": differs}
+    if not differs:
+        return rec, None
+    return rec, (f"the log's inter-node transport is {seen.name} ({seen.why}), the probe expects {expect.name} "
+                 f"({expect.source}: {expect.why}); predictions follow the log (predict --nccl-log) -- "
+                 f"see gpucomm doctor for why NCCL chose it")
 
 
 def _gpu_indices(labels) -> list:

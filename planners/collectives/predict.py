@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Optional, Union
 
 from gpucomm.planners.collectives import calibrate, compare, cost, timing
+from gpucomm.planners.collectives import transport as tr
 from gpucomm.planners.nccl.tuning import USER_ALGOS, ll128_c2c_by_version
 from gpucomm.probes import units
 from gpucomm.probes.errors import InputError
@@ -30,10 +31,14 @@ def calibration_profile(calibration: Optional[dict], source: Optional[str], topo
 def build_prediction(doc: Union[Topology, dict], collective: str, size: str, nodes: int = 1, gpus_per_node: Optional[int] = None,
                      fabric_gbps: Optional[float] = None, algo: str = "auto", gpus: Optional[list] = None,
                      dtype: str = "float", calibration: Optional[dict] = None,
-                     calibration_source: Optional[str] = None) -> dict:
+                     calibration_source: Optional[str] = None, transport: Optional[str] = None,
+                     nccl_log: Optional[dict] = None) -> dict:
     """The ``gpucomm.predict/v1`` document of ``gpucomm predict`` (no I/O).  ``calibration``: a
-    ``gpucomm.calibration/v1`` document whose fitted parameters replace the defaults."""
+    ``gpucomm.calibration/v1`` document whose fitted parameters replace the defaults; ``transport``:
+    the ``--transport`` value; ``nccl_log``: a parsed NCCL debug log of a run on these nodes
+    (:func:`gpucomm.planners.collectives.transport.choose`)."""
     topo = Topology.of(doc)
+    t = tr.choose(topo, transport, tr.from_log(nccl_log, (nccl_log or {}).get("source") or "the NCCL log"))
     profile, cal_notes, cal_rec = calibration_profile(calibration, calibration_source, topo)
     coll = units.normalize_collective(collective)
     sizes = units.parse_sizes(size, "--size")
@@ -44,7 +49,8 @@ def build_prediction(doc: Union[Topology, dict], collective: str, size: str, nod
     if algo_l not in USER_ALGOS:
         raise InputError(f"--algo {algo}: unknown algorithm", expected=", ".join(USER_ALGOS))
     graph = cost.summarize(topo, nodes=nodes, gpus_per_node=gpus_per_node, fabric_gbps=fabric_gbps, gpus=gpus,
-                           profile=profile)
+                           profile=profile, transport=t)
+    profile = profile or tr.profile(t)
     rows = cost.predict(graph, coll, sizes, algo=algo_l, dtype_bytes=TYPE_SIZES[dt], profile=profile)
     for r in rows:
         r["type"] = dt
@@ -58,6 +64,8 @@ def build_prediction(doc: Union[Topology, dict], collective: str, size: str, nod
         "n_ranks": graph.n_ranks,
         "algo": algo_l,
         "fabric_gbps": fabric_gbps,
+        "transport": transport_record(t, graph.n_nodes, profile is not None and cal_rec is not None, fabric_gbps,
+                                      graph.type_inter),
         "graph": cost.summary_dict(graph),
         "rows": rows,
         "warnings": list(topo.warnings),
@@ -65,6 +73,27 @@ def build_prediction(doc: Union[Topology, dict], collective: str, size: str, nod
     if cal_rec is not None:
         out["calibration"] = cal_rec
     return out
+
+
+def transport_record(t: "tr.Transport", nodes: int, calibrated: bool = False,
+                     fabric_gbps: Optional[float] = None, type_inter: Optional[str] = None) -> dict:
+    """The ``transport`` record of a prediction: the transport, why, and what sets its efficiency."""
+    rec = t.to_dict()
+    if nodes <= 1:
+        rec["applies"] = "no: one node"
+    elif fabric_gbps is not None:
+        rec["applies"] = f"no: --fabric-gbps {fabric_gbps:g} sets what a NIC delivers"
+    elif calibrated:
+        rec["applies"] = "no: the calibration profile's fitted network rate"
+    else:
+        e = tr.efficiency(t)
+        rec["applies"] = (f"{e.net:g} x line rate" + (f", at most {e.cap_gbps:g} Gb/s per NIC" if e.cap_gbps else "")
+                          + (f", all_to_all x {e.alltoall:g}" if e.alltoall != 1.0 else "") + f" ({e.note})")
+        if t.gdr and t.kind != "socket" and (type_inter or "").upper() in tr.HOST_BRIDGE_PATHS:
+            rec["applies"] += (f"; GPUDirect RDMA crosses the CPU root complex ({type_inter}): at most "
+                               f"{tr.GDR_HOST_BRIDGE_EFFICIENCY:g} x the GPU's PCIe bandwidth per NIC "
+                               f"(GDR_HOST_BRIDGE_EFFICIENCY)")
+    return rec
 
 
 def _with_notes(graph, notes: list):
@@ -77,12 +106,15 @@ def build_comparison(doc: Union[Topology, dict], text: str, path: str, collectiv
                      nodes: Optional[int] = None, gpus_per_node: Optional[int] = None,
                      fabric_gbps: Optional[float] = None, algo: str = "auto",
                      gpus: Optional[list] = None, calibration: Optional[dict] = None,
-                     calibration_source: Optional[str] = None) -> dict:
+                     calibration_source: Optional[str] = None, transport: Optional[str] = None,
+                     nccl_log: Optional[dict] = None) -> dict:
     """The ``gpucomm.predict-compare/v1`` document: every selected run of the nccl-tests output
     ``text`` (read from ``path``) against the prediction for the same collective, ranks and sizes.
-    No I/O.  Raises InputError (one line) for a file that does not parse or a run that does not fit
-    the topology."""
+    The transport of each run: the NCCL INFO lines in the output, else ``nccl_log`` (a parsed NCCL
+    log next to it), else ``transport`` (--transport), else the probe's.  No I/O.  Raises InputError
+    (one line) for a file that does not parse or a run that does not fit the topology."""
     topo = Topology.of(doc)
+    side = tr.from_log(nccl_log, (nccl_log or {}).get("source") or "the NCCL log")
     profile, cal_notes, cal_rec = calibration_profile(calibration, calibration_source, topo)
     algo_l = (algo or "auto").lower()
     if algo_l not in USER_ALGOS:
@@ -98,15 +130,21 @@ def build_comparison(doc: Union[Topology, dict], text: str, path: str, collectiv
         where = f"{path}:{run['rows'][0]['line']}"
         n, gpn, notes = compare.resolve_layout(run["n_ranks"], run["nodes"], topo_gpus, nodes=nodes,
                                                gpus_per_node=fixed_gpn, where=where)
-        key = (n, gpn)
+        own = tr.from_log({"net": run.get("nccl_net")}, f"{where} (the run's NCCL lines)")
+        t = own or side or tr.choose(topo, transport)
+        if (own or side) and transport and tr.parse(transport).name != t.name:
+            notes.append(f"--transport {transport} is not what the run's NCCL lines show ({t.name}); predicted "
+                         f"with {t.name}")
+        key = (n, gpn, t.name)
         if key not in graphs:   # one NCCL graph search per layout, shared by the runs of a log
             graphs[key] = cost.summarize(topo, nodes=n, gpus_per_node=gpn, fabric_gbps=fabric_gbps, gpus=gpus,
-                                         profile=profile)
+                                         profile=profile, transport=t)
         graph, era_note = _as_run_nccl(graphs[key], run, profile, where)
         if era_note:
             notes.append(era_note)
         c = compare.compare_run(topo, run, nodes=n, gpus_per_node=gpn, fabric_gbps=fabric_gbps, algo=algo_l,
-                                gpus=gpus, graph=graph, profile=profile)
+                                gpus=gpus, graph=graph, profile=profile or tr.profile(t))
+        c["transport"] = transport_record(t, n, profile is not None, fabric_gbps, graph.type_inter)
         c["graph"] = cost.summary_dict(_with_notes(c["graph"], cal_notes) if cal_notes else c["graph"])
         c["fabric_gbps"] = fabric_gbps
         ignored = ignored_summary(run)

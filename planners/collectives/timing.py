@@ -148,6 +148,9 @@ class Hardware:
     gpu_bw: Optional[float]           # a GPU's bandwidth to its node peers (all_to_all)
     p2p_bw: Optional[float]           # the slowest neighbour hop inside a node (send_recv)
     notes: tuple = field(default_factory=tuple)
+    net_efficiency: float = NET_EFFICIENCY   # fraction of the line rate the inter-node transport delivers
+    net_cap_GBps: Optional[float] = None     # what one NIC delivers at most under that transport (sockets,
+                                             # GPUDirect RDMA through a root complex; collectives/transport.py)
 
 
 def per_nic_GBps(hw: Hardware, profile: Profile) -> Optional[float]:
@@ -158,7 +161,8 @@ def per_nic_GBps(hw: Hardware, profile: Profile) -> Optional[float]:
         return hw.fabric_GBps
     if hw.nic_line_GBps is None:
         return None
-    return hw.nic_line_GBps * NET_EFFICIENCY
+    per = hw.nic_line_GBps * hw.net_efficiency
+    return min(per, hw.net_cap_GBps) if hw.net_cap_GBps else per
 
 
 def congestion_factor(nodes: int, profile: Profile) -> float:

@@ -153,6 +153,8 @@ def nvlink_totals(doc: dict) -> dict:
             n = by_links.get(gpu_id(g), 0)
             out[k] = (n, "links", ", ".join(sorted(pair_detail.get(gpu_id(g), []))))
         else:
+            if k not in _matrix(doc):
+                continue   # nothing says how many NVLinks it has (a capture that cut its links out)
             row = _matrix(doc).get(k) or {}
             cells = {o: _nv(v) for o, v in row.items() if o != k and _nv(v)}
             out[k] = (sum(cells.values()), "matrix", ", ".join(f"NV{v} to {o}" for o, v in sorted(cells.items())))
@@ -290,7 +292,7 @@ def check_nvlink(doc: dict) -> list:
                     "Check `nvidia-smi nvlink -s` and `nvidia-smi nvlink -e` (error counters); a link that stays "
                     "down needs a GPU/board reset (`nvidia-smi -r`) or an RMA. On NVSwitch systems also check "
                     "that nvidia-fabricmanager is running."))
-            elif n < best and k not in asym:
+            elif n < best and k not in asym and k in totals:
                 src_txt = {"nvml": "NVML", "links": "the topology's NVLink links",
                            "matrix": "the nvidia-smi matrix"}.get(src, src)
                 if n == 0 and bridges:
@@ -700,12 +702,307 @@ def check_asymmetric(doc: dict) -> list:
     return out
 
 
+# the software path's rules: planners/health/path_rules.py
+from gpucomm.planners.health import path_rules as _path_rules  # noqa: E402
+
+_path_rules.register(rule, finding)
+
+
 # --------------------------------------------------------------------------------------------
-def run_doctor(doc: dict, rules: Optional[list] = None) -> dict:
+# Multi-node NVLink (GB200/GB300 NVL72 trays): the fabric, IMEX, NCCL's MNNVL settings
+_FIX_FABRIC = ("Check the GPU's fabric with `nvidia-smi -q | grep -A12 Fabric`: registration is done by the NVLink "
+               "switch trays' fabric manager and subnet manager (NMX-C / NVLSM); restart nvidia-imex on the tray and "
+               "check the rack's NMX controller, or drain the tray.")
+# health fields whose bad meaning stops traffic (error) rather than slowing it (warning)
+_HEALTH_ERRORS = ("route_unhealthy", "incorrect_configuration", "gfm_state", "summary")
+
+
+def _fabric_gpus(doc: dict) -> list:
+    """(GPU key, GPU record, its cleaned fabric) for the GPUs that report a multi-node NVLink fabric."""
+    return [(_gkey(g), g, g["fabric"]) for g in doc.get("gpus", []) if isinstance(g.get("fabric"), dict)]
+
+
+def _attached(f: dict) -> bool:
+    return f.get("state") == "completed" and bool(f.get("cluster_uuid")) and f.get("status") in (None, "NVML_SUCCESS")
+
+
+@rule("fabric-state")
+def check_fabric_state(doc: dict) -> list:
+    """A GPU whose NVLink fabric registration is not completed (or whose NVML status is an error): NCCL
+    keeps MNNVL off for every communicator it is in (mnnvl.cc needs every rank completed)."""
+    out = []
+    fab = _fabric_gpus(doc)
+    for k, g, f in fab:
+        state, status = f.get("state"), f.get("status")
+        if state is not None and state != "completed":
+            out.append(finding(
+                "fabric-state", "error", k,
+                f"{k}: NVLink fabric registration is {state.replace('_', ' ')}, not completed: NCCL keeps multi-node "
+                "NVLink off for every communicator this GPU joins (mnnvl.cc) and reaches other trays over the network",
+                _FIX_FABRIC))
+        elif status not in (None, "NVML_SUCCESS"):
+            out.append(finding(
+                "fabric-state", "error", k,
+                f"{k}: NVLink fabric registration completed with status {status}: the GPU is not attached to the "
+                "fabric (GPU Feature Discovery gives the node no nvidia.com/gpu.clique label)", _FIX_FABRIC))
+    if fab:
+        with_fabric = {_model(g) for _, g, _ in fab}
+        for g in doc.get("gpus", []):
+            if not isinstance(g.get("fabric"), dict) and _model(g) in with_fabric and g.get("vendor") == "nvidia":
+                out.append(finding(
+                    "fabric-state", "warning", _gkey(g),
+                    f"{_gkey(g)} reports no NVLink fabric while the {_others(_model(g))} here do: the driver did not "
+                    "register it (NCCL gives it no MNNVL peers)", _FIX_FABRIC))
+    return out
+
+
+@rule("fabric-health")
+def check_fabric_health(doc: dict) -> list:
+    """NVML's fabric health mask (and summary) of each GPU: degraded bandwidth, route recovery or
+    an unhealthy route, access-timeout recovery, an incorrect configuration, the fabric manager
+    disconnected (nvml.h NVML_GPU_FABRIC_HEALTH_MASK_*; nvidia-smi -q "Health")."""
+    from gpucomm.probes.facts import fabric_health_problems
+
+    out = []
+    for k, _g, f in _fabric_gpus(doc):
+        bad = fabric_health_problems(f.get("health_mask"))
+        summary = (f.get("health_summary") or "").lower().replace(" ", "_")
+        if summary in ("unhealthy", "limited_capacity"):
+            bad.append(f"summary={summary}")
+        if not bad:
+            continue
+        severe = any(b.split("=")[0] in _HEALTH_ERRORS and b != "summary=limited_capacity" for b in bad)
+        mask = f.get("health_mask")
+        out.append(finding(
+            "fabric-health", "error" if severe else "warning", k,
+            f"{k}: NVLink fabric health {', '.join(bad)}" + (f" (health mask {mask:#x})" if isinstance(mask, int) else "")
+            + ("; traffic over this GPU's NVLinks fails or is rerouted" if severe else
+               "; its NVLink bandwidth is reduced"),
+            "Look at `nvidia-smi -q | grep -A12 Fabric` and the rack's NMX / fabric manager logs (link or switch "
+            "tray faults); the tray may need its NVLink cables or a switch tray serviced. Until then keep the "
+            "tray out of multi-node NVLink jobs."))
+    return out
+
+
+@rule("fabric-clique")
+def check_fabric_clique(doc: dict) -> list:
+    """GPUs of one tray in different NVLink domains or cliques (NCCL then makes separate MNNVL cliques
+    and connects them over the network), and, in a document of several hosts, a host in another
+    clique than the other hosts of its NVLink domain."""
+    from collections import Counter as _Counter
+
+    from gpucomm.probes.model import host_of
+
+    out = []
+    by_host: dict = {}
+    for k, g, f in _fabric_gpus(doc):
+        if _attached(f) and f.get("clique_id") is not None:
+            by_host.setdefault(host_of(g), []).append((k, (f["cluster_uuid"], f["clique_id"])))
+    majority: dict = {}
+    for h, members in sorted(by_host.items()):
+        keys = _Counter(c for _, c in members)
+        top, n_top = keys.most_common(1)[0]
+        majority[h] = top
+        if len(keys) > 1:
+            odd = [k for k, c in members if c != top]
+            groups = "; ".join(f"{_name_list([k for k, c in members if c == key])} in clique {key[1]} of {key[0]}"
+                               for key, _n in keys.most_common())
+            what = "NVLink domains (cluster UUIDs)" if len({c[0] for _, c in members}) > 1 else "cliques"
+            where = f"host {h}" if len(by_host) > 1 else "this tray"
+            out.append(finding(
+                "fabric-clique", "error", ", ".join(odd) if len(odd) <= 4 else f"{len(odd)} GPUs",
+                f"the GPUs of {where} span several {what} ({groups}): NCCL splits them into separate MNNVL cliques "
+                "joined over the network",
+                "A tray's GPUs belong to one NVLink partition: check the partition the NMX controller assigned "
+                "(`nvidia-smi -q | grep -A5 Fabric` on each GPU) and reconfigure or drain the tray."))
+    if len(majority) > 1:
+        per_domain: dict = {}
+        for h, key in majority.items():
+            per_domain.setdefault(key[0], []).append((h, key[1]))
+        for cluster, hosts in sorted(per_domain.items()):
+            cliques = _Counter(c for _, c in hosts)
+            top, n_top = cliques.most_common(1)[0]
+            if len(cliques) < 2 or n_top * 2 <= len(hosts):
+                continue
+            for h, c in hosts:
+                if c != top:
+                    out.append(finding(
+                        "fabric-clique", "warning", f"host {h}",
+                        f"host {h} is in clique {c} while {n_top} of the {len(hosts)} hosts of NVLink domain {cluster} "
+                        f"are in clique {top}: NCCL reaches it over the network, not over NVLink",
+                        "If the rack is not meant to be partitioned, have the NMX controller put the tray back into the "
+                        "rack's partition; otherwise schedule it with the hosts of its own clique "
+                        "(the nvidia.com/gpu.clique label)."))
+    return out
+
+
+@rule("nvlink-tray-down")
+def check_nvlink_tray_down(doc: dict) -> list:
+    """Every NVLink of a multi-node NVLink tray (or an NVSwitch node) down: NVML reports each link of
+    each GPU inactive, so no GPU has a peer over NVLink (nvlink-inactive compares GPUs with their
+    peers and cannot see a tray whose GPUs are all down alike)."""
+    from gpucomm.probes.model import host_of
+
+    out = []
+    by_host: dict = {}
+    for g in doc.get("gpus", []):
+        recs = [l for l in g.get("nvlink") or [] if l.get("state") in ("active", "inactive")]
+        if recs:
+            by_host.setdefault(host_of(g), []).append((g, recs))
+    multi = len(by_host) > 1
+    for h, members in sorted(by_host.items()):
+        if any(l["state"] == "active" for _, recs in members for l in recs):
+            continue
+        fabric = any(isinstance(g.get("fabric"), dict) for g, _ in members)
+        n_links = sum(len(r) for _, r in members)
+        where = f"host {h}" if multi else "this tray" if fabric else "this node"
+        out.append(finding(
+            "nvlink-tray-down", "error", f"host {h}" if multi else "all GPUs",
+            f"every NVLink of {where} is down ({n_links} links of {len(members)} GPU(s) inactive)"
+            + (": the GPUs have no path to the NVLink switch trays, so NCCL reaches every other GPU, on this tray "
+               "too, over the network" if fabric else ": NCCL goes through PCIe and the network"),
+            "Check `nvidia-smi nvlink -s`, the tray's NVLink cable cartridges and the switch trays (power, NMX "
+            "controller); on NVSwitch systems check nvidia-fabricmanager. A reboot after a switch tray came back "
+            "often retrains the links."))
+    return out
+
+
+@rule("imex-domain")
+def check_imex(doc: dict) -> list:
+    """The IMEX domain (``nvidia-imex-ctl -N``): NCCL's MNNVL transport exports memory through IMEX;
+    a domain not UP, nodes not READY or not connected make NCCL stop ("MNNVL ... is available but not
+    working ... Check the IMEX configuration", mnnvl.cc)."""
+    out = []
+    imex = doc.get("imex")
+    if not isinstance(imex, dict):
+        return out
+    state = imex.get("domain_state")
+    nodes = [n for n in imex.get("nodes") or [] if isinstance(n, dict)]
+    fix = ("Check `systemctl status nvidia-imex` and /etc/nvidia-imex/nodes_config.cfg on every tray (same node list, "
+           "same IMEX version, port 50000 reachable); `nvidia-imex-ctl -N` should show every node READY and C.")
+    if state is not None and state != "UP":
+        out.append(finding(
+            "imex-domain", "error", "imex",
+            f"IMEX domain state {state} ({len(nodes)} node(s)): multi-node NVLink memory cannot be shared, so NCCL "
+            "fails at init on these trays unless NCCL_MNNVL_ENABLE=0 (then it uses the network)", fix))
+    down = [n for n in nodes if n.get("state") not in (None, "READY")]
+    if down:
+        names = [f"#{n.get('index')} {n.get('address') or '?'} ({n.get('state')})" for n in down]
+        out.append(finding(
+            "imex-domain", "warning", "imex nodes",
+            f"{len(down)} of {len(nodes)} IMEX node(s) not READY: {_name_list(names)}", fix))
+    bad = [c for c in imex.get("not_connected") or [] if isinstance(c, list) and len(c) == 3]
+    if bad:
+        from gpucomm.probes.formats.imex import CODES
+
+        pairs = [f"{a}->{b} {CODES.get(c, c)}" for a, b, c in bad[:6]]
+        total = sum(v for k, v in (imex.get("connectivity") or {}).items() if k != "C")
+        out.append(finding(
+            "imex-domain", "warning", "imex connectivity",
+            f"{total or len(bad)} IMEX node pair(s) not connected: {', '.join(pairs)}" + (" ..." if len(bad) > 6 else ""),
+            fix))
+    return out
+
+
+def _nccl_settings(doc: dict) -> dict:
+    """NCCL_MNNVL_* / NCCL_CUMEM_ENABLE settings: {name: [(value, where)]} from the environment doctor
+    was given (``nccl.run_env``) and an NCCL log (``nccl.env``, every value its runs show)."""
+    nccl = doc.get("nccl") if isinstance(doc.get("nccl"), dict) else {}
+    out: dict = {}
+    for k, v in (nccl.get("run_env") or {}).items():
+        out.setdefault(k, []).append((str(v), "the environment"))
+    mn = nccl.get("mnnvl") if isinstance(nccl.get("mnnvl"), dict) else {}
+    seen = dict(mn.get("settings") or {}) if isinstance(mn.get("settings"), dict) else {}
+    for k, v in (nccl.get("env") or {}).items():
+        if isinstance(v, str):
+            seen.setdefault(k, [v])
+    for k, vals in seen.items():
+        if k.startswith("NCCL_MNNVL_") or k == "NCCL_CUMEM_ENABLE":
+            for v in vals if isinstance(vals, list) else [vals]:
+                out.setdefault(k, []).append((str(v), "the NCCL log"))
+    return out
+
+
+@rule("mnnvl-settings")
+def check_mnnvl_settings(doc: dict) -> list:
+    """NCCL settings that throw a multi-node NVLink domain away (from the environment or an NCCL log):
+    NCCL_MNNVL_ENABLE=0, NCCL_CUMEM_ENABLE=0 (MNNVL needs cuMem), a clique split without
+    NCCL_MNNVL_CROSS_CLIQUE, NCCL_MNNVL_CLIQUE_ID / NCCL_MNNVL_UUID overriding the fabric; and a log
+    whose communicator spans trays of one domain with MNNVL off (init.cc, mnnvl.cc)."""
+    from gpucomm.probes.model import host_of
+
+    out = []
+    settings = _nccl_settings(doc)
+    fab = [f for _, _, f in _fabric_gpus(doc)]
+    nccl = doc.get("nccl") if isinstance(doc.get("nccl"), dict) else {}
+    mn = nccl.get("mnnvl") if isinstance(nccl.get("mnnvl"), dict) else {}
+    domain = any(_attached(f) for f in fab) or bool(mn.get("clique_size")) or \
+        any(f.get("state") == "completed" for f in fab)
+    hosts = {host_of(g) for g in doc.get("gpus", [])}
+
+    def first(name: str, value: str) -> Optional[str]:
+        return next((w for v, w in settings.get(name, []) if v.strip() == value), None)
+
+    where = first("NCCL_MNNVL_ENABLE", "0")
+    if where:
+        out.append(finding(
+            "mnnvl-settings", "warning" if domain else "info", "NCCL_MNNVL_ENABLE",
+            f"NCCL_MNNVL_ENABLE=0 ({where}) " + ("throws this NVLink domain away: GPUs on other trays are reached "
+                                                 "over the network instead of NVLink (P2P/CUMEM only inside a tray)"
+                                                 if domain else "turns multi-node NVLink off (no fabric known here)"),
+            "Unset it (NCCL's default 2 enables MNNVL when the fabric and IMEX work); if it was set to get past "
+            "\"MNNVL ... is available but not working\", fix IMEX instead (see imex-domain)."))
+    where = first("NCCL_CUMEM_ENABLE", "0")
+    if where and domain:
+        out.append(finding(
+            "mnnvl-settings", "warning", "NCCL_CUMEM_ENABLE",
+            f"NCCL_CUMEM_ENABLE=0 ({where}): multi-node NVLink needs cuMem (mnnvl.cc), so NCCL uses the network "
+            "between trays", "Unset NCCL_CUMEM_ENABLE (cuMem is NCCL's default since 2.19)."))
+    for name, what in (("NCCL_MNNVL_CLIQUE_ID", "replaces the fabric's clique id (-2: one clique per rack chassis serial)"),
+                       ("NCCL_MNNVL_UUID", "replaces the fabric's cluster UUID")):
+        vals = [(v, w) for v, w in settings.get(name, []) if v.strip() not in ("", "-1")]
+        if vals:
+            out.append(finding(
+                "mnnvl-settings", "info", name, f"{name}={vals[0][0]} ({vals[0][1]}) {what}: NCCL groups GPUs into MNNVL "
+                "cliques by this value, not by the NVLink partition", "Leave it unset unless the rack's partitions "
+                "must be overridden; every rank of a job needs the same value."))
+    # cliques of one domain that NCCL joins over the network
+    cliques = {(f["cluster_uuid"], f["clique_id"]) for f in fab if _attached(f) and f.get("clique_id") is not None}
+    clusters = {c for c, _ in cliques}
+    split = (mn.get("nvl_domain_size") or 0) > (mn.get("clique_size") or 0) > 0 or \
+        (len(cliques) > len(clusters) and len(hosts) > 1)
+    cross = first("NCCL_MNNVL_CROSS_CLIQUE", "1") is not None or bool(mn.get("cross_clique"))
+    if split and not cross:
+        out.append(finding(
+            "mnnvl-settings", "info", "NCCL_MNNVL_CROSS_CLIQUE",
+            "the NVLink domain holds several cliques (" + (f"nvlDomainSize {mn['nvl_domain_size']} > cliqueSize "
+                                                          f"{mn['clique_size']}" if mn.get("clique_size") else
+                                                          f"{len(cliques)} cliques") +
+            ") and NCCL_MNNVL_CROSS_CLIQUE is not 1: NCCL connects the cliques over the network",
+            "Where the partitions allow it (same NVLink domain), NCCL_MNNVL_CROSS_CLIQUE=1 lets P2P cross cliques; "
+            "otherwise schedule the job inside one clique."))
+    if mn.get("enabled") is False and domain and not first("NCCL_MNNVL_ENABLE", "0"):
+        out.append(finding(
+            "mnnvl-settings", "warning", "MNNVL",
+            "the NCCL log shows MNNVL 0 although its GPUs report a completed NVLink fabric: NCCL found MNNVL "
+            "unusable (cuMem or fabric handles not supported, IMEX channels missing) and used the network",
+            "Check /dev/nvidia-caps-imex-channels in the job's container, NCCL_CUMEM_ENABLE and the IMEX domain; "
+            "run with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT to see why."))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+def run_doctor(doc: dict, rules: Optional[list] = None, env: Optional[dict] = None) -> dict:
     """Run the rules (all by default) over a document; returns the ``gpucomm.doctor/v1`` report
-    with findings sorted by severity, rule and subject."""
+    with findings sorted by severity, rule and subject.  ``env``: the environment a job would run with
+    (the command's own): its NCCL_MNNVL_* and NCCL_CUMEM_ENABLE settings are judged with the document
+    (``mnnvl-settings``)."""
     names = list(RULES) if not rules else list(rules)
     doc = Topology.of(doc).doc   # the cleaned document: every field has the schema's type
+    run_env = {k: str(v) for k, v in (env or {}).items()
+               if isinstance(k, str) and (k.startswith("NCCL_MNNVL_") or k == "NCCL_CUMEM_ENABLE")}
+    if run_env:
+        doc["nccl"] = dict(doc.get("nccl") or {}, run_env=run_env)
     findings = []
     for name in names:
         findings.extend(RULES[name](doc))
@@ -731,7 +1028,7 @@ def _findings_key(report: dict) -> str:
     return repr([(f["severity"], f["rule"], f["subject"], f["message"], f["fix"]) for f in report["findings"]])
 
 
-def doctor_fleet(items, rules: Optional[list] = None) -> dict:
+def doctor_fleet(items, rules: Optional[list] = None, env: Optional[dict] = None) -> dict:
     """The doctor over many nodes, read one at a time: ``items`` yields (name, document[, content
     key, summary]); nodes with the same findings form a **class** (largest first); the **outliers** are the
     nodes outside the largest class when one class is larger than every other.  Memory per node:
@@ -740,9 +1037,11 @@ def doctor_fleet(items, rules: Optional[list] = None) -> dict:
     names: list = []
     seen: Counter = Counter()
     inputs: list = []
+    fabric_of: dict = {}     # node position -> its (cluster UUID, clique id), for the rack check
+    fabric_by_text: dict = {}
     from gpucomm.planners.health.diff import NodeClasses
 
-    grouped = NodeClasses(lambda doc: run_doctor(doc, rules), _findings_key)   # classes: doctor reports
+    grouped = NodeClasses(lambda doc: run_doctor(doc, rules, env), _findings_key)   # classes: doctor reports
     member, classes, first_member = grouped.member, grouped.classes, grouped.first_member
     for item in items:
         name, doc = item[0], item[1]
@@ -759,6 +1058,11 @@ def doctor_fleet(items, rules: Optional[list] = None) -> dict:
                            "nics": len(doc.get("nics", []))})
         c = grouped.add(doc, text_key)
         inputs[-1]["class"] = c
+        fab = node_clique(doc) if doc is not None else fabric_by_text.get(text_key)
+        if doc is not None and text_key is not None:
+            fabric_by_text[text_key] = fab
+        if fab is not None:
+            fabric_of[len(names) - 1] = fab
     size = Counter(member)
     order = sorted(range(len(classes)), key=lambda c: (-size[c], first_member[c]))
     number = {c: i + 1 for i, c in enumerate(order)}
@@ -773,17 +1077,63 @@ def doctor_fleet(items, rules: Optional[list] = None) -> dict:
     unique = len(order) == 1 or (len(order) > 1 and size[order[1]] < size[order[0]])
     outliers = [nm for nm, m in zip(names, member) if m != order[0]] if order and unique else []
     degraded_nodes = sum(size[c] for c in range(len(classes)) if classes[c]["degraded"])
+    across = rack_clique_findings({names[i]: v for i, v in fabric_of.items()}) \
+        if not rules or "fabric-clique" in rules else []
     return {"schema": FLEET_SCHEMA, "nodes": len(names), "checked": list(RULES) if not rules else list(rules),
             "inputs": inputs, "classes": out_classes, "outliers": outliers,
-            "degraded_nodes": degraded_nodes, "degraded": bool(degraded_nodes)}
+            "degraded_nodes": degraded_nodes, "fleet_findings": across,
+            "degraded": bool(degraded_nodes) or any(f["severity"] != "info" for f in across)}
 
 
-def doctor_sources(named_sources, rules: Optional[list] = None) -> dict:
+def node_clique(doc: dict) -> Optional[tuple]:
+    """(cluster UUID, clique id) most of a node's GPUs are attached to, None without a fabric."""
+    from gpucomm.probes.model import fabric_record
+
+    fabs = [fabric_record(g.get("fabric")) for g in doc.get("gpus", []) if isinstance(g, dict)]
+    keys = Counter((f["cluster_uuid"], f["clique_id"]) for f in fabs
+                   if f is not None and _attached(f) and f.get("clique_id") is not None)
+    return keys.most_common(1)[0][0] if keys else None
+
+
+def rack_clique_findings(cliques: dict) -> list:
+    """Across a fleet ({node: (cluster UUID, clique id)}): a tray in another clique than most trays of
+    its NVLink domain (rack), which NCCL then reaches over the network (rule ``fabric-clique``)."""
+    out = []
+    domains: dict = {}
+    for node, (cluster, clique) in cliques.items():
+        domains.setdefault(cluster, []).append((node, clique))
+    for cluster, members in sorted(domains.items()):
+        counts = Counter(c for _, c in members)
+        if len(counts) < 2:
+            continue
+        top, n_top = counts.most_common(1)[0]
+        if n_top * 2 > len(members):
+            for node, c in sorted(members, key=lambda m: _natural(m[0])):
+                if c != top:
+                    out.append(finding(
+                        "fabric-clique", "warning", node,
+                        f"{node} is in clique {c} while {n_top} of the {len(members)} trays of NVLink domain {cluster} "
+                        f"are in clique {top}: NCCL reaches it over the network, not over NVLink",
+                        "If the rack is not meant to be partitioned, have the NMX controller put the tray back into the "
+                        "rack's partition; otherwise schedule it with the trays of its own clique (the "
+                        "nvidia.com/gpu.clique label)."))
+        else:
+            split = "; ".join(f"clique {c}: {_name_list(sorted((n for n, x in members if x == c), key=_natural))}"
+                              for c, _n in counts.most_common())
+            out.append(finding(
+                "fabric-clique", "info", f"domain {cluster}",
+                f"the {len(members)} trays of NVLink domain {cluster} are in {len(counts)} cliques ({split}): NCCL joins "
+                "the cliques over the network", "Schedule multi-node NVLink jobs inside one clique (the "
+                "nvidia.com/gpu.clique label), or have the partitions merged."))
+    return out
+
+
+def doctor_sources(named_sources, rules: Optional[list] = None, env: Optional[dict] = None) -> dict:
     """:func:`doctor_fleet` over (name, source) pairs, each loaded when its turn comes (nodes whose
     texts differ only in host names, collection times and GPU UUIDs are read once)."""
     from gpucomm.planners.health.diff import stream_sources
 
-    return doctor_fleet(stream_sources(named_sources, DOCTOR_VOLATILE_KEYS), rules)
+    return doctor_fleet(stream_sources(named_sources, DOCTOR_VOLATILE_KEYS), rules, env)
 
 
 def parse_rules(spec: Optional[str]) -> Optional[list]:

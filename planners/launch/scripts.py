@@ -208,10 +208,12 @@ def compress_hostlist_ordered(hosts: List[str]) -> str:
 
 
 def slurm_script(plan: dict, command: str = "train.py", job_name: str = "gpucomm", port: int = 29500,
-                 node_gpus: Optional[int] = None, switches: Optional[int] = None) -> str:
+                 node_gpus: Optional[int] = None, switches: Optional[int] = None, segment: Optional[int] = None) -> str:
     """An sbatch script to submit as is: whole nodes, every task sees the node's GPUs
     (``--gpu-bind=none``, the wrapper orders CUDA_VISIBLE_DEVICES), CPUs bound by srun's
-    ``--cpu-bind=mask_cpu:`` and memory by ``--mem-bind=map_mem:`` (same sets as the wrapper)."""
+    ``--cpu-bind=mask_cpu:`` and memory by ``--mem-bind=map_mem:`` (same sets as the wrapper).
+    ``switches``: topology/tree's ``--switches``; ``segment``: topology/block's ``--segment`` (nodes
+    per segment, each segment inside one block) -- the one replaces the other."""
     nodes, gpn = plan["nodes"], plan["gpus_per_node"]
     hosts = plan.get("hosts")
     binding = plan.get("binding") or []
@@ -221,9 +223,15 @@ def slurm_script(plan: dict, command: str = "train.py", job_name: str = "gpucomm
              f"#SBATCH --ntasks-per-node={gpn}",
              f"#SBATCH --gpus-per-node={node_gpus or gpn}",
              "#SBATCH --exclusive"]
-    if hosts:
+    if segment:
+        lines.append(f"#SBATCH --segment={segment}")
+        if hosts:   # topology/block (Slurm 24.11) refuses --nodelist beside --segment: the plan's hosts as a note
+            lines.append(f"# gpucomm placed the job on {compress_hostlist_ordered(sorted(hosts))}; with --segment "
+                         "Slurm picks the nodes (it refuses --nodelist beside it)")
+            hosts = None
+    elif hosts:
         lines.append(f"#SBATCH --nodelist={compress_hostlist_ordered(sorted(hosts))}")
-    if switches:
+    if switches and not segment:
         lines.append(f"#SBATCH --switches={switches}")
     lines += _header(plan)
     lines.append("set -euo pipefail")
@@ -415,12 +423,13 @@ def format_cores(cores) -> str:
 
 def build_launch(plan: dict, *, command: str = "train.py", all_cpus: Optional[List[int]] = None,
                  node_gpus: Optional[int] = None, switches: Optional[int] = None, port: int = 29500,
-                 n_cores: Optional[int] = None, torch_version: Optional[str] = None, view=None) -> dict:
+                 n_cores: Optional[int] = None, torch_version: Optional[str] = None, view=None,
+                 segment: Optional[int] = None) -> dict:
     """Fill ``plan['launch']`` with every emitter's text.  ``n_cores``: physical cores of a node
     (the rankfile's logical core range; SMT siblings are not separate slots)."""
     plan["launch"] = {
         "torchrun": torchrun_script(plan, command, port, torch_version=torch_version),
-        "slurm": slurm_script(plan, command, node_gpus=node_gpus, switches=switches, port=port),
+        "slurm": slurm_script(plan, command, node_gpus=node_gpus, switches=switches, port=port, segment=segment),
         "rankfile": rankfile(plan, all_cpus, command, n_cores),
         "wrapper": wrapper_script(plan),
         "megatron": megatron_script(plan),

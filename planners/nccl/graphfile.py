@@ -187,18 +187,24 @@ def compare_ring_graph(text: str, path: str, report: dict) -> dict:
     ring = next((g for g in xml.find_tag("graphs").subs if g.get("id") == "0"), None)
     if ring is None:
         raise InputError("has no ring graph (graph id 0)", path, expected="an NCCL graph file with <graph id=\"0\">")
+    from gpucomm.probes.formats.nccl_xml import graph_gpu_label
+
     chans = []
     for ch in ring.subs:
         order = []
         for sub in ch.subs:
             if sub.name == "gpu":
                 r = sub.get("rank")
-                order.append(X.c_int(X.strtol(r)) if r is not None else X.strtol(sub.get("dev"), 16))
+                dev = X.strtol(sub.get("dev"), 16)
+                # without a rank, a GPU of another host of the clique (system id in bits 56+) is named
+                # "<host>/GPU<dev>" (gpucomm.probes.formats.nccl_xml.graph_gpu_label), not a 64-bit number
+                order.append(X.c_int(X.strtol(r)) if r is not None else dev if dev >> 56 == 0 else graph_gpu_label(dev))
         chans.append(order)
     bw = X.strtof(ring.get("speedintra"))
     n = X.c_int(X.strtol(ring.get("nchannels"))) if ring.get("nchannels") is not None else len(chans)
     gpus = sorted(report.get("gpus") or [])
-    covered = all(sorted(c) == gpus for c in chans) if report.get("nodes", 1) == 1 else None
+    covered = all(all(isinstance(x, int) for x in c) and sorted(c) == gpus for c in chans) \
+        if report.get("nodes", 1) == 1 else None
     total = round(n * bw, 3)
     ours = report.get("total_bw_GBps")
     return {"file": path, "channels": chans, "nchannels": n, "bw_GBps": bw, "total_bw_GBps": total,

@@ -33,371 +33,28 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from gpucomm.probes.errors import InputError, PlanInfeasible
-from gpucomm.probes.limits import MAX_DEPTH, MAX_HOSTS
+from gpucomm.probes.fabric import SwitchTree, TreeSwitch, parse_topology_conf, tree_from_records
+from gpucomm.probes.formats.slurm_topology import compress_hostlist, count_hostlist, expand_hostlist  # noqa: F401 - re-exported
+from gpucomm.probes.limits import MAX_HOSTS
 from gpucomm.probes.model import natural_key as _natural
+
 CLUSTER_SCHEMA = "gpucomm.cluster/v1"
 
 
-# ============================================================================================
-# Hostlists
-def _split_top(text: str) -> List[str]:
-    parts, depth, cur = [], 0, []
-    for ch in text:
-        if ch == "[":
-            depth += 1
-            if depth > 1:
-                raise ValueError("nested '['")
-        elif ch == "]":
-            depth -= 1
-            if depth < 0:
-                raise ValueError("']' without '['")
-        if ch == "," and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    if depth:
-        raise ValueError("'[' without ']'")
-    parts.append("".join(cur))
-    return parts
-
-
-_HOST_OK = re.compile(r"^[A-Za-z0-9._\-]+$")
-
-
-def _parse_hostlist(expr: str) -> List[List[object]]:
-    """A hostlist expression -> per top-level element, its pieces: a literal string, or a list of
-    (lo, hi, width) ranges.  Nothing is expanded."""
-    text = (expr or "").strip()
-    if not text:
-        raise ValueError("empty hostlist")
-    elements: List[List[object]] = []
-    for part in _split_top(text):
-        part = part.strip()
-        if not part:
-            raise ValueError(f"empty element in {expr[:80]!r}")
-        pieces: List[object] = []
-        for p in re.split(r"(\[[^\]]*\])", part):
-            if not p:
-                continue
-            if p.startswith("["):
-                body = p[1:-1]
-                if not body:
-                    raise ValueError(f"empty brackets in {part[:80]!r}")
-                ranges = []
-                for rng in body.split(","):
-                    rng = rng.strip()
-                    m = re.fullmatch(r"(\d{1,18})(?:-(\d{1,18}))?", rng)
-                    if not m:
-                        raise ValueError(f"bad range {rng[:40]!r} in {part[:80]!r}")
-                    lo_s, hi_s = m.group(1), m.group(2)
-                    lo, hi = int(lo_s), int(hi_s) if hi_s is not None else int(lo_s)
-                    if hi < lo:
-                        raise ValueError(f"range {rng!r} goes backwards")
-                    ranges.append((lo, hi, len(lo_s)))
-                pieces.append(ranges)
-            else:
-                if "[" in p or "]" in p or not _HOST_OK.match(p):
-                    raise ValueError(f"bad host name text {p[:40]!r}")
-                pieces.append(p)
-        elements.append(pieces)
-    return elements
-
-
-def count_hostlist(expr: str) -> int:
-    """How many names a hostlist expression stands for, without expanding it (a product of range
-    sizes per element: ``n[0-999]x[0-999]`` is 1,000,000)."""
-    total = 0
-    for pieces in _parse_hostlist(expr):
-        n = 1
-        for p in pieces:
-            if isinstance(p, list):
-                n *= sum(hi - lo + 1 for lo, hi, _ in p)
-        total += n
-    return total
-
-
-def expand_hostlist(expr: str, limit: int = MAX_HOSTS) -> List[str]:
-    """Slurm hostlist expression -> host names, in order.  Raises ValueError with the reason,
-    also when the expression stands for more than ``limit`` names (counted before expanding)."""
-    elements = _parse_hostlist(expr)
-    n = count_hostlist(expr)
-    if n > limit:
-        raise ValueError(f"{n} hosts, more than the limit of {limit}")
-    out: List[str] = []
-    for pieces in elements:
-        names = [""]
-        for p in pieces:
-            if isinstance(p, list):
-                vals = [str(v).zfill(width) for lo, hi, width in p for v in range(lo, hi + 1)]
-                names = [a + b for a in names for b in vals]
-            else:
-                names = [a + p for a in names]
-        out.extend(names)
-    return out
-
-
-_NUM_TAIL = re.compile(r"^(.*?)(\d+)([^\d]*)$")
-
-
-def compress_hostlist(hosts: Iterable[str], keep_order: bool = False) -> str:
-    """Host names -> a Slurm hostlist expression (inverse of :func:`expand_hostlist`).
-    ``keep_order`` keeps the given order (ranges only over neighbours in the list); otherwise
-    hosts are sorted by prefix and number first."""
-    items = []
-    for h in hosts:
-        m = _NUM_TAIL.match(h)
-        if m and not m.group(3):
-            items.append((m.group(1), m.group(2)))
-        else:
-            items.append((h, None))
-    if not keep_order:
-        items = sorted(set(items), key=lambda it: (it[0], it[1] is not None, int(it[1] or 0), len(it[1] or "")))
-    # runs of consecutive numbers with one prefix that a bracket range reproduces exactly
-    # (expand_hostlist pads every number to the width of the range's lower bound).
-    runs: List[Tuple[str, Optional[Tuple[str, str]]]] = []
-    for pfx, num in items:
-        if num is None:
-            runs.append((pfx, None))
-            continue
-        if runs and runs[-1][1] is not None and runs[-1][0] == pfx:
-            lo, hi = runs[-1][1]
-            if int(num) == int(hi) + 1 and num == str(int(num)).zfill(len(lo)):
-                runs[-1] = (pfx, (lo, num))
-                continue
-        runs.append((pfx, (num, num)))
-    # merge neighbouring runs of the same prefix into one bracket list
-    out: List[str] = []
-    i = 0
-    while i < len(runs):
-        pfx, rng = runs[i]
-        if rng is None:
-            out.append(pfx)
-            i += 1
-            continue
-        group = [rng]
-        j = i + 1
-        while j < len(runs) and runs[j][1] is not None and runs[j][0] == pfx:
-            group.append(runs[j][1])
-            j += 1
-        if len(group) == 1 and group[0][0] == group[0][1]:
-            out.append(pfx + group[0][0])
-        else:
-            body = ",".join(lo if lo == hi else f"{lo}-{hi}" for lo, hi in group)
-            out.append(f"{pfx}[{body}]")
-        i = j
-    return ",".join(out)
-
-
-# ============================================================================================
-# The fabric
-@dataclass
-class Switch:
-    name: str
-    nodes: List[str] = field(default_factory=list)
-    switches: List[str] = field(default_factory=list)
-    link_speed: Optional[float] = None
-    line: Optional[int] = None
-    parent: Optional[str] = None
-
-
-@dataclass
-class Fabric:
-    """A switch tree: leaves hold nodes, inner switches hold switches."""
-
-    switches: Dict[str, Switch]
-    source: str = "topology.conf"
-    warnings: List[str] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.node_leaf: Dict[str, str] = {}
-        for s in self.switches.values():
-            for n in s.nodes:
-                self.node_leaf.setdefault(n, s.name)
-        self._depth: Dict[str, int] = {}
-        self._lca: Dict[Tuple[str, str], Optional[int]] = {}
-
-    def roots(self) -> List[str]:
-        return sorted((s.name for s in self.switches.values() if s.parent is None), key=_natural)
-
-    def chain(self, node: str) -> List[str]:
-        """Switches from the node's leaf up to its root."""
-        out = []
-        cur = self.node_leaf.get(node)
-        while cur is not None:
-            out.append(cur)
-            cur = self.switches[cur].parent
-        return out
-
-    def level_between(self, a: str, b: str) -> Optional[int]:
-        """Switch level two nodes meet at: 0 same node, 1 same leaf, 2 the leaf's parent, ...;
-        None when they share no switch (separate fabrics)."""
-        if a == b:
-            return 0
-        key = (a, b) if a < b else (b, a)
-        if key in self._lca:
-            return self._lca[key]
-        ca, cb = self.chain(a), self.chain(b)
-        sb = set(cb)
-        lvl = None
-        for i, s in enumerate(ca):
-            if s in sb:
-                lvl = i + 1
-                break
-        self._lca[key] = lvl
-        return lvl
-
-    def dfs_nodes(self) -> List[str]:
-        """Nodes in switch-tree order (children sorted naturally)."""
-        out: List[str] = []
-
-        def walk(name: str) -> None:
-            s = self.switches[name]
-            out.extend(sorted(s.nodes, key=_natural))
-            for c in sorted(s.switches, key=_natural):
-                walk(c)
-
-        for r in self.roots():
-            walk(r)
-        return out
-
-    def leaves(self) -> List[str]:
-        return [s.name for s in self.switches.values() if s.nodes]
-
-
-
-
-_TOPO_KEYS = {"switchname": "SwitchName", "switches": "Switches", "nodes": "Nodes", "linkspeed": "LinkSpeed",
-              "blockname": "BlockName", "blocksizes": "BlockSizes"}
-
-
-def parse_topology_conf(text: str, path: str = "topology.conf") -> Fabric:
-    """Parse Slurm's topology.conf (tree: ``SwitchName=`` lines; block: ``BlockName=`` lines, each
-    block a leaf under one implicit root).  Errors name the file and line."""
-    switches: Dict[str, Switch] = {}
-    blocks: List[str] = []
-    logical: List[Tuple[int, str]] = []
-    buf, start = "", None
-    for lineno, raw in enumerate(text.splitlines(), 1):
-        line = raw.split("#", 1)[0].rstrip()
-        if start is None:
-            start = lineno
-        if line.endswith("\\"):
-            buf += line[:-1] + " "
-            continue
-        buf += line
-        if buf.strip():
-            logical.append((start, buf.strip()))
-        buf, start = "", None
-    if buf.strip():
-        logical.append((start or 1, buf.strip()))
-    budget = {"Nodes": MAX_HOSTS, "Switches": MAX_HOSTS}  # names in the whole file, counted before expanding
-    for lineno, line in logical:
-        pairs = {}
-        first = None
-        for tok in line.split():
-            if "=" not in tok:
-                raise InputError(f"{tok!r} is not Key=Value", path, lineno, expected="SwitchName=NAME Switches=...|Nodes=...")
-            k, _, v = tok.partition("=")
-            key = _TOPO_KEYS.get(k.lower())
-            if key is None:
-                raise InputError(f"unknown key {k!r}", path, lineno,
-                                 expected="SwitchName, Switches, Nodes, LinkSpeed, BlockName or BlockSizes")
-            if key in pairs:
-                raise InputError(f"{key} given twice", path, lineno)
-            if not v:
-                raise InputError(f"{key}= has no value", path, lineno)
-            pairs[key] = v
-            first = first or key
-        if first == "BlockSizes":
-            continue  # sizes of aggregated blocks: no effect on which nodes are close
-        if first not in ("SwitchName", "BlockName"):
-            raise InputError(f"a line must start with SwitchName= or BlockName=, not {first}=", path, lineno)
-        name = pairs[first]
-        if not re.fullmatch(r"[A-Za-z0-9._\-]+", name):
-            raise InputError(f"bad switch name {name!r}", path, lineno)
-        if name in switches:
-            raise InputError(f"switch {name!r} defined twice (first on line {switches[name].line})", path, lineno)
-        sw = Switch(name=name, line=lineno)
-        for key in ("Nodes", "Switches"):
-            if key in pairs:
-                try:
-                    lst = expand_hostlist(pairs[key], budget[key])
-                except ValueError as e:
-                    raise InputError(f"{key}={pairs[key][:80]}: {e}", path, lineno,
-                                     expected=f"a Slurm hostlist like node[01-16]; at most {MAX_HOSTS} names in all") from None
-                budget[key] -= len(lst)
-                if key == "Nodes":
-                    sw.nodes = lst
-                else:
-                    if first == "BlockName":
-                        raise InputError("BlockName lines take Nodes=, not Switches=", path, lineno)
-                    sw.switches = lst
-        if "LinkSpeed" in pairs:
-            try:
-                sw.link_speed = float(pairs["LinkSpeed"])
-            except ValueError:
-                raise InputError(f"LinkSpeed={pairs['LinkSpeed'][:40]} is not a number", path, lineno) from None
-            if not math.isfinite(sw.link_speed) or sw.link_speed < 0:
-                raise InputError(f"LinkSpeed={pairs['LinkSpeed'][:40]} is not a speed", path, lineno,
-                                 expected="a number >= 0")
-        if not sw.nodes and not sw.switches:
-            raise InputError(f"switch {name!r} has neither Nodes= nor Switches=", path, lineno)
-        if first == "BlockName":
-            blocks.append(name)
-        switches[name] = sw
-    if not switches:
-        raise InputError("no SwitchName= or BlockName= line", path, expected="a Slurm topology.conf")
-    if blocks:
-        root = "_blocks"
-        while root in switches:
-            root += "_"
-        switches[root] = Switch(name=root, switches=list(blocks))
-    return _link_fabric(switches, path)
-
-
-def _link_fabric(switches: Dict[str, Switch], path: str) -> Fabric:
-    seen_node: Dict[str, str] = {}
-    for s in switches.values():
-        for c in s.switches:
-            if c not in switches:
-                raise InputError(f"switch {s.name!r} lists unknown switch {c!r}", path, s.line)
-            if switches[c].parent is not None and switches[c].parent != s.name:
-                raise InputError(f"switch {c!r} has two parents ({switches[c].parent!r} and {s.name!r})", path, s.line)
-            if c == s.name:
-                raise InputError(f"switch {s.name!r} lists itself", path, s.line)
-            switches[c].parent = s.name
-        for n in s.nodes:
-            if n in seen_node and seen_node[n] != s.name:
-                raise InputError(f"node {n!r} is under two switches ({seen_node[n]!r} and {s.name!r})", path, s.line)
-            seen_node[n] = s.name
-    depth: Dict[str, int] = {}  # levels above each switch: linear, with cycle detection
-    for s in switches.values():
-        chain, seen, cur = [], set(), s.name
-        while cur is not None and cur not in depth:
-            if cur in seen:
-                raise InputError(f"switch {cur!r} is part of a cycle", path, switches[cur].line)
-            chain.append(cur)
-            seen.add(cur)
-            cur = switches[cur].parent
-        d = depth[cur] if cur is not None else -1
-        for name in reversed(chain):
-            d += 1
-            depth[name] = d
-            if d >= MAX_DEPTH:
-                raise InputError(f"switch {name!r} is {d} levels below the top of the tree, more than {MAX_DEPTH}",
-                                 path, switches[name].line, expected="a switch tree a few levels deep")
-    return Fabric(switches=switches, source=path)
+# Slurm hostlists, topology.conf and the switch tree are read in gpucomm.probes (formats.slurm_topology,
+# fabric); the names stay importable from here.
+Switch = TreeSwitch
+Fabric = SwitchTree
 
 
 def parse_fabric_yaml(items, path: str) -> Fabric:
     """``fabric.switches`` of a cluster file: [{name, nodes|switches, link_gbps}]."""
     if not isinstance(items, list) or not items:
         raise InputError("fabric.switches must be a non-empty list", path, expected="[{name, nodes|switches, link_gbps}]")
-    switches: Dict[str, Switch] = {}
+    switches: Dict[str, dict] = {}
     budget = MAX_HOSTS * 2  # nodes and switch names in all
     for i, it in enumerate(items):
         where = f"fabric.switches[{i}]"
@@ -411,7 +68,7 @@ def parse_fabric_yaml(items, path: str) -> Fabric:
             raise InputError(f"{where} has no name", path)
         if name in switches:
             raise InputError(f"{where}: switch {name!r} defined twice", path)
-        sw = Switch(name=name, line=None)
+        sw = {"name": name, "nodes": [], "switches": [], "link_speed": None, "line": None}
         for key in ("nodes", "switches"):
             val = it.get(key)
             if val is None:
@@ -427,16 +84,16 @@ def parse_fabric_yaml(items, path: str) -> Fabric:
                     raise InputError(f"{where}.{key}: {ex}", path) from None
                 budget -= len(got)
                 lst.extend(got)
-            setattr(sw, key, lst)
+            sw[key] = lst
         if it.get("link_gbps") is not None:
             v = it["link_gbps"]
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0 or v > 1e7:
                 raise InputError(f"{where}.link_gbps is {v!r}", path, expected="a number > 0 (Gb/s)")
-            sw.link_speed = float(v)
-        if not sw.nodes and not sw.switches:
+            sw["link_speed"] = float(v)
+        if not sw["nodes"] and not sw["switches"]:
             raise InputError(f"{where}: switch {name!r} has neither nodes nor switches", path)
         switches[name] = sw
-    return _link_fabric(switches, path)
+    return tree_from_records(list(switches.values()), path)
 
 
 # ============================================================================================
@@ -444,50 +101,90 @@ def parse_fabric_yaml(items, path: str) -> Fabric:
 @dataclass
 class Cluster:
     nodes: List[str]                      # host names, in file order
-    topology_of: Dict[str, str]           # host -> topology source (resolved)
+    topology_of: Dict[str, str]           # host -> topology source (resolved), or "#key" of an embedded one
     docs: Dict[str, dict]                 # topology source -> document
     fabric: Optional[Fabric]
     path: str
     warnings: List[str] = field(default_factory=list)
+    fabric_doc: Optional[dict] = None     # the gpucomm.fabric/v1 document, when the fabric came as one
+    domain_of: Dict[str, str] = field(default_factory=dict)    # host -> NVLink domain (where known)
+    unhealthy: Dict[str, str] = field(default_factory=dict)    # host -> why (doctor errors at join time)
+
+    def blocks(self) -> Dict[str, str]:
+        """host -> block (Slurm topology/block), or NVLink domain where the fabric has no blocks."""
+        fab = self.fabric
+        if fab is not None and fab.blocks:
+            return {h: fab.node_leaf[h] for h in self.nodes if h in fab.node_leaf}
+        if self.fabric_doc and self.fabric_doc.get("blocks"):
+            return {n: b["name"] for b in self.fabric_doc["blocks"] for n in b["nodes"]}
+        return dict(self.domain_of)
+
+    def block_base(self) -> Optional[int]:
+        """Slurm's planning base block size: BlockSizes' first, else the smallest block."""
+        for sizes in ((self.fabric.block_sizes if self.fabric is not None else None),
+                      (self.fabric_doc or {}).get("block_sizes")):
+            if sizes:
+                return int(sizes[0])
+        counts: Dict[str, int] = {}
+        for b in self.blocks().values():
+            counts[b] = counts.get(b, 0) + 1
+        return min(counts.values()) if counts else None
 
     def doc(self, host: str) -> dict:
         return self.docs[self.topology_of[host]]
 
 
+_FABRIC_KEYS = ("topology_conf", "topology_conf_text", "switches", "file", "document")
+
+
 def parse_cluster(obj, path: str, base_dir: str, load_topology: Callable[[str], dict],
-                  read_text: Callable[[str], str], default_topology: Optional[str] = None) -> Cluster:
-    """Validate a parsed cluster file and load what it names.  ``load_topology(src)`` and
-    ``read_text(path)`` are the caller's I/O (the CLI passes gpucomm.probes.load's)."""
+                  read_text: Callable[[str], str], default_topology: Optional[str] = None,
+                  load_fabric: Optional[Callable[[str], dict]] = None) -> Cluster:
+    """Validate a parsed cluster file and load what it names.  ``load_topology(src)``,
+    ``read_text(path)`` and ``load_fabric(path)`` are the caller's I/O (the CLI passes
+    gpucomm.probes.load's and gpucomm.probes.fabric's).
+
+    Beyond hand-written files, ``gpucomm cluster`` writes ``topologies:`` (one embedded document per
+    class of identical nodes, named by key; ``nodes[].topology: "#key"``), ``nodes[].nvlink_domain``,
+    ``nodes[].unhealthy`` and ``fabric.document`` (the gpucomm.fabric/v1 document)."""
     import os
+
+    from gpucomm.probes.fabric import check_fabric_document, fabric_tree
 
     if not isinstance(obj, dict):
         raise InputError("the cluster file is not a mapping", path, expected="nodes: [...] and fabric: {...}")
-    unknown = set(obj) - {"schema", "name", "topology", "nodes", "fabric"}
+    unknown = set(obj) - {"schema", "name", "topology", "nodes", "fabric", "topologies", "summary"}
     if unknown:
         raise InputError(f"unknown key {sorted(unknown)[0]!r}", path, expected="schema, name, topology, nodes, fabric")
     if obj.get("schema") not in (None, CLUSTER_SCHEMA):
         raise InputError(f"schema is {obj.get('schema')!r}", path, expected=repr(CLUSTER_SCHEMA))
+    embedded = obj.get("topologies") or {}
+    if not isinstance(embedded, dict) or not all(isinstance(k, str) and isinstance(v, dict) for k, v in embedded.items()):
+        raise InputError("topologies is not a mapping of names to topology documents", path)
     default = obj.get("topology") or default_topology
     entries = obj.get("nodes")
     if not isinstance(entries, list) or not entries:
         raise InputError("nodes must be a non-empty list", path, expected="[{names: node[01-04], topology: FILE}]")
 
     def resolve(src: str) -> str:
-        if src.startswith("example:") or os.path.isabs(src):
+        if src.startswith(("example:", "#")) or os.path.isabs(src):
             return src
         return os.path.normpath(os.path.join(base_dir, src))
 
     hosts: List[str] = []
     topo_of: Dict[str, str] = {}
+    domain_of: Dict[str, str] = {}
+    unhealthy: Dict[str, str] = {}
     for i, e in enumerate(entries):
         where = f"nodes[{i}]"
         if isinstance(e, str):
             e = {"names": e}
         if not isinstance(e, dict):
             raise InputError(f"{where} is not a mapping", path)
-        bad = set(e) - {"name", "names", "topology"}
+        bad = set(e) - {"name", "names", "topology", "nvlink_domain", "unhealthy"}
         if bad:
-            raise InputError(f"{where} has unknown key {sorted(bad)[0]!r}", path, expected="names, topology")
+            raise InputError(f"{where} has unknown key {sorted(bad)[0]!r}", path,
+                             expected="names, topology, nvlink_domain, unhealthy")
         expr = e.get("names", e.get("name"))
         if not isinstance(expr, str) or not expr.strip():
             raise InputError(f"{where} has no names", path, expected="a Slurm hostlist like node[01-16]")
@@ -499,7 +196,15 @@ def parse_cluster(obj, path: str, base_dir: str, load_topology: Callable[[str], 
         src = e.get("topology") or default
         if not isinstance(src, str) or not src:
             raise InputError(f"{where} ({names[0]}...) has no topology", path,
-                             expected="topology: FILE|example:NAME here or at the top level")
+                             expected="topology: FILE|example:NAME here or at the top level (or plan's TOPO)")
+        if src.startswith("#") and src[1:] not in embedded:
+            raise InputError(f"{where}.topology {src!r} names no entry of topologies:", path)
+        for key, store in (("nvlink_domain", domain_of), ("unhealthy", unhealthy)):
+            val = e.get(key)
+            if val is not None and not isinstance(val, str):
+                raise InputError(f"{where}.{key} is not text", path)
+            if val:
+                store.update((n, val) for n in names)
         for n in names:
             if n in topo_of:
                 raise InputError(f"{where}: node {n!r} is listed twice", path)
@@ -507,19 +212,24 @@ def parse_cluster(obj, path: str, base_dir: str, load_topology: Callable[[str], 
             hosts.append(n)
     docs: Dict[str, dict] = {}
     for src in sorted(set(topo_of.values())):
-        docs[src] = load_topology(src)
-    fabric = None
+        if src.startswith("#"):
+            from gpucomm.probes.model import finalize
+            from gpucomm.probes.validate import validate_document
+
+            docs[src] = finalize(validate_document(embedded[src[1:]], f"{path} (topologies.{src[1:]})", saved=True))
+        else:
+            docs[src] = load_topology(src)
+    fabric = fabric_doc = None
     fab = obj.get("fabric")
     warnings: List[str] = []
     if fab is not None:
         if not isinstance(fab, dict):
-            raise InputError("fabric is not a mapping", path, expected="topology_conf: FILE | switches: [...]")
-        bad = set(fab) - {"topology_conf", "topology_conf_text", "switches"}
+            raise InputError("fabric is not a mapping", path, expected="topology_conf: FILE | file: FILE | switches: [...]")
+        bad = set(fab) - set(_FABRIC_KEYS)
         if bad:
-            raise InputError(f"fabric has unknown key {sorted(bad)[0]!r}", path,
-                             expected="topology_conf, topology_conf_text or switches")
-        if len(set(fab) & {"topology_conf", "topology_conf_text", "switches"}) != 1:
-            raise InputError("fabric needs exactly one of topology_conf, topology_conf_text, switches", path)
+            raise InputError(f"fabric has unknown key {sorted(bad)[0]!r}", path, expected=", ".join(_FABRIC_KEYS))
+        if len(set(fab) & set(_FABRIC_KEYS)) != 1:
+            raise InputError(f"fabric needs exactly one of {', '.join(_FABRIC_KEYS)}", path)
         if "topology_conf" in fab:
             tpath = resolve(str(fab["topology_conf"]))
             fabric = parse_topology_conf(read_text(tpath), tpath)
@@ -527,16 +237,28 @@ def parse_cluster(obj, path: str, base_dir: str, load_topology: Callable[[str], 
             if not isinstance(fab["topology_conf_text"], str):
                 raise InputError("fabric.topology_conf_text is not text", path)
             fabric = parse_topology_conf(fab["topology_conf_text"], f"{path} (fabric.topology_conf_text)")
-        else:
+        elif "switches" in fab:
             fabric = parse_fabric_yaml(fab["switches"], path)
+        else:
+            if "file" in fab:
+                if load_fabric is None or not isinstance(fab["file"], str):
+                    raise InputError("fabric.file is not a file name", path)
+                fabric_doc = load_fabric(resolve(fab["file"]))
+            else:
+                fabric_doc = check_fabric_document(fab["document"], f"{path} (fabric.document)")
+            fabric = fabric_tree(fabric_doc, path)
+            for h in fabric_doc["hosts"]:
+                if h.get("nvlink_domain") and h["name"] in topo_of:
+                    domain_of.setdefault(h["name"], h["nvlink_domain"])
         missing = [h for h in hosts if h not in fabric.node_leaf]
         if missing:
             raise InputError(f"node {missing[0]!r} is not attached to any switch in {fabric.source}"
                              + (f" ({len(missing)} such nodes)" if len(missing) > 1 else ""), path)
         extra = len(set(fabric.node_leaf) - set(hosts))
-        if extra:
+        if extra and fabric_doc is None:
             warnings.append(f"{extra} node(s) of {fabric.source} are not in the cluster file and are ignored")
-    return Cluster(nodes=hosts, topology_of=topo_of, docs=docs, fabric=fabric, path=path, warnings=warnings)
+    return Cluster(nodes=hosts, topology_of=topo_of, docs=docs, fabric=fabric, path=path, warnings=warnings,
+                   fabric_doc=fabric_doc, domain_of=domain_of, unhealthy=unhealthy)
 
 
 # ============================================================================================
@@ -638,6 +360,40 @@ def candidate_host_orders(cluster: Cluster, hosts: List[str], count: int, gen, g
                 mul *= sizes[i]
             order.append(seq[p])
         out.append(("/".join(axes[i][0] for i in perm) + " innermost first", order))
+    return out
+
+
+def block_segment(cluster: Cluster, hosts: List[str], gen, gpn: int) -> Optional[int]:
+    """``sbatch --segment`` for a job on a block topology (topology/block, or NVLink domains): None
+    when the job's hosts sit in one block; else the largest node count that divides the job, fits
+    the planning base block (BlockSizes' first), and keeps whole the node groups of the innermost
+    cross-node axis where it can."""
+    block_of = cluster.blocks()
+    if not hosts or len({block_of.get(h) for h in hosts}) <= 1:
+        return None
+    base = cluster.block_base() or 1
+    n = len(hosts)
+    divisors = [d for d in range(1, min(base, n) + 1) if n % d == 0]
+    inner = node_blocks(gen, gpn)
+    aligned = [d for d in divisors if inner and inner[0] <= base and d % inner[0] == 0]
+    return max(aligned or divisors)
+
+
+def leaf_uplinks(cluster: Cluster, hosts: List[str], traffic: dict, warnings: List[str]) -> Dict[str, dict]:
+    """The leaves a plan's hosts use with their uplinks' oversubscription (the fabric document's
+    link rates); a warning when traffic leaves an oversubscribed leaf."""
+    from gpucomm.planners.placement.fabric import leaf_costs
+
+    costs = leaf_costs(cluster.fabric_doc)
+    used = sorted({cluster.fabric.node_leaf.get(h) for h in hosts} - {None}, key=_natural)
+    out = {lf: costs[lf] for lf in used if lf in costs}
+    crossing = sum(v["edges"] for k, v in (traffic.get("by_level") or {}).items()
+                   if k.startswith("level") and int(k[5:]) >= 2)
+    worst = [v for v in out.values() if v["uplink_share"] < 1]
+    if crossing and worst:
+        w = max(v["oversubscription"] for v in worst)
+        warnings.append(f"{crossing} node-to-node edge(s) leave their leaf switch, whose uplinks are oversubscribed "
+                        f"up to {w:g}:1: when every node sends at once that traffic gets {1 / w:.0%} of a host link")
     return out
 
 
@@ -795,14 +551,95 @@ def synth_cluster(nodes: int, topology: str, levels: int = 3, nodes_per_leaf: in
     return doc, conf
 
 
+def synth_ibnetdiscover(nodes: int, levels: int = 3, nodes_per_leaf: int = 32, leaves_per_spine: int = 8,
+                        prefix: str = "node", hca: str = "mlx5_0", width: str = "4x", speed: str = "NDR") -> str:
+    """``ibnetdiscover`` output for the fat tree :func:`synth_cluster` describes: one HCA per node
+    (``<node> mlx5_0``) under leaves of ``nodes_per_leaf``, as many uplinks per leaf as hosts (1:1),
+    spines of ``leaves_per_spine`` leaves and one core (levels=3), leaves under the core (2), one
+    switch (1).  Switch descriptions ``MF0;leaf01:MQM9700/U1`` name them as the topology.conf does."""
+    from gpucomm.probes.formats.ibnet import write_ibnetdiscover
+
+    if nodes < 1 or nodes > 100_000:
+        raise InputError(f"--nodes {nodes} is out of range", expected="1..100000")
+    width_n = max(2, len(str(nodes)))
+    names = [f"{prefix}{i:0{width_n}d}" for i in range(1, nodes + 1)]
+    switches: List[dict] = []
+    cas: List[dict] = []
+    links: List[dict] = []
+    lid = [0]
+    ports: Dict[str, int] = {}
+
+    def new_switch(name: str) -> str:
+        sid = f"S-0002c90300{len(switches) + 1:06x}"
+        lid[0] += 1
+        switches.append({"id": sid, "description": f"MF0;{name}:MQM9700/U1", "lid": lid[0], "ports": 64})
+        return sid
+
+    def link(a: str, b: str) -> None:
+        pa, pb = ports.get(a, 0) + 1, ports.get(b, 0) + 1
+        ports[a], ports[b] = pa, pb
+        links.append({"a": a, "a_port": pa, "b": b, "b_port": pb, "width": width, "speed": speed})
+
+    def group(children: List[str], per: int, name: str, uplinks_each: List[int]) -> Tuple[List[str], List[int]]:
+        count = (len(children) + per - 1) // per
+        w = max(2, len(str(count)))
+        made, up = [], []
+        for k in range(count):
+            sid = new_switch(f"{name}{k + 1:0{w}d}")
+            made.append(sid)
+            n = 0
+            for c, u in zip(children[k * per:(k + 1) * per], uplinks_each[k * per:(k + 1) * per]):
+                for _ in range(u):
+                    link(c, sid)
+                n += u
+            up.append(n)
+        return made, up
+
+    for i, h in enumerate(names):
+        cid = f"H-0002c90400{i + 1:06x}"
+        lid[0] += 1
+        cas.append({"id": cid, "description": f"{h} {hca}", "lid": lid[0], "ports": 1})
+    host_ids = [c["id"] for c in cas]
+    if levels == 1:
+        core = new_switch("core")
+        for c in host_ids:
+            link(c, core)
+    else:
+        leaves, up = group(host_ids, nodes_per_leaf, "leaf", [1] * len(host_ids))
+        if levels == 3:
+            leaves, up = group(leaves, leaves_per_spine, "spine", up)
+        core = new_switch("core")
+        for sw, u in zip(leaves, up):
+            for _ in range(u):
+                link(sw, core)
+    return write_ibnetdiscover(switches, cas, links, stamp=f"gpucomm synth ({nodes} nodes, {levels}-level fat tree)")
+
+
 def load_cluster(path: str, default_topology: Optional[str] = None):
     """Read and validate a cluster file (YAML or JSON) and every topology it names (the I/O of
-    :func:`parse_cluster`, through :mod:`gpucomm.probes.load`)."""
+    :func:`parse_cluster`, through :mod:`gpucomm.probes.load`).  A fabric input given instead
+    (ibnetdiscover/iblinkinfo output, a Slurm topology, a gpucomm fabric document) is a cluster of
+    its hosts, each with ``default_topology`` (plan's TOPO)."""
     import os
 
-    from gpucomm.probes.load import load_topology, parse_yaml, read_text_input
+    from gpucomm.probes.fabric import FABRIC_SCHEMA, check_fabric_document, detect_fabric, fabric_from_text, load_fabric
+    from gpucomm.probes.load import load_topology, parse_json, parse_yaml, read_text_input
 
     text = read_text_input(path)
-    obj = parse_yaml(text, path, expected="a gpucomm cluster file (nodes:, fabric:)")  # bounded; JSON is YAML
+    kind = detect_fabric(text)
+    if kind in ("ib", "slurm"):
+        doc = fabric_from_text(text, path)
+    else:
+        expected = "a gpucomm cluster file (nodes:, fabric:)"
+        obj = parse_json(text, path, expected) if text.lstrip("\ufeff \t\r\n").startswith("{") else \
+            parse_yaml(text, path, expected=expected)   # bounded; JSON read as JSON (YAML's loader is slow on MBs)
+        doc = check_fabric_document(obj, path) if isinstance(obj, dict) and obj.get("schema") == FABRIC_SCHEMA else None
+    if doc is not None:
+        from gpucomm.planners.placement.fabric import cluster_file
+
+        if default_topology is None:
+            raise InputError("a fabric names no node topology", path,
+                             expected="the node topology as plan's TOPO: gpucomm plan TOPO --cluster FABRIC")
+        obj = cluster_file(doc)
     base = os.path.dirname(os.path.abspath(path))
-    return parse_cluster(obj, path, base, load_topology, read_text_input, default_topology)
+    return parse_cluster(obj, path, base, load_topology, read_text_input, default_topology, load_fabric)

@@ -257,7 +257,7 @@ def use_calibration(view, profile, source: str) -> None:
 
 def use_cost_options(view, **options) -> None:
     """Time this view's collectives with these options of ``cost.summarize`` -- what ``predict``
-    passes for the same choice (``fabric_gbps``, a transport): one parameter for both commands."""
+    passes for the same choice (``transport``, ``fabric_gbps``): one parameter for both commands."""
     view.cache[_OPTIONS_KEY] = dict(options)
     view.cache.pop(_COST_KEY, None)
 

@@ -28,6 +28,7 @@ import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from gpucomm.probes.errors import InputError, NothingToDo, PlanInfeasible
+from gpucomm.probes.model import natural_key as _natural
 from gpucomm.probes.model import normalize_bus_id
 
 from gpucomm.planners.placement.layout import NIC_LEVEL_RANK, NodeView, _nv_count, node_view, pcie_level
@@ -310,3 +311,144 @@ def parse_index_list(text: Optional[str], what: str = "--free") -> Optional[List
     if not vals and text.strip():
         raise InputError(f"{what} {text!r} is not a list of GPU indices", expected="e.g. 0,1,3 or 0-3,6")
     return vals
+
+
+# ============================================================================================
+# Nodes of a cluster: ``gpucomm select --nodes N --cluster FILE``
+NODES_SCHEMA = "gpucomm.select-nodes/v1"
+
+
+def _best_fit(groups: Dict[str, List[str]], count: int) -> Optional[str]:
+    """The group with the fewest candidates that still holds ``count`` (leaves bigger groups whole);
+    ties: natural order of the group's name."""
+    fit = [g for g, hs in groups.items() if len(hs) >= count]
+    return min(fit, key=lambda g: (len(groups[g]), _natural(g))) if fit else None
+
+
+def select_nodes(cluster, count: int, free: Optional[Sequence[str]] = None, nic_gbps: Optional[float] = None) -> dict:
+    """N nodes for one job out of a cluster (gpucomm.planners.placement.cluster.Cluster): healthy ones
+    (no doctor error when the cluster was joined), in ``free`` when given, as close as the fabric
+    allows -- one NVLink domain, else one leaf, else under the lowest switch that has room (its leaves
+    taken whole, fullest first) -- and what leaving a leaf costs (``nic_gbps``: one node's rate)."""
+    from gpucomm.planners.placement.fabric import leaf_costs
+    from gpucomm.probes.formats.slurm_topology import compress_hostlist
+
+    if count < 1:
+        raise InputError(f"--nodes {count}", expected="an integer >= 1")
+    free_set = set(free) if free is not None else None
+    unknown = sorted(free_set - set(cluster.nodes), key=_natural) if free_set is not None else []
+    cand = [h for h in cluster.nodes if h not in cluster.unhealthy and (free_set is None or h in free_set)]
+    excluded = {"unhealthy": sum(1 for h in cluster.nodes if h in cluster.unhealthy),
+                "not_free": 0 if free_set is None else sum(1 for h in cluster.nodes if h not in free_set)}
+    warnings = [f"--free names {len(unknown)} host(s) the cluster does not have: {', '.join(unknown[:5])}"] if unknown else []
+    if len(cand) < count:
+        raise PlanInfeasible(f"{count} nodes wanted but only {len(cand)} are free and healthy"
+                             + (f" ({excluded['unhealthy']} unhealthy)" if excluded["unhealthy"] else ""))
+    fab = cluster.fabric
+    order = fab.dfs_nodes() if fab is not None else list(cluster.nodes)
+    rank = {h: i for i, h in enumerate(order)}
+    cand.sort(key=lambda h: (rank.get(h, len(rank)), _natural(h)))
+    chosen: Optional[List[str]] = None
+    span: dict = {}
+    doms: Dict[str, List[str]] = {}
+    for h in cand:
+        if cluster.domain_of.get(h):
+            doms.setdefault(cluster.domain_of[h], []).append(h)
+    d = _best_fit(doms, count) if doms else None
+    if d is not None:
+        chosen, span = doms[d][:count], {"within": "nvlink-domain", "name": d}
+    elif fab is not None:
+        leaves: Dict[str, List[str]] = {}
+        for h in cand:
+            leaves.setdefault(fab.node_leaf.get(h, "?"), []).append(h)
+        lf = _best_fit(leaves, count)
+        if lf is not None:
+            chosen, span = leaves[lf][:count], {"within": "leaf", "name": lf}
+        else:
+            # the lowest switch above the leaves with room: its leaves whole, fullest first, the rest best-fit
+            by_switch: Dict[Tuple[int, str], List[str]] = {}
+            for h in cand:
+                for lvl, sw in enumerate(fab.chain(h)[1:], 2):
+                    by_switch.setdefault((lvl, sw), []).append(h)
+            for lvl in sorted({k[0] for k in by_switch}):
+                level_groups = {sw: hs for (L, sw), hs in by_switch.items() if L == lvl}
+                sw = _best_fit(level_groups, count)
+                if sw is None:
+                    continue
+                members = set(level_groups[sw])
+                under = {lf: [h for h in hs if h in members] for lf, hs in leaves.items()}
+                under = {lf: hs for lf, hs in under.items() if hs}
+                chosen, used = [], set()
+                for lf in sorted(under, key=lambda x: (-len(under[x]), _natural(x))):
+                    need = count - len(chosen)
+                    if need <= 0:
+                        break
+                    if len(under[lf]) > need and any(x != lf and x not in used and need <= len(under[x]) < len(under[lf])
+                                                     for x in under):
+                        continue       # a smaller leaf holds the remainder: keep this one whole for later jobs
+                    chosen += under[lf][:need]
+                    used.add(lf)
+                if len(chosen) < count:   # pragma: no cover - the switch has room by construction
+                    chosen += [h for h in level_groups[sw] if h not in chosen][:count - len(chosen)]
+                span = {"within": f"level{lvl}", "name": sw}
+                break
+    if chosen is None:
+        chosen, span = cand[:count], {"within": "fabric" if fab is None else "several fabrics", "name": None}
+        if fab is not None:
+            warnings.append("no switch has room for all of them: the nodes share no switch (separate fabrics)")
+    used_leaves = sorted({fab.node_leaf.get(h) for h in chosen} - {None}, key=_natural) if fab is not None else []
+    used_domains = sorted({cluster.domain_of[h] for h in chosen if cluster.domain_of.get(h)}, key=_natural)
+    if cluster.fabric_doc:      # the fabric's own host links, where it gives their rates
+        link = {h["name"]: sum(c.get("rate_gbps") or 0 for c in h.get("hcas") or []) for h in cluster.fabric_doc["hosts"]}
+        rates = [link.get(h) for h in chosen]
+        if rates and all(rates):
+            nic_gbps = min(rates) if nic_gbps is None else min(min(rates), nic_gbps)
+    cost = None
+    if len(used_leaves) > 1:
+        costs = leaf_costs(cluster.fabric_doc) if cluster.fabric_doc else {}
+        worst = [costs[lf] for lf in used_leaves if lf in costs and costs[lf]["oversubscription"]]
+        share = min((c["uplink_share"] for c in worst), default=None)
+        largest = max((len([h for h in cand if fab.node_leaf.get(h) == lf]) for lf in set(fab.node_leaf.values())), default=0)
+        text = (f"the {count} nodes span {len(used_leaves)} leaves (the largest leaf has {largest} free healthy node(s)): "
+                "traffic between them crosses the spine")
+        if share is not None and share < 1:
+            text += (f"; those leaves' uplinks are oversubscribed up to {max(c['oversubscription'] for c in worst):g}:1, so "
+                     f"when every node sends at once each gets {share:.0%} of its link"
+                     + (f" (~{nic_gbps * share:g} of {nic_gbps:g} Gb/s)" if nic_gbps else ""))
+        elif cluster.fabric_doc is None:
+            text += "; link rates are unknown here (a Slurm topology): one more switch hop each way"
+        else:
+            text += "; the uplinks are not oversubscribed: one more switch hop each way, no bandwidth lost"
+        cost = {"leaves": len(used_leaves), "uplink_share": share, "per_node_gbps": (nic_gbps * share) if (nic_gbps and share) else None,
+                "text": text}
+    return {"schema": NODES_SCHEMA, "count": count, "nodes": chosen, "hostlist": compress_hostlist(chosen),
+            "span": dict(span, leaves=used_leaves, nvlink_domains=used_domains), "crosses_spine": len(used_leaves) > 1,
+            "cost": cost, "candidates": len(cand), "excluded": excluded, "warnings": warnings}
+
+
+def cluster_network(cluster, nodes: int, doc: dict) -> dict:
+    """What one NIC delivers to a job of ``nodes`` nodes of ``cluster`` (picked as :func:`select_nodes`
+    picks them): the slower of the node's NIC and the fabric's host link, times the leaf uplinks' share
+    when the nodes span leaves.  -> {"nodes", "fabric_gbps" (None: the topology's own NIC rate),
+    "note", "selection"}."""
+    from gpucomm.planners.placement.layout import compute_nics
+    from gpucomm.probes.facts import nic_is_rdma, nic_rate_gbps
+
+    sel = select_nodes(cluster, nodes)
+    nics = {n["name"]: n for n in doc.get("nics") or [] if isinstance(n, dict) and n.get("name")}
+    rates = [nic_rate_gbps(n) for n in compute_nics(nics).values() if nic_is_rdma(n)] if nics else []
+    per_nic = max((r for r in rates if r), default=None)
+    link = None
+    if cluster.fabric_doc:
+        hosts = {h["name"]: h for h in cluster.fabric_doc["hosts"]}
+        links = [c["rate_gbps"] for n in sel["nodes"] for c in (hosts.get(n) or {}).get("hcas") or [] if c.get("rate_gbps")]
+        link = min(links) if links else None
+    base = min(x for x in (per_nic, link) if x) if (per_nic or link) else None
+    share = (sel["cost"] or {}).get("uplink_share") or 1.0
+    gbps = round(base * share, 3) if base and (share < 1 or (link and per_nic and link < per_nic)) else None
+    where = sel["span"]["within"]
+    note = (f"--cluster: {nodes} node(s) {sel['hostlist']} within {where}"
+            + (f"; leaf uplinks {1 / share:.2f}:1 oversubscribed: each NIC gets ~{gbps:g} Gb/s" if share < 1 and gbps else "")
+            + (f"; the fabric's host links run {link:g} Gb/s (the node's NIC: {per_nic:g})"
+               if link and per_nic and link < per_nic else ""))
+    return {"nodes": nodes, "fabric_gbps": gbps, "note": note, "selection": sel}

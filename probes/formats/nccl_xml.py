@@ -59,7 +59,7 @@ from gpucomm.probes import facts
 from gpucomm.probes.errors import InputError, TopologyError
 from gpucomm.probes.facts import PCI_GT_TO_GEN, nvlink_bw_per_link, pcie_bw_GBps
 from gpucomm.probes.limits import MAX_GPUS, MAX_NICS
-from gpucomm.probes.model import (cpu_id, cpulist_to_mask, cpumask_to_list, finalize, format_cpulist, gpu_record,
+from gpucomm.probes.model import (cpu_id, cpulist_to_mask, cpumask_to_list, finalize, format_cpulist, gpu_record, host_of,
                                   is_sentinel_bus_id, link_record, new_document, nic_record, normalize_bus_id,
                                   parse_cpulist, source_record, switch_record, warn)
 
@@ -394,8 +394,7 @@ def parse_nccl_xml(text: str, path: Optional[str] = None, flatten: bool = True) 
     return _system_document(root, top, path, flatten)
 
 
-def _system_document(root: _Node, system: _Node, path: Optional[str], flatten: bool) -> dict:
-    ctx = _Ctx(path)
+def _top_level_notes(root: _Node, system: _Node, ctx: _Ctx) -> None:
     doc = ctx.doc
     version = system.attrs.get("version")
     if _int(version) != 1:
@@ -405,6 +404,35 @@ def _system_document(root: _Node, system: _Node, path: Optional[str], flatten: b
     others = [c.tag for c in root.children if c is not system]
     if others:
         warn(doc, f"top-level element(s) {sorted(set(others))} ignored (only the first <system> is read)")
+
+
+def _host_groups(system: _Node) -> list:
+    """The ``<cpu>`` elements by host, in the order NCCL numbers hosts (ncclGetSystemId: first
+    ``host_hash`` seen = system 0); a ``<cpu>`` without ``host_hash`` is NCCL's hash 0."""
+    groups: dict = {}
+    for el in system.children:
+        if el.tag == "cpu":
+            h = (el.attrs.get("host_hash") or "").strip().lower()
+            try:
+                key = int(h, 16) if h else 0
+            except ValueError:
+                key = h
+            groups.setdefault(key, []).append(el)
+    return list(groups.items())
+
+
+def _system_document(root: _Node, system: _Node, path: Optional[str], flatten: bool) -> dict:
+    groups = _host_groups(system)
+    if len(groups) > 1:
+        return _fused_document(root, system, groups, path, flatten)
+    return _one_host(root, system, path, flatten, matrix=True)
+
+
+def _one_host(root: _Node, system: _Node, path: Optional[str], flatten: bool, matrix: bool) -> dict:
+    ctx = _Ctx(path)
+    doc = ctx.doc
+    if matrix:   # the whole file (a host of a fused file is checked by the file's own read)
+        _top_level_notes(root, system, ctx)
     for el in system.children:
         if el.tag == "cpu":
             _add_cpu(ctx, el)
@@ -423,8 +451,6 @@ def _system_document(root: _Node, system: _Node, path: Optional[str], flatten: b
         warn(doc, f"{len(ctx.mlopart)} GPU(s) are split into MLOPart logical GPUs ({shown}"
                   f"{' ...' if len(ctx.mlopart) > 4 else ''}): each is recorded as one physical GPU from its first "
                   "partition (the others are in gpus[].mlopart_devs; their NVLinks are not added)")
-    if len(ctx.host_hashes) > 1:
-        warn(doc, f"XML fuses {len(ctx.host_hashes)} hosts (host_hash values); read as one host")
     if ctx.bare_gpus:
         warn(doc, f"{ctx.bare_gpus} GPU(s) are bare <pci> entries without <gpu dev>: indices inferred from PCI bus "
                   "order (the order NVML and CUDA_DEVICE_ORDER=PCI_BUS_ID use)")
@@ -435,6 +461,102 @@ def _system_document(root: _Node, system: _Node, path: Optional[str], flatten: b
     doc["sources"].append(source_record("nccl-xml", "ok", f"NCCL topology XML, {kind}"))
     if flatten:
         flatten_bcm(doc)
+    if not matrix:
+        return doc
+    from gpucomm.probes.matrix import compute_matrix
+
+    compute_matrix(doc)
+    return _finalize(doc)
+
+
+def _fused_document(root: _Node, system: _Node, groups: list, path: Optional[str], flatten: bool) -> dict:
+    """NCCL's fused XML of several hosts (``NCCL_TOPO_DUMP_FILE`` of a multi-node NVLink clique: each
+    rank's XML fused with ncclTopoFuseXml, xml.cc; every ``<cpu>`` keeps its host's ``host_hash``, the
+    trays' bus ids repeat) -> one document of several hosts.  Each host is read like a one-host XML;
+    host ``h`` > 0 then gets ``host: h`` on its devices and ``h/`` before its graph ids and NIC names
+    (:func:`gpucomm.probes.model.host_qualified`), the NVLink targets NCCL cannot see stay one shared
+    ``NVS`` (topo.cc: one NVS node for the whole fused system), and the GPUs are numbered by their
+    NCCL ``rank`` when every GPU has a distinct one, else host by host (``local_index`` keeps each
+    GPU's ``dev``)."""
+    from gpucomm.probes.limits import MAX_GPUS
+    from gpucomm.probes.model import host_qualified
+
+    if len(groups) > MAX_GPUS:
+        raise InputError(f"{len(groups)} hosts in one XML, more than the limit of {MAX_GPUS}", path,
+                         expected="one <cpu host_hash> group per host of an NVLink domain")
+    outer = _Ctx(path)
+    _top_level_notes(root, system, outer)
+    doc = outer.doc
+    doc["hosts"] = []
+    parts = []
+    for h, (key, cpus) in enumerate(groups):
+        sub = _Node("system", dict(system.attrs), system.line)
+        sub.children = cpus
+        part = _one_host(root, sub, path, flatten, matrix=False)
+        parts.append((h, key, part))
+        doc["hosts"].append({"id": h, "hostname": None,
+                             "host_hash": f"{key:#x}" if isinstance(key, int) else str(key)})
+    gpus = [(h, g) for h, _k, part in parts for g in part["gpus"]]
+    ranks = [g.get("nccl_rank") for _h, g in gpus]
+    by_rank = all(isinstance(r, int) for r in ranks) and sorted(ranks) == list(range(len(gpus)))
+    if len(gpus) > MAX_GPUS:
+        raise InputError(f"{len(gpus)} GPUs, more than the limit of {MAX_GPUS}", path,
+                         expected=f"at most {MAX_GPUS} GPUs in one NVLink domain (README: Limits)")
+
+    def q(x: Optional[str], h: int) -> Optional[str]:
+        return x if x is None or x == "NVS" else host_qualified(x, h)
+
+    nxt = 0
+    for h, _key, part in parts:
+        for g in sorted(part["gpus"], key=lambda g: g["index"]):
+            g["local_index"] = g["index"]
+            g["index"] = g["nccl_rank"] if by_rank else nxt
+            nxt += 1
+            g["host"] = h
+            for k in ("parent", "raw_parent"):
+                if g.get(k):
+                    g[k] = q(g[k], h)
+            for nl in g.get("nvlink") or []:
+                if nl.get("remote") and nl.get("remote_type") in ("gpu",):
+                    nl["remote"] = q(nl["remote"], h)
+            doc["gpus"].append(g)
+        for n in part["nics"]:
+            n["host"] = h
+            n["name"] = q(n["name"], h)
+            for k in ("parent", "raw_parent"):
+                if n.get(k):
+                    n[k] = q(n[k], h)
+            doc["nics"].append(n)
+        for sw in part["switches"]:
+            if sw["id"] == "NVS":
+                if not any(x["id"] == "NVS" for x in doc["switches"]):
+                    doc["switches"].append(sw)
+                continue
+            sw["host"] = h
+            for k in ("id", "parent", "raw_parent"):
+                if sw.get(k):
+                    sw[k] = q(sw[k], h)
+            doc["switches"].append(sw)
+        for n in part["numa_nodes"]:
+            n["host"] = h
+            doc["numa_nodes"].append(n)
+        for l in part["links"]:
+            doc["links"].append(dict(l, a=q(l["a"], h), b=q(l["b"], h)))
+        for d in part.get("pci_devices") or []:
+            d["host"] = h
+            if d.get("parent"):
+                d["parent"] = q(d["parent"], h)
+            doc.setdefault("pci_devices", []).append(d)
+        for k, v in part["host"].items():
+            if k != "provenance" and doc["host"].get(k) is None and v is not None:
+                doc["host"][k] = v
+        for w in part["warnings"]:
+            warn(doc, w if h == 0 else f"host {h}: {w}")
+    warn(doc, f"XML fuses {len(groups)} hosts (host_hash values, NCCL's multi-node NVLink clique): read as "
+              f"{len(groups)} hosts of one NVLink domain; graph ids and NIC names of host h > 0 start with 'h/'")
+    kind = "fused dump of a multi-node NVLink clique (NCCL_TOPO_DUMP_FILE)"
+    doc["sources"].append(source_record("nccl-xml", "ok", f"NCCL topology XML, {kind}: {len(groups)} hosts, "
+                                                          f"{len(doc['gpus'])} GPUs"))
     from gpucomm.probes.matrix import compute_matrix
 
     compute_matrix(doc)
@@ -1126,7 +1248,7 @@ def _graph_from_node(top: _Node, path: Optional[str]) -> dict:
             if ch.tag != "channel":
                 warnings.append(f"ignored <{ch.tag}> under <graph> (line {ch.line})")
                 continue
-            gpus, nets, ranks = [], [], []
+            gpus, nets, ranks, systems = [], [], [], []
             for el in ch.children:
                 if el.tag not in ("gpu", "net"):
                     warnings.append(f"ignored <{el.tag}> under <channel> (line {el.line})")
@@ -1136,9 +1258,17 @@ def _graph_from_node(top: _Node, path: Optional[str]) -> dict:
                     if el.attrs.get("dev") is None:
                         warnings.append(f"<{el.tag}> without dev (line {el.line}); ignored")
                     continue
+                if el.tag == "gpu" and not 0 <= dev < 1 << 64:
+                    msg = f"<gpu dev={el.attrs.get('dev')!r}> (line {el.line}) is not a GPU id; ignored"
+                    if msg not in warnings:
+                        warnings.append(msg)
+                    continue
                 if el.tag == "gpu":
-                    # NCCL keeps the system id in bits 56+ (MNNVL); the local dev is the low bits.
-                    gpus.append(dev & ((1 << 56) - 1))
+                    # NCCL keeps the system id (the host of a multi-node NVLink clique) in bits 56+
+                    # (topo.h NCCL_TOPO_ID, search.cc ncclTopoGetXmlFromChannel); the CUDA device below.
+                    system, local = split_topo_id(dev)
+                    gpus.append(local)
+                    systems.append(system)
                     rank = _int(el.attrs.get("rank"))
                     if rank is not None:
                         ranks.append(rank)
@@ -1147,6 +1277,9 @@ def _graph_from_node(top: _Node, path: Optional[str]) -> dict:
             chan = {"gpus": gpus, "nets": nets}
             if ranks:
                 chan["ranks"] = ranks
+            if any(systems):
+                chan["hosts"] = systems
+                chan["labels"] = [graph_gpu_label(h << 56 | d) for h, d in zip(systems, gpus)]
             channels.append(chan)
         nch = _int(a.get("nchannels"))
         if nch is not None and channels and nch != len(channels):
@@ -1164,14 +1297,50 @@ def _graph_from_node(top: _Node, path: Optional[str]) -> dict:
             "warnings": warnings}
 
 
+def split_topo_id(dev: int) -> tuple:
+    """NCCL's 64-bit node id -> (system id, local id): topo.h ``NCCL_TOPO_ID(systemId, localId)`` keeps
+    the system (host) in bits 56+.
+
+    >>> split_topo_id(72057594037927936), split_topo_id(3)
+    ((1, 0), (0, 3))
+    """
+    return dev >> 56, dev & ((1 << 56) - 1)
+
+
+def graph_gpu_label(dev: int) -> str:
+    """How a graph file's ``<gpu dev>`` prints: ``GPU<d>`` on the first host, ``<host>/GPU<d>`` beyond
+    (``0x100000000000000`` = host 1, GPU 0 -> ``1/GPU0``), never the raw 64-bit id."""
+    system, local = split_topo_id(dev)
+    return f"{system}/GPU{local}" if system else f"GPU{local}"
+
+
 def _graph_document(graph: dict, path: Optional[str]) -> dict:
     doc = new_document(provenance="nccl-xml")
-    devs = sorted({d for g in graph["graphs"] for ch in g["channels"] for d in ch["gpus"]})
-    for d in devs:
-        if d > 4096:
-            warn(doc, f"graph GPU dev {d} is out of range; skipped")
+    seen: dict = {}   # (host, dev) -> rank or None
+    for g in graph["graphs"]:
+        for ch in g["channels"]:
+            hosts = ch.get("hosts") or [0] * len(ch["gpus"])
+            ranks = ch.get("ranks") if len(ch.get("ranks") or []) == len(ch["gpus"]) else [None] * len(ch["gpus"])
+            for h, d, r in zip(hosts, ch["gpus"], ranks):
+                if seen.get((h, d)) is None:
+                    seen[(h, d)] = r
+    keys = sorted(seen)
+    multi = any(h for h, _d in keys)
+    ranks = [seen[k] for k in keys]
+    by_rank = multi and all(isinstance(r, int) for r in ranks) and sorted(ranks) == list(range(len(keys)))
+    for i, (h, d) in enumerate(keys):
+        if d > 4096 or h > 65535:
+            warn(doc, f"graph GPU dev {graph_gpu_label(h << 56 | d)} is out of range; skipped")
             continue
-        doc["gpus"].append(gpu_record(d))
+        if not multi:
+            doc["gpus"].append(gpu_record(d))
+            continue
+        rec = gpu_record(seen[(h, d)] if by_rank else i, host=h, local_index=d)
+        if seen[(h, d)] is not None:
+            rec["nccl_rank"] = seen[(h, d)]
+        doc["gpus"].append(rec)
+    if multi:
+        doc["hosts"] = [{"id": h, "hostname": None, "host_hash": None} for h in sorted({h for h, _d in keys})]
     warn(doc, "NCCL graph file (NCCL_GRAPH_FILE format): channels only, no PCI tree -- GPU bus ids, NICs and the "
               "matrix are unknown; the graph is in nccl_graph")
     for w in graph["warnings"]:
@@ -1256,12 +1425,45 @@ def export_nccl_xml(doc: dict) -> str:
     Azure/AWS skeletons; host bridges are folded into their CPU (NCCL has none); Broadcom switches
     flattened on import are written unflattened (NCCL flattens them again).  Raises
     :class:`TopologyError` when a GPU has no PCI bus id (NCCL matches GPUs by bus id)."""
+    hosts = sorted({host_of(x) for key in ("gpus", "nics", "numa_nodes") for x in doc.get(key) or []
+                    if isinstance(x, dict)})
+    if len(hosts) > 1:
+        return _export_fused(doc, hosts)
     gpus = sorted(doc.get("gpus", []), key=lambda g: g["index"])
     for g in gpus:
         if not g.get("pci_bus_id"):
             raise TopologyError(f"GPU{g['index']} has no PCI bus id; an NCCL topology XML needs one for every GPU",
                                 expected="a topology from a live probe, a snapshot or an NCCL XML")
     return _Export(doc, gpus).write()
+
+
+_GPU_LINE = re.compile(r'^(\s*<gpu dev="(\d+)"[^>]*? rank=")\d+(".*)$')
+
+
+def _export_fused(doc: dict, hosts: list) -> str:
+    """A document of several hosts as NCCL's fused XML: each host's ``<cpu>`` elements (written as for
+    one host, :func:`gpucomm.probes.model.host_document`) with its ``host_hash`` first, hosts in order.
+    This is what NCCL dumps for a multi-node NVLink clique; as ``NCCL_TOPO_FILE`` NCCL would replace
+    every host_hash by its own (topo.cc ncclTopoGetSystem), so give NCCL one host's file instead
+    (``gpucomm show --format nccl-xml`` of that host's document)."""
+    from gpucomm.probes.model import host_document
+
+    named = {h.get("id"): h for h in doc.get("hosts") or [] if isinstance(h, dict)}
+    lines = ['<system version="1">']
+    for h in hosts:
+        part = host_document(doc, h)
+        hh = (named.get(h) or {}).get("host_hash") or f"{h:#x}"
+        body = export_nccl_xml(part).splitlines()[1:-1]
+        rank = {g.get("local_index"): g["index"] for g in doc.get("gpus", []) if host_of(g) == h}
+        for line in body:
+            if line.startswith("  <cpu "):
+                line = f'  <cpu host_hash="{_check_value("host_hash", hh)}" ' + line[len("  <cpu "):]
+            m = _GPU_LINE.match(line)
+            if m and rank.get(int(m.group(2))) is not None:   # the rank is the GPU's index in the whole document
+                line = f"{m.group(1)}{rank[int(m.group(2))]}{m.group(3)}"
+            lines.append(line)
+    lines.append("</system>")
+    return "\n".join(lines) + "\n"
 
 
 def _switch_bus_ids(doc: dict, gpus: list, tree_nodes: dict) -> dict[str, str]:

@@ -103,11 +103,24 @@ _PATH_ITEM = re.compile(r"(?P<kind>[A-Z]+)/(?P<id>[0-9A-Fa-f-]+) \((?P<hops>" + 
 _NET_USING = re.compile(r"^NET/(?P<net>\w+) : Using (?P<rest>.*)$")
 _NIC_ITEM = re.compile(r"\[(?P<i>" + _I + r")\](?P<name>[^\s:\[\]<>]+)(?::(?P<port>" + _I +
                        r")/(?P<ll>[A-Za-z]+)(?P<sharp>/SHARP)?)?")
-_USING_NET = re.compile(r"^Using network (?P<net>\S+)")
+_USING_NET = re.compile(r"^Using network (?P<net>.+?)\s*$")
+# NET/Plugin: Loaded net plugin AWS Libfabric (v6) / NET/OFI Using aws-ofi-nccl 1.6.0 / Plugin name set by env ...
+_PLUGIN_LOADED = re.compile(r"^NET/Plugin ?: ?Loaded (?:net|coll) plugin (?P<name>.+?)(?: \((?P<api>v\d+)\))?\s*$")
+_PLUGIN_NONE = re.compile(r"^NET/Plugin ?: ?(?:Could not find|No plugin found|Plugin load returned|Failed to find ncclNetPlugin)")
+_PLUGIN_BANNER = re.compile(r"^NET/(?P<net>[\w-]+) (?:Using |Initializing |ver\. ?)(?P<family>aws-ofi-nccl )?"
+                            r"(?P<v>\d+\.\d+\.\d+[\w.-]*)\s*$")
 _ENV = re.compile(r"^(?P<k>NCCL_[A-Z0-9_]+) set (?:by environment )?to (?P<v>.*?)\.?\s*$")
 _COLL_CH = re.compile(r"(?P<n>" + _I + r") (?P<what>coll|collnet|nvls|p2p) channels(?P<pp> per peer)?")
 _NVLS_MC = re.compile(r"NVLS multicast support is (?P<not>not )?available")
 _NVLS_HEAD = re.compile(r"^NVLS Head\s+(?P<h>" + _I + r"):(?P<ranks>(?:\s+" + _N + r")+)\s*$")
+# init.cc fillInfo / mnnvl.cc ncclMnnvlCheck / init.cc initTransportsRank (2.19+)
+_MNNVL_GPU = re.compile(r"^MNNVL busId (?P<bus>(?:0x)?[0-9a-fA-F]{1,16}) fabric UUID (?P<uuid>[0-9a-fA-F]{1,16}\.[0-9a-fA-F]{1,16}|\S{1,64})"
+                        r" cliqueId (?P<clique>(?:0x)?[0-9a-fA-F]{1,8}) state (?P<state>\d{1,3})"
+                        r"(?: healthMask (?P<health>(?:0x)?[0-9a-fA-F]{1,8}))?")
+_MNNVL_COMM = re.compile(r"^MNNVL (?P<on>\d) cliqueId (?P<clique>[0-9a-fA-F]{1,8}) cliqueSize (?P<size>" + _I +
+                         r") cliqueRank (?P<rank>" + _I + r")(?: nvlDomainSize (?P<dom>" + _I + r"))?")
+_CROSS_CLIQUE = re.compile(r"^Cross-clique P2P enabled: nvlDomainSize=(?P<dom>" + _I + r") cliqueSize=(?P<size>" + _I + r")")
+_COMM_MNNVL = re.compile(r"\bMNNVL (?P<on>\d)\s*$")
 
 
 def nccl_bus_id(token: str) -> Optional[str]:
@@ -183,6 +196,7 @@ class _State:
         self.nics: list = []
         self.net_kind: Optional[str] = None
         self.network: Optional[str] = None
+        self.plugin: dict = {}         # loaded (NET name), family and version (banner), none (no plugin)
         self.env: dict = {}
         self.coll: Optional[dict] = None
         self.nvls_mc: Optional[bool] = None
@@ -197,6 +211,11 @@ class _State:
         self.tests_ranks: dict = {}    # rank -> (host, dev, bus, name) from the nccl-tests header
         self.nccl_lines = 0
         self.line_cut = False      # the line being read reached NCCL's message limit (NCCL_LINE_MAX)
+        self.mnnvl_gpus: dict = {}     # (host, bus id) -> {cuda_dev, cluster_uuid, clique_id, state, health_mask}
+        self.mnnvl_comms: dict = {}    # (clique id, size, nvlDomainSize) -> ranks that printed it
+        self.comm_mnnvl: set = set()   # the MNNVL flag of the comm lines (0/1)
+        self.cross_clique: Optional[tuple] = None
+        self.mnnvl_env: dict = {}      # NCCL_MNNVL_* -> every value the log shows (several runs)
 
     def warn(self, lineno: Optional[int], msg: str) -> None:
         if len(self.warnings) >= MAX_WARNINGS:
@@ -367,6 +386,9 @@ def _on_comm(st: _State, key: tuple, dev: int, body: str, head: str, lineno: int
         st.comms.append((n, nodes, lr))
         st.bind(key, rank, dev)
         st.rank_info(rank)["local_rank"] = l_
+        fm = _COMM_MNNVL.search(body)
+        if fm:
+            st.comm_mnnvl.add(int(fm.group("on")))
         return True
     cm = _COMM_OLD.search(body)
     if cm:
@@ -575,13 +597,35 @@ def _on_net_using(st: _State, key: tuple, dev: int, body: str, head: str, lineno
 
 
 def _on_using_network(st: _State, key: tuple, dev: int, body: str, head: str, lineno: int) -> bool:
-    """``Using network IB``."""
+    """``Using network IB`` / ``Using network AWS Libfabric``."""
     if head != "Using":
         return False
     um = _USING_NET.match(body)
     if um:
         st.network = um.group("net")
     return True
+
+
+def _on_plugin(st: _State, key: tuple, dev: int, body: str, head: str, lineno: int) -> bool:
+    """``NET/Plugin: Loaded net plugin AWS Libfabric (v6)``, ``NET/Plugin : Could not find: libnccl-net.so``,
+    ``NET/OFI Using aws-ofi-nccl 1.6.0`` (plugin/net.cc, aws-ofi-nccl's banner)."""
+    if not head.startswith("NET/"):
+        return False
+    pm = _PLUGIN_LOADED.match(body)
+    if pm:
+        if "coll plugin" not in body:
+            st.plugin["loaded"] = pm.group("name")
+        return True
+    if _PLUGIN_NONE.match(body):
+        st.plugin.setdefault("none", True)
+        return True
+    bm = _PLUGIN_BANNER.match(body)
+    if bm:
+        fam = (bm.group("family") or "").strip() or {"GPUDirectTCPX": "gpudirect-tcpx"}.get(bm.group("net"), bm.group("net"))
+        st.plugin.setdefault("family", fam)
+        st.plugin.setdefault("version", bm.group("v"))
+        return True
+    return False
 
 
 def _on_env(st: _State, key: tuple, dev: int, body: str, head: str, lineno: int) -> bool:
@@ -591,6 +635,10 @@ def _on_env(st: _State, key: tuple, dev: int, body: str, head: str, lineno: int)
     em = _ENV.match(body)
     if em:
         st.env.setdefault(em.group("k"), em.group("v"))
+        if em.group("k").startswith("NCCL_MNNVL_"):
+            seen = st.mnnvl_env.setdefault(em.group("k"), [])
+            if em.group("v") not in seen and len(seen) < 8:
+                seen.append(em.group("v"))
     return True
 
 
@@ -634,8 +682,43 @@ def _on_connected(st: _State, key: tuple, dev: int, body: str, head: str, lineno
     return True
 
 
+def _on_mnnvl(st: _State, key: tuple, dev: int, body: str, head: str, lineno: int) -> bool:
+    """``MNNVL busId 0x.. fabric UUID u0.u1 cliqueId 0x.. state 3 healthMask 0x..`` (init.cc, one per rank),
+    ``MNNVL 1 cliqueId .. cliqueSize .. cliqueRank .. nvlDomainSize ..`` (mnnvl.cc) and ``Cross-clique P2P
+    enabled: nvlDomainSize=.. cliqueSize=..`` (init.cc)."""
+    if head == "Cross-clique":
+        cm = _CROSS_CLIQUE.match(body)
+        if cm:
+            st.cross_clique = (int(cm.group("dom")), int(cm.group("size")))
+        return True
+    if head != "MNNVL":
+        return False
+    gm = _MNNVL_GPU.match(body)
+    if gm:
+        bus = nccl_bus_id(gm.group("bus"))
+        if bus is None:
+            st.warn(lineno, f"MNNVL line with bus id {gm.group('bus')!r}")
+            return True
+        state = int(gm.group("state"))
+        st.mnnvl_gpus.setdefault((key[0], bus), {
+            "cuda_dev": dev if dev >= 0 else None, "cluster_uuid_nccl": gm.group("uuid"),
+            "clique_id": int(gm.group("clique"), 16), "state": state,
+            "health_mask": int(gm.group("health"), 16) if gm.group("health") else None})
+        return True
+    cm = _MNNVL_COMM.match(body)
+    if cm:
+        k = (int(cm.group("clique"), 16), int(cm.group("size")),
+             int(cm.group("dom")) if cm.group("dom") else None, int(cm.group("on")))
+        st.mnnvl_comms.setdefault(k, set()).add(int(cm.group("rank")))
+        return True
+    if body.startswith("MNNVL ") and ("cliqueId" in body or "busId" in body):
+        st.warn(lineno, f"unreadable MNNVL line {_short(body)!r}")
+    return True
+
+
 _HANDLERS = (_on_comm, _on_channel, _on_trees, _on_tree, _on_pattern, _on_system, _on_topo_link, _on_path,
-             _on_net_using, _on_using_network, _on_env, _on_coll_channels, _on_nvls, _on_connected)
+             _on_net_using, _on_using_network, _on_plugin, _on_env, _on_coll_channels, _on_nvls, _on_connected,
+             _on_mnnvl)
 
 
 def _tree(st: _State, key: tuple, dev: int, lineno: int, c: int, rank: int, up: int, downs: list) -> None:
@@ -879,6 +962,7 @@ def _network_fields(st: _State) -> dict:
              for (h, s, d), v in sorted(st.paths.items())]
     return {
         "network": st.network,
+        "net": net_summary(st.network, st.plugin, _transport_list(st)[0], st.versions[0] if st.versions else None),
         "nics": st.nics,
         "env": dict(sorted(st.env.items())),
         "nvls": {"multicast": st.nvls_mc, "heads": heads,
@@ -890,9 +974,66 @@ def _network_fields(st: _State) -> dict:
                      "nets": [{"host": h, "net": n, "bw": bw} for (h, n), bw in sorted(st.topo_nets.items())]},
         "paths": paths,
         "connected": dict(st.connected),
+        "mnnvl": _mnnvl_fields(st),
         "nccl_warnings": list(st.nccl_warnings),
         "warnings": list(st.warnings),
     }
+
+
+def _mnnvl_fields(st: _State) -> Optional[dict]:
+    """The log's multi-node NVLink: each GPU's fabric (``gpus``), the clique NCCL formed (``enabled``,
+    ``clique_id``, ``clique_size``, ``nvl_domain_size``; the largest when several communicators
+    printed one), ``cross_clique`` and the connections made over ``P2P/MNNVL``; None when the log
+    says nothing about MNNVL."""
+    from gpucomm.probes.facts import FABRIC_STATES, cluster_uuid_from_nccl
+
+    gpus = []
+    for (host, bus), g in sorted(st.mnnvl_gpus.items()):
+        state = g["state"]
+        gpus.append({"host": host, "bus_id": bus, "cuda_dev": g["cuda_dev"],
+                     "cluster_uuid": cluster_uuid_from_nccl(g["cluster_uuid_nccl"]),
+                     "cluster_uuid_nccl": g["cluster_uuid_nccl"], "clique_id": g["clique_id"],
+                     "state": FABRIC_STATES[state] if state < len(FABRIC_STATES) else str(state),
+                     "health_mask": g["health_mask"]})
+    via = {}
+    for (_a, _b, v, _d), chans in st.transports.items():
+        if v.startswith("P2P/MNNVL") or v.startswith("P2P/CUMEM"):
+            name = v.split()[0]
+            via[name] = via.get(name, 0) + len(chans)
+    if not (gpus or st.mnnvl_comms or st.comm_mnnvl or st.cross_clique or via or st.mnnvl_env):
+        return None
+    out: dict = {"gpus": gpus, "enabled": (1 in st.comm_mnnvl or any(k[3] for k in st.mnnvl_comms))
+                 if (st.comm_mnnvl or st.mnnvl_comms) else None,
+                 "clique_id": None, "clique_size": None, "nvl_domain_size": None,
+                 "cross_clique": st.cross_clique is not None, "connections": dict(sorted(via.items())),
+                 "settings": dict(sorted(st.mnnvl_env.items()))}
+    if st.mnnvl_comms:
+        clique, size, dom, _on = max(st.mnnvl_comms, key=lambda k: (k[1], k[2] or 0))
+        out.update(clique_id=clique, clique_size=size, nvl_domain_size=dom)
+        if len({k[:3] for k in st.mnnvl_comms}) > 1:
+            out["communicators"] = [{"clique_id": k[0], "clique_size": k[1], "nvl_domain_size": k[2]}
+                                    for k in sorted(st.mnnvl_comms)]
+    if st.cross_clique is not None and out["nvl_domain_size"] is None:
+        out["nvl_domain_size"] = st.cross_clique[0]
+    return out
+
+
+def net_summary(network: Optional[str], plugin: dict, transports: list, version: Optional[str]) -> Optional[dict]:
+    """The inter-node transport a log shows: ``{name, gdr, plugin_family, plugin_version, version}``
+    -- ``name`` from the channel lines ``via NET/<name>/...`` (what ran), else ``Using network <name>``
+    (what was chosen), else the plugin NCCL loaded; ``gdr`` True when a NET channel says ``GDRDMA``,
+    False when NET channels say none, None without NET channels.  None when the log shows no network."""
+    nets = [t for t in transports if t.get("kind") == "NET"]
+    name = None
+    if nets:
+        names = [t.get("plugin") for t in nets if t.get("plugin")]
+        name = max(set(names), key=names.count) if names else None
+    name = name or network or plugin.get("loaded")
+    if not name:
+        return None
+    return {"name": name, "gdr": any(t.get("gdr") for t in nets) if nets else None,
+            "plugin_family": plugin.get("family"), "plugin_version": plugin.get("version"),
+            "plugin_loaded": plugin.get("loaded"), "version": version}
 
 
 def load_nccl_log(path: str) -> dict:
@@ -912,3 +1053,104 @@ def load_nccl_log(path: str) -> dict:
             raise InputError("file is empty", path, expected=expected) from None
         raise
     return parse_nccl_log(text, path)
+
+
+def log_document(parsed: dict, path: Optional[str] = None) -> dict:
+    """A parsed NCCL log as a topology document (``gpucomm show LOG``, ``gpucomm doctor LOG``): one GPU
+    per rank (index = rank, ``local_index`` = its CUDA device, ``host`` = its host in order of their
+    lowest rank; the bus id and name where the log gives them) or, in a log without rank lines, one per
+    ``MNNVL busId`` line; each GPU's fabric from its ``MNNVL busId`` line; ``hosts`` when there are
+    several; ``nccl``: the version, the ``NCCL_*`` settings and the MNNVL clique NCCL formed.  No PCI
+    tree, NICs or NVLink links: a log does not describe them."""
+    from gpucomm.probes import facts
+    from gpucomm.probes.limits import MAX_GPUS
+    from gpucomm.probes.model import fabric_record, finalize, gpu_record, new_document, source_record, warn
+
+    doc = new_document(provenance="nccl-log")
+    mn = parsed.get("mnnvl") or {}
+    ranks = [r for r in parsed.get("ranks") or [] if r.get("host")]
+    order: list = []
+    for r in sorted(ranks, key=lambda r: r["rank"]):
+        if r["host"] not in order:
+            order.append(r["host"])
+    for g in mn.get("gpus") or []:
+        if g["host"] not in order:
+            order.append(g["host"])
+    for h in parsed.get("hosts") or []:
+        if h not in order and not ranks:
+            order.append(h)
+    host_id = {h: i for i, h in enumerate(order)}
+    fabric = {(g["host"], g["bus_id"]): g for g in mn.get("gpus") or []}
+    fabric_dev = {(g["host"], g["cuda_dev"]): g for g in mn.get("gpus") or [] if g["cuda_dev"] is not None}
+    used: set = set()
+    entries: list = []   # (index, host, local, bus, name, fabric line)
+    for r in sorted(ranks, key=lambda r: r["rank"]):
+        f = fabric.get((r["host"], r.get("bus_id"))) or fabric_dev.get((r["host"], r.get("cuda_dev")))
+        if f is not None:
+            used.add((f["host"], f["bus_id"]))
+        entries.append((r["rank"], r["host"], r.get("cuda_dev"), r.get("bus_id") or (f or {}).get("bus_id"),
+                        r.get("gpu_name"), f))
+    nxt = max((e[0] for e in entries), default=-1) + 1
+    for (host, bus), f in sorted(fabric.items(), key=lambda kv: (host_id[kv[0][0]], kv[0][1])):
+        if (host, bus) not in used:
+            entries.append((nxt, host, f["cuda_dev"], bus, None, f))
+            nxt += 1
+    if len(entries) > MAX_GPUS * max(1, len(order)):
+        raise InputError(f"{len(entries)} GPUs in the log, more than the limit", path,
+                         expected=f"at most {MAX_GPUS} GPUs per host")
+    seen_bus: set = set()
+    for idx, host, local, bus, name, f in entries:
+        h = host_id.get(host, 0)
+        if bus is not None and (h, bus) in seen_bus:
+            warn(doc, f"{path or 'NCCL log'}: rank {idx} uses GPU {bus} of {host} like another rank; its bus id is left out")
+            bus = None
+        if bus is not None:
+            seen_bus.add((h, bus))
+        rec = gpu_record(idx, pci_bus_id=bus, name=name)
+        arch, sm = facts.arch_from_name(name)
+        if arch:
+            rec["arch"] = arch
+        if len(order) > 1:
+            rec["host"] = h
+        if local is not None:
+            rec["local_index"] = local
+        if f is not None:
+            fab = fabric_record(f)
+            if fab:
+                rec["fabric"] = fab
+        doc["gpus"].append(rec)
+    if len(order) > 1:
+        doc["hosts"] = [{"id": i, "hostname": h, "host_hash": None} for i, h in enumerate(order)]
+    elif order:
+        doc["host"]["hostname"] = order[0]
+    summary = {k: v for k, v in mn.items() if k != "gpus"} or None
+    doc["nccl"] = {"version": parsed.get("version"), "env": dict(parsed.get("env") or {}), "mnnvl": summary}
+    for w in parsed.get("warnings") or []:
+        warn(doc, w)
+    warn(doc, "NCCL log: the ranks' GPUs, hosts and NVLink fabric only (no PCI tree, NICs or NVLink links)")
+    what = f"NCCL {parsed.get('version') or '(version not printed)'} log: {len(doc['gpus'])} GPU(s) on {len(order)} host(s)"
+    if summary and summary.get("clique_size"):
+        what += f"; MNNVL clique of {summary['clique_size']}"
+    doc["sources"].append(source_record("nccl-log", "ok" if doc["gpus"] else "partial", what))
+    return finalize(doc)
+
+
+_MARKER = re.compile(r"\] NCCL (?:INFO|WARN|TRACE|ABORT)\b")
+
+
+def looks_like(text: str) -> bool:
+    """True when ``text`` holds NCCL debug lines (``host:pid:tid [dev] NCCL INFO``).  Linear: the
+    literal ``] NCCL INFO`` is found first and the prefix checked in a short window before it (the
+    prefix pattern alone, searched over a long line without ``:``, would try every start)."""
+    if not isinstance(text, str):
+        return False
+    head = text[:65536]
+    for i, m in enumerate(_MARKER.finditer(head)):
+        if i >= 20:
+            break
+        if _PREFIX.search(head[max(0, m.start() - 200):m.end() + 1]):
+            return True
+    return False
+
+
+__all__ = ["parse_nccl_log", "load_nccl_log", "log_document", "looks_like", "nccl_bus_id", "SCHEMA"]

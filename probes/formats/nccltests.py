@@ -116,6 +116,27 @@ def nccl_version_code(major: int, minor: int, patch: int) -> int:
     """
     return major * 10000 + minor * 100 + patch if (major, minor) >= (2, 9) else major * 1000 + minor * 100 + patch
 
+# NCCL lines kept per run for the transport they show (nccllog.net_summary): NET/..., Using network, version
+MAX_NCCL_NET_LINES = 2000
+_NCCL_NET_HINT = re.compile(r"NCCL INFO (?:NET/|Using network|NCCL version|Channel \d+/\d+ : .* via NET/)")
+
+
+def nccl_net(run: dict) -> Optional[dict]:
+    """The inter-node transport the NCCL INFO lines of a parsed run show
+    (:func:`gpucomm.probes.formats.nccllog.net_summary`), or None when it has none."""
+    return run.get("nccl_net")
+
+
+def _net_of_lines(lines: list, path: str) -> Optional[dict]:
+    if not lines:
+        return None
+    from gpucomm.probes.formats.nccllog import parse_nccl_log
+
+    try:
+        return parse_nccl_log("\n".join(lines), path).get("net")
+    except InputError:
+        return None
+
 # Ceiling on what a row may claim before it is called absurd (2**50 B = 1 PiB; 1e6 GB/s).
 _MAX_SIZE = 1 << 50
 _MAX_BW = 1e6
@@ -301,6 +322,7 @@ class _Block:
         # what was not part of the table (reported by :func:`ignored_summary`)
         self.labels = 0               # lines whose launcher label was stripped
         self.nccl_log = 0             # NCCL debug lines
+        self.nccl_lines: list[str] = []   # the NCCL lines that tell the transport and version (net_summary)
         self.other = 0                # anything else (launcher chatter, prompts, counters)
         self.other_examples: list[str] = []
         self.pending: Optional[tuple[int, list[str]]] = None   # a row cut by a glued NCCL log line
@@ -320,6 +342,9 @@ def _parse_block(lines: list[tuple[int, str]], path: str, collective: Optional[s
         glued = _NCCL_LOG_RE.search(line)
         if glued:
             b.nccl_log += 1
+            msg = line[glued.start():]
+            if len(b.nccl_lines) < MAX_NCCL_NET_LINES and _NCCL_NET_HINT.search(msg):
+                b.nccl_lines.append(msg)
             ver = _NCCL_VERSION_RE.search(line, glued.start())
             if ver and b.library is None:
                 b.library = str(nccl_version_code(*(int(x) for x in ver.groups())))
@@ -495,6 +520,7 @@ def _run_result(b: _Block, collective: Optional[str]) -> dict:
         "params": b.params,
         "version": b.version,
         "nccl_library": b.library,
+        "nccl_net": _net_of_lines(b.nccl_lines, b.path),
         "rows": b.rows,
         "out_of_bounds": b.oob,
         "avg_busbw_GBps": b.avg,

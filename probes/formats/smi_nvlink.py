@@ -35,6 +35,7 @@ from gpucomm.probes.model import gpu_record, warn
 EXPECTED = "`nvidia-smi nvlink -s` output: 'GPU <n>: <name> (UUID: ...)' lines followed by 'Link <n>: ...' lines"
 
 _GPU = re.compile(r"^\s*GPU\s+(\d+)\s*:\s*(.*?)\s*$")
+_ECHO = re.compile(r"^\s*(?:[$#]\s*)?(?:sudo\s+)?nvidia-smi\s+nvlink\b")   # the command line pasted above its output
 _UUID = re.compile(r"^(.*?)\s*\(\s*UUID\s*:\s*([^)\s]+)\s*\)\s*$", re.I)
 _LINK = re.compile(r"^\s*Link\s+(\d+)\s*:\s*(.*?)\s*$", re.I)
 _BW = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*GB/s$", re.I)
@@ -68,6 +69,8 @@ def parse_nvlink_status(text: str, path: Optional[str] = None) -> dict:
             continue
         if first_content is None:
             first_content = n
+        if _ECHO.match(line):
+            continue
         m = _GPU.match(line)
         if m:
             idx = int(m.group(1))
@@ -85,6 +88,8 @@ def parse_nvlink_status(text: str, path: Optional[str] = None) -> dict:
             continue
         if _SNIP.match(line):
             out["snipped"] = True
+            if cur is not None and cur["links"]:
+                cur["cut"] = True   # its later links were cut out: its link list is not complete
             cur = None  # links after a snip cannot belong to the GPU before it
             continue
         if _ALL_INACTIVE.search(line):
@@ -129,8 +134,9 @@ def looks_like(text: str) -> bool:
     if not isinstance(text, str):
         return False
     head = text[:20000]
-    return bool(re.search(r"(?m)^\s*GPU\s+\d+\s*:", head)) and bool(
-        re.search(r"(?mi)^\s*Link\s+\d+\s*:|all\s+links\s+are\s+inactive", head))
+    # [ \t], not \s, after ^: \s would run over blank lines from every line start (quadratic)
+    return bool(re.search(r"(?m)^[ \t]*GPU[ \t]+\d+[ \t]*:", head)) and bool(
+        re.search(r"(?mi)^[ \t]*Link[ \t]+\d+[ \t]*:|all\s+links\s+are\s+inactive", head))
 
 
 def gpu_nvlink_records(status: dict) -> dict:
@@ -156,8 +162,11 @@ def apply_nvlink_status(doc: dict, status: dict) -> dict:
             gpu["name"] = g["name"]
         if not gpu.get("uuid") and g["uuid"]:
             gpu["uuid"] = g["uuid"]
-        if not gpu.get("nvlink"):
+        if not gpu.get("nvlink") and not g.get("cut"):
             gpu["nvlink"] = recs[idx]
+        elif g.get("cut"):
+            warn(doc, f"GPU{idx}: the capture cuts its link list short ({len(g['links'])} link(s) shown); its NVLinks "
+                      "are left unknown")
         inactive = [l["link"] for l in g["links"] if l["state"] == "inactive"]
         if g["all_inactive"]:
             warn(doc, f"GPU{idx}: NVML reports every NVLink inactive")
@@ -169,4 +178,19 @@ def apply_nvlink_status(doc: dict, status: dict) -> dict:
     return doc
 
 
-__all__ = ["parse_nvlink_status", "apply_nvlink_status", "gpu_nvlink_records", "looks_like"]
+def nvlink_document(status: dict, path: Optional[str] = None) -> dict:
+    """A parsed ``nvidia-smi nvlink -s`` as a topology document of its GPUs and their links (state and
+    per-link speed; where each link goes is not in this output)."""
+    from gpucomm.probes.model import finalize, new_document, source_record
+
+    doc = apply_nvlink_status(new_document(provenance="nvidia-smi"), status)
+    active = sum(1 for g in status["gpus"].values() for l in g["links"] if l["state"] == "active")
+    total = sum(len(g["links"]) for g in status["gpus"].values())
+    doc["sources"].append(source_record("nvidia-smi", "partial" if status.get("snipped") else "ok",
+                                        f"nvidia-smi nvlink -s capture{' ' + path if path else ''}: "
+                                        f"{len(status['gpus'])} GPU(s), {active} of {total} link(s) active"))
+    warn(doc, "nvidia-smi nvlink -s: GPUs and their NVLink states only (no PCI tree, NICs, or where links go)")
+    return finalize(doc)
+
+
+__all__ = ["parse_nvlink_status", "apply_nvlink_status", "gpu_nvlink_records", "looks_like", "nvlink_document"]

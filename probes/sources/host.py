@@ -2,8 +2,10 @@
 redirectable so that every probe runs the same on a live node, a snapshot and a fixture."""
 from __future__ import annotations
 
+import base64
 import json
 import os
+import re
 import selectors
 import signal
 import stat
@@ -15,7 +17,21 @@ from typing import Any, Optional, Sequence
 
 from gpucomm.probes.errors import InputError
 from gpucomm.probes.files import Refused, kind_of, read_limited
-from gpucomm.probes.limits import COMMAND_TIMEOUT_S, MAX_COMMAND_OUTPUT, MAX_HOST_FILE_BYTES
+from gpucomm.probes.limits import COMMAND_TIMEOUT_S, MAX_COMMAND_OUTPUT, MAX_EXTRACT_BYTES, MAX_HOST_FILE_BYTES
+
+# A snapshot keeps of a large file (a shared library a probe scanned for its version) only the
+# byte ranges that were read: an *extract*, this magic line then JSON {"schema", "size", "ranges":
+# [[offset, base64], ...]}.  Read through :meth:`Host.read_range` it is a sparse copy of the file:
+# the recorded ranges, zeros elsewhere (docs/SNAPSHOT_FORMAT.md).
+EXTRACT_MAGIC = b"\x7fGPUCOMM-EXTRACT/1\n"
+EXTRACT_SCHEMA = "gpucomm.extract/v1"
+
+# The environment a probe records (Host.environ): what decides which NCCL and network plugin a job
+# loads and how; nothing else of the environment is read or written into a snapshot.
+ENV_NAMES = re.compile(r"^(?:NCCL_[A-Z0-9_]+|FI_[A-Z0-9_]+|LD_LIBRARY_PATH|LD_PRELOAD|CUDA_HOME|CUDA_PATH|"
+                       r"CONDA_PREFIX|VIRTUAL_ENV)$")
+ENVIRON_FILE = "/environ.json"
+ENVIRON_SCHEMA = "gpucomm.environ/v1"
 
 
 @dataclass
@@ -194,6 +210,81 @@ class Host:
             pass
         return None
 
+    def _regular(self, p: str) -> Optional[str]:
+        """The full path of ``p`` when it is a regular file the rules allow reading, else None."""
+        full = self.path(p)
+        try:
+            if self.confined:
+                inside(full, self.root)
+            st = os.stat(full)
+        except Refused as e:
+            self._problem(str(e))
+            return None
+        except (OSError, ValueError):
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            if not stat.S_ISDIR(st.st_mode):
+                self._problem(f"{full} is {kind_of(st.st_mode)}, not a regular file; not read")
+            return None
+        return str(full)
+
+    def read_range(self, p: str, offset: int, length: int, record: bool = True) -> Optional[bytes]:
+        """Up to ``length`` bytes at ``offset`` of a regular file of any size (the ELF scans of
+        :mod:`gpucomm.probes.formats.elf`), or None when it cannot be read.  A snapshot's extract of
+        the file answers as the file would: the recorded ranges, zeros elsewhere.  ``record``: whether
+        a recording host keeps these bytes (a scan keeps only the windows that matter)."""
+        if offset < 0 or length <= 0:
+            return b""
+        full = self._regular(p)
+        if full is None:
+            return None
+        try:
+            with open(full, "rb") as f:
+                if self.confined and f.read(len(EXTRACT_MAGIC)) == EXTRACT_MAGIC:
+                    return _extract_range(full, offset, length)
+                f.seek(offset)
+                return f.read(length)
+        except (OSError, ValueError):
+            return None
+
+    def file_size(self, p: str) -> Optional[int]:
+        """Size of a regular file (an extract's recorded size), or None."""
+        full = self._regular(p)
+        if full is None:
+            return None
+        try:
+            if self.confined:
+                with open(full, "rb") as f:
+                    if f.read(len(EXTRACT_MAGIC)) == EXTRACT_MAGIC:
+                        return _read_extract(full)["size"]
+            return os.path.getsize(full)
+        except (OSError, ValueError, InputError):
+            return None
+
+    def list_matching(self, p: str, prefixes: tuple) -> list:
+        """The entries of directory ``p`` whose names start with one of ``prefixes`` (a recording host
+        keeps these entries only, not the whole directory: /usr/lib holds thousands)."""
+        return [e for e in Host.listdir(self, p) if e.startswith(tuple(prefixes))]
+
+    def environ(self) -> dict:
+        """The environment a job started here would see, as far as it decides the software path:
+        ``{"variables": {NAME: value} (ENV_NAMES only), "site_packages": [dirs], "known": bool}``.
+        Live: this process's environment and its Python's site-packages directories; a snapshot or
+        another root: its ``environ.json`` (``known`` False without one)."""
+        cached = self.__dict__.get("_environ")
+        if cached is not None:
+            return cached
+        if not self.confined:
+            import sys
+
+            env = {k: v for k, v in sorted(os.environ.items()) if ENV_NAMES.match(k)}
+            site = [d for d in dict.fromkeys(sys.path) if d.endswith(("site-packages", "dist-packages"))]
+            out = {"variables": env, "site_packages": site, "known": True}
+        else:
+            out = _environ_record(self.read_bytes(ENVIRON_FILE))
+        self.__dict__["_environ"] = out
+        return out
+
     def read_text(self, p: str) -> Optional[str]:
         """Contents of a sysfs file without its trailing newline, or None if it cannot be read."""
         data = self.read_bytes(p)
@@ -226,6 +317,72 @@ class Host:
         if not real.exists():
             return None
         return "/" + str(rel)
+
+
+def _read_extract(full: str) -> dict:
+    """The JSON of an extract file (InputError when it is not one)."""
+    data = read_limited(full, MAX_EXTRACT_BYTES * 2)
+    try:
+        rec = json.loads(data[len(EXTRACT_MAGIC):].decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise InputError("an unreadable extract", full) from None
+    if not isinstance(rec, dict) or rec.get("schema") != EXTRACT_SCHEMA or not isinstance(rec.get("size"), int) \
+            or not isinstance(rec.get("ranges"), list):
+        raise InputError("an unreadable extract", full, expected=EXTRACT_SCHEMA)
+    return rec
+
+
+def _extract_range(full: str, offset: int, length: int) -> Optional[bytes]:
+    """``length`` bytes at ``offset`` of the file an extract stands for (zeros where not recorded)."""
+    try:
+        rec = _read_extract(full)
+    except InputError:
+        return None
+    end = min(offset + length, rec["size"])
+    if end <= offset:
+        return b""
+    out = bytearray(end - offset)
+    for item in rec["ranges"]:
+        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], int) and isinstance(item[1], str)):
+            continue
+        try:
+            data = base64.b64decode(item[1], validate=True)
+        except ValueError:
+            continue
+        lo, hi = max(offset, item[0]), min(end, item[0] + len(data))
+        if lo < hi:
+            out[lo - offset:hi - offset] = data[lo - item[0]:hi - item[0]]
+    return bytes(out)
+
+
+def extract_bytes(size: int, ranges: dict) -> bytes:
+    """An extract file's bytes: ``ranges`` {offset: data} of a file of ``size`` bytes."""
+    body = {"schema": EXTRACT_SCHEMA, "size": int(size),
+            "ranges": [[off, base64.b64encode(data).decode("ascii")] for off, data in sorted(ranges.items())]}
+    return EXTRACT_MAGIC + json.dumps(body, sort_keys=True).encode("utf-8") + b"\n"
+
+
+def _environ_record(data: Optional[bytes]) -> dict:
+    """A snapshot's ``environ.json`` -> Host.environ's answer (unknown when absent or broken)."""
+    unknown = {"variables": {}, "site_packages": [], "known": False}
+    if data is None:
+        return unknown
+    try:
+        rec = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return unknown
+    if not isinstance(rec, dict) or rec.get("schema") != ENVIRON_SCHEMA:
+        return unknown
+    var = rec.get("variables") if isinstance(rec.get("variables"), dict) else {}
+    site = rec.get("site_packages") if isinstance(rec.get("site_packages"), list) else []
+    return {"variables": {k: v for k, v in sorted(var.items()) if isinstance(v, str) and ENV_NAMES.match(str(k))},
+            "site_packages": [d for d in site if isinstance(d, str)][:64], "known": True}
+
+
+def environ_json(env: dict) -> str:
+    """``environ.json`` of a snapshot (what :meth:`Host.environ` answered when it was recorded)."""
+    return json.dumps({"schema": ENVIRON_SCHEMA, "variables": env.get("variables") or {},
+                       "site_packages": env.get("site_packages") or []}, sort_keys=True, indent=1) + "\n"
 
 
 def load_json_file(path: Path, limit: int = MAX_HOST_FILE_BYTES) -> Any:

@@ -27,7 +27,8 @@ from gpucomm.probes.limits import MAX_GPUS, MAX_NVML_RECORD_BYTES
 from gpucomm.probes import facts
 from gpucomm.probes.sources.host import Host
 from gpucomm.probes.facts import arch_from_name, nvlink_bw_per_link
-from gpucomm.probes.model import (canonical_cpulist, parse_cpulist, cpu_id, format_cpulist, gpu_id, gpu_record,
+from gpucomm.probes.model import (PLATFORM_KEYS, canonical_cpulist, parse_cpulist, cpu_id, fabric_record, format_cpulist,
+                                  gpu_id, gpu_record,
                                   is_sentinel_bus_id, link_record, new_document, normalize_bus_id,
                                   source_record, switch_record, warn)
 
@@ -43,16 +44,21 @@ P2P_CAPS_INDEX_READ, P2P_CAPS_INDEX_WRITE = 0, 1
 P2P_STATUS = {0: "OK", 1: "CHIPSET_NOT_SUPPORTED", 2: "GPU_NOT_SUPPORTED", 3: "IOH_TOPOLOGY_NOT_SUPPORTED",
               4: "DISABLED_BY_REGKEY", 5: "NOT_SUPPORTED", 6: "UNKNOWN"}
 REMOTE_TYPE = {0: "gpu", 1: "ibmnpu", 2: "switch", 0xFF: "unknown"}
-FABRIC_STATE = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
 
 # Calls for optional features: "not supported"/"no such function" just means "absent".
 OPTIONAL_CALLS = {
     "nvmlDeviceGetNvLinkState", "nvmlDeviceGetNvLinkVersion", "nvmlDeviceGetNvLinkCapability",
     "nvmlDeviceGetNvLinkRemotePciInfo_v2", "nvmlDeviceGetNvLinkRemotePciInfo", "nvmlDeviceGetNvLinkRemoteDeviceType",
     "nvmlDeviceGetMigMode", "nvmlDeviceGetNumaNodeId", "nvmlDeviceGetGpuFabricInfoV", "nvmlDeviceGetGpuFabricInfo",
+    "nvmlDeviceGetPlatformInfo",
     "nvmlDeviceGetFieldValues", "nvmlDeviceGetFieldValues(C2C_LINK_COUNT)", "nvmlSystemGetCudaDriverVersion_v2",
     "nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetCpuAffinity", "nvmlDeviceGetP2PStatus",
+    "nvmlDeviceGetPersistenceMode", "nvmlDeviceGetEccMode", "nvmlDeviceGetRetiredPages",
+    "nvmlDeviceGetRetiredPagesPendingStatus", "nvmlDeviceGetRemappedRows", "nvmlDeviceGetTotalEccErrors",
 }
+# nvml.h: nvmlPageRetirementCause_t (multiple single-bit, double-bit), nvmlMemoryErrorType_t, nvmlEccCounterType_t
+RETIRED_CAUSES = {"sbe": 0, "dbe": 1}
+MEMORY_ERROR_UNCORRECTED, VOLATILE_ECC = 1, 0
 BENIGN_ERRORS = {"NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_FUNCTION_NOT_FOUND", "NVML_ERROR_INVALID_ARGUMENT",
                  "NOT_IN_BINDING"}
 
@@ -150,8 +156,12 @@ def _field_values(q: Query, h: Any, label: str, fields: list) -> Optional[list]:
 
 
 def _fabric(q: Query, h: Any) -> Optional[dict]:
+    """nvmlDeviceGetGpuFabricInfoV (v3: health mask and summary; v2: health mask), else the older
+    nvmlDeviceGetGpuFabricInfo: the NVLink fabric NCCL reads (init.cc fillInfo).  None when the GPU has
+    no fabric (state not_supported)."""
     nv = q.nv
-    for fn_name, struct_name in (("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfoV_t"),
+    for fn_name, struct_name in (("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfo_v3_t"),
+                                 ("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfoV_t"),
                                  ("nvmlDeviceGetGpuFabricInfo", "c_nvmlGpuFabricInfo_t")):
         fn, struct = getattr(nv, fn_name, None), getattr(nv, struct_name, None)
         if fn is None or struct is None:
@@ -167,20 +177,54 @@ def _fabric(q: Query, h: Any) -> Optional[dict]:
         info = q.run(fn_name, call)
         if info is None:
             continue
+        q.errors.pop(fn_name, None)   # an older struct version answered
         state = _int_or_none(getattr(info, "state", None))
         if state in (None, 0):
             return None
-        import uuid as _uuid
-
-        try:
-            cu = str(_uuid.UUID(bytes=bytes(bytearray(info.clusterUuid))))
-        except (TypeError, ValueError, AttributeError):
-            cu = None
         status = _int_or_none(getattr(info, "status", 0)) or 0
-        return {"cluster_uuid": cu, "clique_id": _int_or_none(getattr(info, "cliqueId", None)),
-                "state": FABRIC_STATE.get(state, str(state)),
-                "status": "NVML_SUCCESS" if status == 0 else code_name(nv, status)}
+        out = {"cluster_uuid": facts.cluster_uuid_from_bytes(getattr(info, "clusterUuid", b"")),
+               "clique_id": _int_or_none(getattr(info, "cliqueId", None)),
+               "state": facts.FABRIC_STATES[state] if 0 <= state < len(facts.FABRIC_STATES) else str(state),
+               "status": "NVML_SUCCESS" if status == 0 else code_name(nv, status)}
+        mask = _int_or_none(getattr(info, "healthMask", None))
+        if mask is not None:
+            out["health_mask"] = mask
+        summary = _int_or_none(getattr(info, "healthSummary", None))
+        if summary:
+            out["health_summary"] = facts.FABRIC_HEALTH_SUMMARIES.get(summary, str(summary))
+        return out
     return None
+
+
+def _platform(q: Query, h: Any) -> Optional[dict]:
+    """nvmlDeviceGetPlatformInfo (v2): where the GPU sits in its rack -- chassis serial number, slot,
+    tray index, host id, module id (nvidia-smi -q "Platform Info"; NCCL_MNNVL_CLIQUE_ID=-2 makes one
+    clique per chassis serial).  None where the platform does not report it."""
+    nv = q.nv
+    fn, struct = getattr(nv, "nvmlDeviceGetPlatformInfo", None), getattr(nv, "c_nvmlPlatformInfo_v2_t", None)
+    if fn is None or struct is None:
+        return None
+
+    def call():
+        import ctypes
+
+        info = struct()
+        fn(h, ctypes.byref(info))
+        return info
+
+    info = q.run("nvmlDeviceGetPlatformInfo", call)
+    if info is None:
+        return None
+
+    def small(v: Any) -> Optional[int]:
+        if isinstance(v, (bytes, bytearray)):
+            return v[0] if len(v) else 0
+        return _int_or_none(v)
+
+    out = {"chassis_serial": _text(getattr(info, "chassisSerialNumber", None)),
+           "slot": small(getattr(info, "slotNumber", None)), "tray_index": small(getattr(info, "trayIndex", None)),
+           "host_id": small(getattr(info, "hostId", None)), "module_id": small(getattr(info, "moduleId", None))}
+    return out if any(v not in (None, 0, "") for v in out.values()) else None
 
 
 def _record_device(q_global: Query, nv: Any, i: int, h: Any) -> dict:
@@ -255,7 +299,37 @@ def _record_device(q_global: Query, nv: Any, i: int, h: Any) -> dict:
                     bw = vals[1]  # NCCL keeps the last link's max bw (MB/s)
             d["c2c"] = {"count": up, "bw_MBps": bw} if up else None
     d["fabric"] = _fabric(q, h)
+    if d["fabric"] is not None:
+        d["platform"] = _platform(q, h)
+    d.update(_memory_health(q, h))
     return d
+
+
+def _memory_health(q: Query, h: Any) -> dict:
+    """Persistence mode, ECC (current/pending), retired pages and remapped rows: what makes a GPU
+    slow to start (persistence off), lose memory (retired pages) or need a reset (pending)."""
+    out: dict = {}
+    pm = q("nvmlDeviceGetPersistenceMode", h)
+    out["persistence_mode"] = bool(_int_or_none(pm)) if _int_or_none(pm) is not None else None
+    ecc = q("nvmlDeviceGetEccMode", h)
+    if isinstance(ecc, (tuple, list)) and len(ecc) == 2 and all(_int_or_none(x) is not None for x in ecc):
+        out["ecc"] = {"current": bool(int(ecc[0])), "pending": bool(int(ecc[1]))}
+        unc = _int_or_none(q("nvmlDeviceGetTotalEccErrors", h, MEMORY_ERROR_UNCORRECTED, VOLATILE_ECC))
+        out["ecc"]["volatile_uncorrected"] = unc
+    pages = {}
+    for name, cause in RETIRED_CAUSES.items():
+        got = q("nvmlDeviceGetRetiredPages", h, cause)
+        if isinstance(got, (list, tuple)):
+            pages[name] = len(got)
+    if pages:
+        pend = _int_or_none(q("nvmlDeviceGetRetiredPagesPendingStatus", h))
+        pages["pending"] = bool(pend) if pend is not None else None
+        out["retired_pages"] = pages
+    rows = q("nvmlDeviceGetRemappedRows", h)
+    if isinstance(rows, (tuple, list)) and len(rows) == 4 and all(_int_or_none(x) is not None for x in rows):
+        out["remapped_rows"] = {"correctable": int(rows[0]), "uncorrectable": int(rows[1]),
+                                "pending": bool(int(rows[2])), "failure": bool(int(rows[3]))}
+    return out
 
 
 def record_nvml(nv: Any = None) -> dict:
@@ -497,9 +571,23 @@ def _gpu_from_device(doc: dict, d: dict, idx: int) -> tuple[dict, Optional[int]]
     if isinstance(d.get("c2c"), dict):
         c = d["c2c"]
         g["c2c"] = {"count": _i(c.get("count"), 0, 64), "bw_MBps": _i(c.get("bw_MBps"))}
+    for key in ("persistence_mode",):
+        if _b(d.get(key)) is not None:
+            g[key] = d[key]
+    for key in ("ecc", "retired_pages", "remapped_rows"):
+        if isinstance(d.get(key), dict):
+            g[key] = {k: v for k, v in d[key].items() if isinstance(v, (bool, int)) and (isinstance(v, bool) or v >= 0)}
     if isinstance(d.get("fabric"), dict):
-        g["fabric"] = {k: d["fabric"].get(k) for k in ("cluster_uuid", "clique_id", "state")
-                       if isinstance(d["fabric"].get(k), (str, int)) and not isinstance(d["fabric"].get(k), bool)}
+        fab = fabric_record(d["fabric"])
+        if fab is None:
+            warn(doc, f"nvml: {label}: fabric {str(d['fabric'])[:60]} holds no usable field; ignored")
+        else:
+            g["fabric"] = fab
+    if isinstance(d.get("platform"), dict):
+        plat = {k: v for k, v in d["platform"].items()
+                if k in PLATFORM_KEYS and (isinstance(v, str) and v.strip() or _i(v, 0, 255) is not None)}
+        if plat:
+            g["platform"] = plat
     return g, sm
 
 

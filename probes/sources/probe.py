@@ -20,8 +20,17 @@ SOURCE_MODULES = {
     "ib": "gpucomm.probes.sources.ib",
     "net": "gpucomm.probes.sources.net",
     "numa": "gpucomm.probes.sources.numa",
+    # the software path (docs/SWPATH.md): one module, one source each
+    "driver": "gpucomm.probes.sources.swpath:DRIVER",
+    "nccl": "gpucomm.probes.sources.swpath:NCCL",
+    "netplugin": "gpucomm.probes.sources.swpath:NETPLUGIN",
+    "gdr": "gpucomm.probes.sources.swpath:GDR",
+    "iommu": "gpucomm.probes.sources.swpath:IOMMU",
+    "hypervisor": "gpucomm.probes.sources.swpath:HYPERVISOR",
+    "services": "gpucomm.probes.sources.swpath:SERVICES_SOURCE",
 }
-DEFAULT_SOURCES = ("nvml", "smi", "sysfs", "ib", "net", "numa")
+DEFAULT_SOURCES = ("nvml", "smi", "sysfs", "ib", "net", "numa", "driver", "nccl", "netplugin", "gdr", "iommu",
+                   "hypervisor", "services")
 
 
 def parse_sources(spec) -> Optional[list]:
@@ -38,7 +47,8 @@ def parse_sources(spec) -> Optional[list]:
 
 
 def load_source(name: str):
-    return importlib.import_module(SOURCE_MODULES[name]).SOURCE
+    module, _, attr = SOURCE_MODULES[name].partition(":")
+    return getattr(importlib.import_module(module), attr or "SOURCE")
 
 
 def probe_host(host: Optional[Host] = None, sources=None) -> dict:

@@ -1,4 +1,5 @@
-"""Source ``smi``: ``nvidia-smi topo -m`` and ``nvidia-smi nvlink -s`` run through ``host.runner``.
+"""Source ``smi``: ``nvidia-smi topo -m``, ``nvidia-smi nvlink -s`` and (on multi-node NVLink trays)
+``nvidia-imex-ctl -N`` run through ``host.runner``.
 
 On a live node the runner is :class:`gpucomm.probes.sources.host.CommandRunner` (timeout, never a shell); on a
 snapshot it is :class:`gpucomm.probes.sources.host.RecordedRunner` answering from ``commands/*.txt``.  The text is
@@ -20,6 +21,7 @@ from gpucomm.probes.model import new_document, source_record, warn
 
 TOPO = ("nvidia-smi", "topo", "-m")
 NVLINK = ("nvidia-smi", "nvlink", "-s")
+IMEX = ("nvidia-imex-ctl", "-N")   # the IMEX domain of a multi-node NVLink tray
 
 
 def _cache(host: Host) -> dict:
@@ -59,11 +61,22 @@ def _live_mismatch(host: Host) -> bool:
     return not isinstance(runner, RecordedRunner) and not is_live_root(host)
 
 
+def _recorded(host: Host) -> bool:
+    runner = host.runner
+    while getattr(runner, "base", None) is not None:
+        runner = runner.base
+    return isinstance(runner, RecordedRunner)
+
+
 def collect(host: Host) -> dict:
     doc = new_document(host.provenance)
     r = run(host, TOPO)
     label = " ".join(TOPO)
     if r.returncode != 0:
+        detail = _imex(host, doc)
+        if detail:   # a tray whose nvidia-smi topo -m is missing but whose IMEX domain answered
+            doc["sources"] = [source_record("smi", "partial", f"{label}: {why_not(r)}{detail}")]
+            return doc
         doc["sources"] = [source_record("smi", "unavailable" if r.returncode is None else "error",
                                         f"{label}: {why_not(r)}")]
         return doc
@@ -106,8 +119,26 @@ def collect(host: Host) -> dict:
             status = "partial"
     else:
         detail += f"; {' '.join(NVLINK)}: {why_not(n)}"
+    detail += _imex(host, doc)
     doc["sources"] = [source_record("smi", status if status in ("ok", "partial") else "partial", detail)]
     return doc
+
+
+def _imex(host: Host, doc: dict) -> str:
+    """``nvidia-imex-ctl -N`` into ``doc["imex"]`` on multi-node NVLink trays; the text to add to the
+    source's detail ('' when there is no IMEX: a node without it has no such binary, not worth a word)."""
+    i = run(host, IMEX)
+    if i.returncode != 0 or not i.stdout.strip():
+        return ""
+    from gpucomm.probes.formats.imex import parse_imex_status
+
+    try:
+        st = parse_imex_status(i.stdout, path=" ".join(IMEX))
+    except InputError as e:
+        warn(doc, f"smi: {e}")
+        return ""
+    doc["imex"] = {k: st[k] for k in ("domain_state", "nodes", "connectivity", "not_connected", "timestamp")}
+    return f"; imex: domain {st['domain_state'] or 'state unknown'}, {len(st['nodes'])} node(s)"
 
 
 class _SmiSource:
@@ -118,7 +149,9 @@ class _SmiSource:
         if _live_mismatch(host):
             return f"nvidia-smi describes this machine, not the tree under {host.root}"
         r = run(host, TOPO)
-        if r.returncode is None:  # missing binary, not recorded, timed out
+        if r.returncode is None and not (_recorded(host) and run(host, IMEX).returncode == 0):
+            # missing binary, not recorded, timed out (a snapshot may hold an IMEX domain without topo -m;
+            # a live node without nvidia-smi has no IMEX either: nothing more is run there)
             return f"{' '.join(TOPO)}: {why_not(r)}"
         return True  # a non-zero exit is reported by collect() as an error with nvidia-smi's message
 

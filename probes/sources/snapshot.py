@@ -27,7 +27,8 @@ from gpucomm.probes.errors import InputError
 from gpucomm.probes.files import check_writable, kind_of, read_limited, write_atomic
 from gpucomm.probes.limits import (MAX_ARCHIVE_FILE_BYTES, MAX_ARCHIVE_HEADER_BYTES, MAX_ARCHIVE_MEMBERS,
                                    MAX_ARCHIVE_TOTAL_BYTES, MAX_HOST_FILE_BYTES)
-from gpucomm.probes.sources.host import CommandResult, CommandRunner, Host, RecordedRunner
+from gpucomm.probes.sources.host import (ENVIRON_FILE, CommandResult, CommandRunner, Host, RecordedRunner,
+                                         environ_json, extract_bytes)
 
 if TYPE_CHECKING:   # archives only: replaying a snapshot directory imports none of these
     import tarfile
@@ -38,6 +39,7 @@ MAX_FILE_BYTES = MAX_ARCHIVE_FILE_BYTES
 MAX_TOTAL_BYTES = MAX_ARCHIVE_TOTAL_BYTES
 MAX_READ = MAX_HOST_FILE_BYTES  # the largest file a probe reads is /proc/cpuinfo
 TMP_PREFIX = "gpucomm-load-"
+SOFTWARE_SOURCES = ("driver", "nccl", "netplugin", "gdr", "iommu", "hypervisor", "services")
 META_HOST_KEYS = ("hostname", "os", "kernel", "cpu_vendor", "cpu_model", "cpu_arch", "sockets",
                   "cpus_logical", "cpus_physical", "memory_bytes")
 
@@ -67,6 +69,10 @@ class RecordingHost(Host):
         self.files: set = set()
         self.dirs: set = set()
         self.resolved: set = set()
+        self.matched: set = set()     # entries list_matching found (kept without their directory's others)
+        self.ranges: dict = {}        # path -> {offset: bytes} of large files read by range (extracts)
+        self.sizes: dict = {}         # path -> size of those files
+        self.env_read = False
 
     def read_bytes(self, p: str, limit: int = MAX_READ) -> Optional[bytes]:
         data = super().read_bytes(p, limit)
@@ -85,6 +91,23 @@ class RecordingHost(Host):
         if r is not None:
             self.resolved.add(p)
         return r
+
+    def list_matching(self, p: str, prefixes: tuple) -> list:
+        r = super().list_matching(p, prefixes)
+        self.matched.update(posixpath.join(p, e) for e in r)
+        return r
+
+    def read_range(self, p: str, offset: int, length: int, record: bool = True) -> Optional[bytes]:
+        data = super().read_range(p, offset, length, record)
+        if data and record:
+            self.ranges.setdefault(p, {})[offset] = data
+            if p not in self.sizes:
+                self.sizes[p] = Host.file_size(self, p) or offset + len(data)
+        return data
+
+    def environ(self) -> dict:
+        self.env_read = True
+        return super().environ()
 
 
 class _Copier:
@@ -106,8 +129,9 @@ class _Copier:
             os.makedirs(d, exist_ok=True)
             self.made.add(d)
 
-    def ensure(self, p: str, want: str) -> None:
-        """want: "file" (copy content), "dir" (create), "any" (dirs/symlinks only).
+    def ensure(self, p: str, want: str, data: Optional[bytes] = None) -> None:
+        """want: "file" (copy content), "extract" (write ``data``, the file's extract), "dir" (create),
+        "any" (dirs/symlinks only).
 
         Walks ``p`` component by component like the kernel does, re-creating every symlink met on
         the way (with its relative target) and continuing from where the link points."""
@@ -146,6 +170,12 @@ class _Copier:
                 self.mkdir(d)
             elif want == "file":
                 self._copy_file(src, d)
+            elif want == "extract" and data is not None and not os.path.lexists(d):
+                self.mkdir(os.path.dirname(d))
+                with open(d, "wb") as f:
+                    f.write(data)
+                self.files += 1
+                self.bytes += len(data)
             elif os.path.isdir(src):
                 self.mkdir(d)
             cur = nxt
@@ -208,8 +238,15 @@ def write_snapshot(host: Optional[Host] = None, out_path=None, collected_at: Opt
                     cp.ensure(posixpath.join(p, entry), "any")
             for p in sorted(rec.resolved):
                 cp.ensure(p, "any")
+            for p in sorted(rec.matched):
+                cp.ensure(p, "any")
             for p in sorted(rec.files):
                 cp.ensure(p, "file")
+            for p in sorted(rec.ranges):
+                if p not in rec.files:
+                    cp.ensure(p, "extract", extract_bytes(rec.sizes[p], rec.ranges[p]))
+            if rec.env_read:
+                (stage / ENVIRON_FILE.lstrip("/")).write_text(environ_json(rec.environ()), encoding="utf-8")
             _write_commands(rec, stage)
             _write_nvml(rec, stage)
             meta = {"schema": SNAPSHOT_SCHEMA, "name": base_name, "description": description,
@@ -217,6 +254,9 @@ def write_snapshot(host: Optional[Host] = None, out_path=None, collected_at: Opt
                     "sources": [{"name": s["name"], "status": s["status"], "detail": s["detail"]} for s in doc["sources"]]}
             for k in META_HOST_KEYS:
                 meta[k] = doc["host"].get(k)
+            # the software-path sources ran: a file they did not find is absent on the host (sources/swpath.py)
+            meta["software_recorded"] = any(s["name"] in SOFTWARE_SOURCES and s["status"] != "unavailable"
+                                            for s in doc["sources"])
             (stage / "meta.json").write_text(json.dumps(meta, sort_keys=True, indent=2) + "\n", encoding="utf-8")
             files, size = _count(stage)
             if is_tar:
