@@ -33,7 +33,7 @@ from typing import Iterable, Optional, Sequence, Union
 from gpucomm.probes import facts
 from gpucomm.probes.errors import InputError, NothingToDo, PlanInfeasible, TopologyError
 from gpucomm.probes.topology import Topology
-from gpucomm.probes.units import busbw_factor, normalize_collective
+from gpucomm.probes.units import busbw_factor, gbps_to_GBps, normalize_collective
 from gpucomm.planners.collectives import timing
 from gpucomm.planners.nccl.tuning import (ALGOS, SPEEDS_INTER, SPEEDS_INTRA, CommGraph, _ladder, allowed_algos,
                                            nccl_choice, path_rank, tuning_table)
@@ -175,7 +175,7 @@ def node_facts(doc: Union[Topology, dict], gpus: Optional[Sequence[int]] = None)
             bw = lk.measured_bw_GBps or lk.bw_GBps
         pcie_bw[g.id] = bw or topo.default_pcie_bw()
     numa = {g.id: g.numa_node for g in sel}
-    nics = [(n.name, topo.nic_gbps(n) / 8.0, n.numa_node) for n in topo.nics]
+    nics = [(n.name, gbps_to_GBps(topo.nic_gbps(n)), n.numa_node) for n in topo.nics]
     # NCCL tunes for its first CPU node (ncclTopoCpuType: system->nodes[CPU].nodes[0])
     cpu = topo.cpu_for(min((c.numa for c in topo.cpus.values() if c.numa is not None), default=None))
     # an NVSwitch fabric for these GPUs only when every one of them reaches it (a GPU whose links were dropped does not)
@@ -260,7 +260,7 @@ def graphs(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[i
         if not f.nics and fabric_gbps is None:
             raise TopologyError(f"topology has no NICs; --nodes {nodes} needs a network (or pass --fabric-gbps)")
         if fabric_gbps is not None:
-            per_nic = fabric_gbps / 8.0
+            per_nic = gbps_to_GBps(fabric_gbps)
             n_nics = max(1, len(f.nics))
             if not f.nics:
                 notes.append(f"no NICs in the topology: one {fabric_gbps:g} Gb/s NIC per node assumed (--fabric-gbps)")
@@ -380,7 +380,7 @@ def graphs(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[i
     hw = timing.Hardware(nodes=nodes, gpus_per_node=g, intra_bus_bw=intra_raw, intra_is_pcie=intra_pcie,
                          pcie_bw=pcie_min, n_nics=n_nics,
                          nic_line_GBps=nic_bw if nodes > 1 and fabric_gbps is None else None,
-                         fabric_GBps=(fabric_gbps / 8.0) if (nodes > 1 and fabric_gbps is not None) else None,
+                         fabric_GBps=gbps_to_GBps(fabric_gbps) if nodes > 1 else None,
                          gpu_bw=gpu_bw, p2p_bw=p2p_bw)
     if transport is not None and nodes > 1 and fabric_gbps is None:
         # the inter-node transport's share of the line rate (collectives/transport.py)

@@ -69,7 +69,7 @@ import math
 from dataclasses import dataclass, field, fields, replace
 from typing import Optional
 
-from gpucomm.probes.units import busbw_factor
+from gpucomm.probes.units import busbw_factor, gbps_to_GBps
 from gpucomm.planners.nccl.tuning import (BASE_LAT, HW_LAT, HW_NET, PROTOS, RING_PLATEAU, TREE_CORRECTION,
                                            CommGraph, _hw_intra, _log2i, tuning_table)
 
@@ -156,7 +156,7 @@ class Hardware:
 def per_nic_GBps(hw: Hardware, profile: Profile) -> Optional[float]:
     """What one NIC delivers to a streaming collective (GB/s)."""
     if profile.net_gbps_per_nic is not None:
-        return profile.net_gbps_per_nic / 8.0
+        return gbps_to_GBps(profile.net_gbps_per_nic)
     if hw.fabric_GBps is not None:
         return hw.fabric_GBps
     if hw.nic_line_GBps is None:
