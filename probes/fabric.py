@@ -477,22 +477,17 @@ def fabric_from_slurm(rec: dict, path: Optional[str] = None) -> dict:
 
 
 def nvlink_domain(doc: dict) -> Optional[str]:
-    """A node's multi-node NVLink domain from its GPUs' fabric info: ``<cluster UUID>.<clique ID>``
-    (GPU Feature Discovery's ``nvidia.com/gpu.clique`` value) shared by most of its GPUs; None when
-    the GPUs report none (no NVLink fabric, or an all-zero UUID: not part of one).
+    """A node's multi-node NVLink domain from its GPUs' fabric info: GPU Feature Discovery's
+    ``nvidia.com/gpu.clique`` value (:func:`gpucomm.probes.topology.clique_label`), read from the raw
+    document (a fleet of thousands is joined without building each node's view); None when the GPUs
+    report none.
 
-    >>> nvlink_domain({"gpus": [{"fabric": {"cluster_uuid": "6f3c2a51-9d0e", "clique_id": 32766}}]})
+    >>> nvlink_domain({"gpus": [{"fabric": {"cluster_uuid": "6f3c2a51-9d0e", "clique_id": 32766, "state": "completed"}}]})
     '6f3c2a51-9d0e.32766'
     """
-    keys: Counter = Counter()
-    for g in doc.get("gpus") or []:
-        f = g.get("fabric") if isinstance(g, dict) else None
-        if not isinstance(f, dict):
-            continue
-        cu, cl = f.get("cluster_uuid"), f.get("clique_id")
-        if isinstance(cu, str) and cu.strip("0-") and isinstance(cl, int) and not isinstance(cl, bool):
-            keys[f"{cu}.{cl}"] += 1
-    return keys.most_common(1)[0][0] if keys else None
+    from gpucomm.probes.topology import clique_label
+
+    return clique_label(g.get("fabric") for g in doc.get("gpus") or [] if isinstance(g, dict))
 
 
 # ============================================================================================

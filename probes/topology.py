@@ -343,10 +343,34 @@ class Fabric:
 
 
 def _fabric_of(rec: Optional[dict]) -> Optional[Fabric]:
-    if not rec:
+    if not rec or not isinstance(rec, dict):
         return None
     return Fabric(rec.get("cluster_uuid"), rec.get("clique_id"), rec.get("state"), rec.get("status"),
                   rec.get("health_mask"), rec.get("health_summary"))
+
+
+def clique_label(fabric_records: Iterable) -> Optional[str]:
+    """A node's NVLink clique as GPU Feature Discovery labels it (``nvidia.com/gpu.clique``):
+    ``<cluster UUID>.<clique id>`` (clique id in decimal, captures/k8s/003:
+    ``a2221497-dbce-4964-8826-684c3694fd45.2478``) when every GPU attached to the fabric (state
+    completed, a cluster UUID, status success: go-nvlib IsFabricAttached) has the same cluster UUID and
+    clique id; None otherwise (no fabric, an all-zero UUID, or GPUs in different cliques: GFD labels
+    nothing).  Takes the GPUs' ``fabric`` records (or :class:`Fabric` views), so a fleet of raw documents
+    is read without building each one's view.
+
+    >>> clique_label([{"cluster_uuid": "6f3c2a51-9d0e", "clique_id": 32766, "state": "completed"}])
+    '6f3c2a51-9d0e.32766'
+    """
+    keys = set()
+    for f in fabric_records:
+        f = f if isinstance(f, Fabric) else _fabric_of(f)
+        key = f.clique if f is not None else None
+        if key is not None and isinstance(key[0], str) and key[0].strip("0-"):
+            keys.add(key)
+    if len(keys) != 1:
+        return None
+    cluster, clique = keys.pop()
+    return f"{cluster}.{clique}"
 
 
 @dataclass(frozen=True)

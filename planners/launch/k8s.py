@@ -19,7 +19,7 @@ from typing import Dict, List, Optional
 
 from gpucomm.probes import facts
 from gpucomm.probes.errors import NothingToDo
-from gpucomm.probes.topology import Topology
+from gpucomm.probes.topology import Topology, clique_label
 
 PREFIX = "feature.node.kubernetes.io/gpucomm-"
 NFD_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
@@ -138,16 +138,8 @@ which schedulers and DRA ComputeDomains use as the topology key of a multi-node 
 
 
 def gpu_clique_label(topo: Topology) -> Optional[str]:
-    """``nvidia.com/gpu.clique`` as GPU Feature Discovery writes it: ``<cluster UUID>.<clique id>``
-    (clique id in decimal, captures/k8s/003: ``a2221497-dbce-4964-8826-684c3694fd45.2478``) when every
-    GPU attached to the fabric (state completed, a cluster UUID, status success: go-nvlib
-    IsFabricAttached) has the same cluster UUID and clique id; None otherwise (GFD then labels nothing)."""
-    keys = {g.fabric.clique for g in topo.gpus if g.fabric is not None and g.fabric.attached}
-    keys.discard(None)
-    if len(keys) != 1:
-        return None
-    cluster, clique = keys.pop()
-    return f"{cluster}.{clique}"
+    """``nvidia.com/gpu.clique`` for this node (:func:`gpucomm.probes.topology.clique_label`)."""
+    return clique_label(g.fabric for g in topo.gpus)
 
 
 def labels_document(doc) -> dict:
@@ -278,8 +270,6 @@ def gfd_labels(doc) -> Dict[str, str]:
     """The labels GPU Feature Discovery would give this node, under GFD's own names (``nvidia.com/gpu.count``,
     ``gpu.product``, ``gpu.memory`` in MiB, ``gpu.compute.major/minor``, ``gpu.family``, ``gpu.clique``
     = ``<cluster UUID>.<clique ID>``), for the attributes gpucomm knows."""
-    from gpucomm.probes.fabric import nvlink_domain
-
     topo = Topology.of(doc)
     gpus = [g for g in topo.gpus if g.vendor == "nvidia"]
     out: Dict[str, str] = {}
@@ -300,9 +290,9 @@ def gfd_labels(doc) -> Dict[str, str]:
     archs = sorted({g.rec.get("arch") for g in gpus if g.rec.get("arch")})
     if len(archs) == 1:
         out["nvidia.com/gpu.family"] = label_value(archs[0])
-    clique = nvlink_domain(topo.doc)
+    clique = gpu_clique_label(topo)
     if clique:
-        out["nvidia.com/gpu.clique"] = label_value(clique)
+        out[GFD_CLIQUE] = label_value(clique)
     return out
 
 
@@ -313,6 +303,8 @@ def fleet_labels(doc, locality: Optional[Dict[str, str]] = None, gfd: bool = Tru
     out = dict(node_labels(doc))
     if gfd:
         out.update(gfd_labels(doc))
+    else:   # GFD runs and owns its names (node_labels gives nvidia.com/gpu.clique, as GFD does)
+        out = {k: v for k, v in out.items() if not k.startswith(GFD_PREFIX)}
     for kind, value in (locality or {}).items():
         out[locality_label(kind)] = label_value(value)
     return dict(sorted(out.items()))
