@@ -206,10 +206,11 @@ def cluster_table(py: Path, runs: int, tmp: Path, big: bool, only: "str | None" 
     for n, goal in ((72, 0.3), (288, None)):
         doc = tmp / f"nvl{n}.json"
         if not doc.is_file():
-            subprocess.run([str(py), "-c", "import sys; from gpucomm.planners.nccl.search import nvswitch_document;"
-                            "from gpucomm.probes.model import dumps_json;"
-                            f"open(sys.argv[1], 'w').write(dumps_json(nvswitch_document({n}, 100, 18)))", str(doc)],
-                           check=True, env=_env())
+            # the NVSwitch fixture builder of the test suite (tests/support.py), in this checkout's Python
+            subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[2]);"
+                            "from support import nvswitch_document; from gpucomm.probes.model import dumps_json;"
+                            f"open(sys.argv[1], 'w').write(dumps_json(nvswitch_document({n}, 100, 18)))", str(doc),
+                            str(ROOT / "tests")], check=True)
         rows.append((f"rings, {n} GPUs on one NVSwitch domain (sm100), JSON", goal,
                      ["rings", doc, "--format", "json", "-o", out, "--force"]))
     for count, goal in ((1000, 2.0), (10000, 20.0)) if big else ((1000, 2.0),):

@@ -55,7 +55,7 @@ def _globals(
                                          "stdout); the format follows FILE's extension (.json, .yaml, .xml, .dot) "
                                          "unless --format says otherwise. An existing FILE is kept unless --force."),
     force: bool = typer.Option(False, "--force", help="Let -o, snapshot and synth --out-dir replace existing files "
-                               "(never through a symbolic link)."),
+                               "(never through a symbolic link); let plan write a layout that does not fit."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No diagnostics on stderr."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="More diagnostics on stderr."),
     traceback: bool = typer.Option(False, "--traceback", help="Re-raise errors with a Python traceback."),
@@ -196,6 +196,9 @@ def run(argv: Optional[List[str]] = None) -> int:
     click = _click_module()
 
     reset()
+    files = sys.modules.get("gpucomm.probes.files")   # a run in the same process as an earlier one (tests)
+    if files is not None:
+        files.forget_inputs()
     set_reporter(lambda message: diag(f"gpucomm: warning: {message}"))
     args = hoist_globals(list(sys.argv[1:] if argv is None else argv))
     register_commands(command_name(args))
@@ -207,7 +210,9 @@ def run(argv: Optional[List[str]] = None) -> int:
     except GpucommError as e:
         if SETTINGS.traceback:
             raise
-        print(f"gpucomm: error: {e}", file=sys.stderr)
+        from gpucomm.render.plain import printable
+
+        print(printable(f"gpucomm: error: {e}"), file=sys.stderr)
         return int(e.exit_code)
     except typer.Exit as e:
         return int(getattr(e, "exit_code", 0) or 0)

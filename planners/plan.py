@@ -21,13 +21,17 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
                     command: str = "train.py", topo_file_path: Optional[str] = None, port: int = 29500,
                     hosts: Optional[List[str]] = None, etp: Optional[int] = None, vpp: Optional[int] = None,
                     torch_version: Optional[str] = None, calibration: Optional[dict] = None,
-                    calibration_source: Optional[str] = None, nccl_graph: bool = False,
-                    transport: Optional[str] = None) -> dict:
+                    calibration_source: Optional[str] = None, nccl_graph: bool = False, force: bool = False,
+                    nccl_xml: bool = False, transport: Optional[str] = None) -> dict:
     """Everything ``gpucomm plan`` computes, as the ``gpucomm.plan/v1`` document (no I/O): the
     factorization (given, or ranked for ``model``), the rank layout, env settings with reasons, launch
     artefacts, and with ``cluster`` the host order and cross-switch traffic.  ``calibration``: a
     ``gpucomm.calibration/v1`` document that times the collectives of ``model``'s estimate.
     ``nccl_graph``: set NCCL_GRAPH_FILE (file ``nccl-graph.xml``) where our rings beat NCCL's search.
+    A ``model`` that does not fit in GPU memory is PlanInfeasible, whether the sizes were ranked or
+    given; ``force`` plans it anyway, with the reason in ``forced`` (and in the launch files).
+    ``nccl_xml``: ``files['nccl-topo.xml']`` always (the XML NCCL detects by itself where the host's
+    own tree serves, the VM skeleton where it does not; each says which in a comment).
     ``transport``: the ``--transport`` value timing ``model``'s multi-node collectives (default: the
     probe's, :mod:`gpucomm.planners.collectives.transport`)."""
     order = placement.parse_order(order)
@@ -93,7 +97,8 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
     warnings: List[str] = []
     if mspec is not None and tp is None and pp is None and dp is None:
         fixed = {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "etp": etp}
-        rows = model_specs.rank_factorizations(view, nodes, gpn, mspec, order, fixed, top=top, gpus=gpus)
+        rows = model_specs.rank_factorizations(view, nodes, gpn, mspec, order, fixed, top=top, gpus=gpus,
+                                               force=force)
         candidates = [{"rank": r["rank"], "parallelism": r["parallelism"],
                        "step_time_s": r["estimate"]["step_time_s"], "comm_s": r["estimate"]["comm_s"],
                        "bubble_s": r["estimate"]["bubble_s"], "micro_batches": r["estimate"]["micro_batches"],
@@ -125,6 +130,7 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
     plan["host_order"] = host_order
     plan["warnings"] = list(dict.fromkeys(warnings + plan["warnings"] + (cluster.warnings if cluster else [])
                                           + cal_notes))
+    plan["forced"] = None
     if mspec is not None:
         plan["estimate"] = estimate
         if nodes > 1 and chosen is not None:   # the estimate's inter-node collectives run over this transport (named first)
@@ -132,15 +138,19 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
             plan["warnings"].insert(0, f"transport: {chosen.describe()}")
         mem = plan["estimate"]["memory"]
         if mem["fits"] is False:
-            need, cap = mem["per_gpu_bytes"] / 2**30, mem["capacity_bytes"] / 2**30
-            plan["warnings"].append(f"{mspec['name']} needs about {need:.1f} GiB per GPU; the GPUs have {cap:.1f} GiB "
-                                    f"({need - cap:.1f} GiB short); "
-                                    + model_specs.fit_suggestion(mspec, gpn, nodes, mem["capacity_bytes"],
-                                                                 {"cp": cp, "ep": ep, "etp": etp}))
+            a = layout.axes
+            why = model_specs.does_not_fit(mspec, mem, gpn, nodes, {"cp": cp, "ep": ep, "etp": etp},
+                                           layout=" ".join(f"{k}={a[k]}" for k in placement.AXES))
+            if not force:
+                raise PlanInfeasible(why + " (--force plans it anyway)")
+            plan["forced"] = why
+            plan["warnings"].append("--force: " + why)
         elif mem["fits"] is None:
             plan["warnings"].append("GPU memory unknown: memory fit not checked")
     plan["candidates"] = candidates
     penv.build_env(plan, view, topo_file_path=topo_file_path or penv.DEFAULT_TOPO_FILE, nccl_graph=nccl_graph)
+    if nccl_xml and "nccl-topo.xml" not in plan["files"]:
+        plan["files"]["nccl-topo.xml"] = penv.pinned_topo_xml(view)
     traffic = None
     if nodes > 1 or cluster is not None:
         traffic = traffic_report(plan, cluster.fabric if cluster is not None else None)
@@ -158,7 +168,7 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
     if cluster is not None and cluster.fabric_doc and traffic:
         traffic["leaf_uplinks"] = leaf_uplinks(cluster, plan.get("hosts") or [], traffic, plan["warnings"])
     plan["megatron"] = model_specs.megatron_arguments(plan["parallelism"], mspec, vpp)
-    plan["deepspeed"] = model_specs.deepspeed_config(plan["parallelism"], mspec)
+    plan["deepspeed"] = model_specs.deepspeed_config(plan["parallelism"], mspec, plan["warnings"])
     launch.build_launch(plan, command=command, all_cpus=view.all_cpus, node_gpus=len(topo.gpus),
                         switches=switches, port=port, n_cores=len(set(placement.core_map(view).values())) or None,
                         torch_version=torch_version, view=placement.node_view(topo), segment=segment)

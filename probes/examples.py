@@ -10,17 +10,23 @@ document is exactly what the replay gives (tests/test_fixture_hosts.py), so the 
 answer differently from the recorded host.
 
 In a source checkout a host that has not been packed yet (a new ``fixtures/hosts/<name>``) is
-replayed from its directory."""
+replayed from its directory.
+
+The package also ships the few real captures the README's tour reads (``probes/examples/captures/``,
+copied by ``fixtures/pack_examples.py`` with their SOURCES.md lines): ``example:<file name>`` names
+one wherever a file is read (a topology, ``predict --compare``, ``calibrate``'s runs)."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Optional
 
 from gpucomm.probes.errors import InputError
 
 _HERE = Path(__file__).resolve().parent
 PACKED = _HERE / "examples"
 INDEX = "index.json"
+CAPTURES = PACKED / "captures"
 MAX_EXAMPLE_BYTES = 16 * 1024 * 1024  # a packed document is ~100 KB; bounded like every read
 
 
@@ -63,11 +69,26 @@ def example_meta(path: Path) -> dict:
         return {}
 
 
+def list_captures() -> dict:
+    """{file name: path} of the shipped real captures (``example:<file name>``)."""
+    if not CAPTURES.is_dir():
+        return {}
+    return {p.name: p for p in sorted(CAPTURES.iterdir()) if p.is_file() and p.name != "SOURCES.md"}
+
+
+def capture_path(spec: str) -> Optional[str]:
+    """The file of ``example:<file name>`` when it names a shipped capture, else None."""
+    if not spec.startswith("example:"):
+        return None
+    p = list_captures().get(spec.split(":", 1)[1])
+    return str(p) if p is not None else None
+
+
 def example_path(name: str) -> Path:
     ex = list_examples()
     if name not in ex:
         raise InputError(f"no bundled example {name!r}", f"example:{name}",
-                         expected="one of: " + (", ".join(sorted(ex)) or "(none installed)"))
+                         expected="one of: " + (", ".join(sorted(ex) + sorted(list_captures())) or "(none installed)"))
     return ex[name]
 
 

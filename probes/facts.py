@@ -184,6 +184,25 @@ def nvlink_bw_per_link(sm: Optional[int]) -> float:
     return 20.0
 
 
+def nvlink_spec_GBps_per_link(sm: Optional[int]) -> Optional[float]:
+    """The data sheet's NVLink bandwidth per link and direction (GB/s), which is not NCCL's model
+    figure (:func:`nvlink_bw_per_link`): NVLink 1 (P100, sm60) 20; NVLink 2/3/4 (V100, A100, H100:
+    sm70/80/90) 25 -- 18 links = the 450 GB/s per direction of the H100 SXM data sheet ("900 GB/s"
+    both ways); NVLink 3 bridges of sm86 boards (RTX A6000: 112.5 GB/s over 4 links, both ways)
+    14.0625; NVLink 5 (B200/GB200, sm100) 50.  None for an unknown GPU [NVIDIA data sheets, recalled]."""
+    if sm is None:
+        return None
+    if sm >= 100:
+        return 50.0
+    if sm == 86:
+        return 14.0625
+    if sm >= 70:
+        return 25.0
+    if sm >= 60:
+        return 20.0
+    return None
+
+
 # --------------------------------------------------------------------------------------------
 # PCIe
 PCI_GT_TO_GEN = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
@@ -721,7 +740,10 @@ def assumption(kind: str, **kw: Any) -> str:
                 f"{SOCKET_NIC_GBPS:g} Gb/s Ethernet port assumed (NCCL always has one)")
     if kind == "sm":
         return (f"GPU compute capability unknown: sm{kw['sm']} assumed ({kw['why']}; NCCL's per-link NVLink "
-                f"bandwidth, PCIe generation and tuning of that class)")
+                f"bandwidth, PCIe generation and tuning of that class; --gpu MODEL names the GPU)")
+    if kind == "gpu-model":
+        return (f"GPU model {kw['model']} (sm{kw['sm']}) from --gpu for {kw['count']} GPU(s) the topology does not "
+                "name")
     raise ValueError(kind)
 
 

@@ -6,16 +6,29 @@
 * :func:`write_atomic` writes to a temporary file in the target's directory and renames it into
   place: the target is never opened, so a failed write leaves it as it was (``show t.json -o
   t.json`` cannot truncate its own input).  A final symbolic link is never followed, and an
-  existing file is replaced only with ``force``.  Character devices and FIFOs (``/dev/null``, a
-  named pipe) are written as streams.
+  existing file is replaced only with ``force``, and never one this run read as an input (it is
+  being read).  Character devices and FIFOs (``/dev/null``, a named pipe) are written as streams;
+  a FIFO nobody reads is refused at once instead of waiting for a reader.  ``executable=True``
+  (launch scripts) gives the file the execute bits the umask allows, as ``chmod +x`` would.
 """
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from typing import Optional, Union
 
 from gpucomm.probes.errors import InputError
+
+# (st_dev, st_ino) of every file read_limited read in this run: an output is never written over one of the
+# run's own inputs, even with --force (check_writable); the CLI starts each run with forget_inputs().
+_INPUTS: set = set()
+
+
+def forget_inputs() -> None:
+    """A new run: no file has been read yet."""
+    _INPUTS.clear()
+
 
 class Refused(InputError):
     """A file refused by a rule (not a regular file, too large, outside its tree), as opposed to
@@ -60,6 +73,7 @@ def read_limited(path: Union[str, os.PathLike], limit: int, label: Optional[str]
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):  # swapped between stat() and open()
             raise Refused(f"is {kind_of(st.st_mode)}, not a regular file", name, expected="a file")
+        _INPUTS.add((st.st_dev, st.st_ino))
         chunks, total = [], 0
         while total <= limit:
             try:
@@ -83,9 +97,11 @@ def _umask() -> int:
     return old
 
 
-def check_writable(path: Union[str, os.PathLike], force: bool = False, label: Optional[str] = None) -> Optional[os.stat_result]:
+def check_writable(path: Union[str, os.PathLike], force: bool = False, label: Optional[str] = None,
+                   updates_input: bool = False) -> Optional[os.stat_result]:
     """Refuse a target :func:`write_atomic` would refuse, before any work is done; returns the
-    target's lstat (None when it does not exist)."""
+    target's lstat (None when it does not exist).  A file this run read as an input is refused
+    even with ``force`` (it is being read), unless the command ``updates_input`` on purpose."""
     p = os.fspath(path)
     name = label if label is not None else p
     if not p or p.endswith(os.sep):
@@ -108,6 +124,9 @@ def check_writable(path: Union[str, os.PathLike], force: bool = False, label: Op
         return st  # a stream (/dev/null, a named pipe): written, never replaced
     if not stat.S_ISREG(st.st_mode):
         raise InputError(f"is {kind_of(st.st_mode)}; not replaced", name, expected="a file name")
+    if (st.st_dev, st.st_ino) in _INPUTS and not updates_input:
+        raise InputError("is one of this run's inputs; not replaced, even with --force", name,
+                         expected="another file name for the output")
     if not force:
         raise InputError("already exists; not overwritten", name, expected="another file name, or --force to replace it")
     return st
@@ -124,24 +143,41 @@ def _write_all(fd: int, data) -> None:
         view = view[os.write(fd, view):]
 
 
+def file_mode(existing: Optional[os.stat_result], executable: bool = False) -> int:
+    """The permission bits of a written file: those of the file it replaces, else 0666 less the
+    umask; ``executable`` adds the execute bits the umask allows (``chmod +x``), for scripts."""
+    mask = _umask()
+    mode = stat.S_IMODE(existing.st_mode) if existing is not None else 0o666 & ~mask
+    return mode | (0o111 & ~mask) if executable else mode
+
+
 def write_atomic(path: Union[str, os.PathLike], data, force: bool = False,
-                 label: Optional[str] = None) -> None:
+                 label: Optional[str] = None, updates_input: bool = False, executable: bool = False) -> None:
     """Write ``data`` (str, bytes, or a producer ``produce(write)`` of text, so that a large document
     is never held whole) to ``path`` through a temporary file in the same directory and a rename
     (see the module docstring).  InputError for every refusal and every failed write."""
     p = os.fspath(path)
     name = label if label is not None else p
     raw = data if callable(data) else data.encode("utf-8") if isinstance(data, str) else bytes(data)
-    st = check_writable(p, force, name)
+    st = check_writable(p, force, name, updates_input)
     if st is not None and (stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
         try:
-            fd = os.open(p, os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
-            try:
-                _write_all(fd, raw)
-            finally:
-                os.close(fd)
+            # non-blocking open: a FIFO nobody reads is refused (ENXIO) instead of waiting forever;
+            # once open, the writes block as usual while the reader keeps up
+            fd = os.open(p, os.O_WRONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) |
+                         getattr(os, "O_CLOEXEC", 0))
+        except OSError as e:
+            if e.errno == errno.ENXIO:
+                raise InputError("is a FIFO (named pipe) that nobody is reading", name,
+                                 expected="a reader on the pipe, or a file name") from None
+            raise InputError(f"cannot write: {e.strerror or e}", name) from None
+        try:
+            os.set_blocking(fd, True)
+            _write_all(fd, raw)
         except OSError as e:
             raise InputError(f"cannot write: {e.strerror or e}", name) from None
+        finally:
+            os.close(fd)
         return
     parent = os.path.dirname(p) or "."
     tmp = None
@@ -151,7 +187,7 @@ def write_atomic(path: Union[str, os.PathLike], data, force: bool = False,
         fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(p) + ".", suffix=".gpucomm-tmp", dir=parent)
         try:
             _write_all(fd, raw)
-            os.fchmod(fd, stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask())
+            os.fchmod(fd, file_mode(st, executable))
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -180,4 +216,4 @@ def write_atomic(path: Union[str, os.PathLike], data, force: bool = False,
                 pass
 
 
-__all__ = ["Refused", "read_limited", "write_atomic", "check_writable", "kind_of"]
+__all__ = ["Refused", "read_limited", "write_atomic", "check_writable", "kind_of", "forget_inputs", "file_mode"]

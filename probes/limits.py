@@ -4,8 +4,8 @@ A bound is far above any real machine or file, so that only a broken or hostile 
 past a bound gpucomm stops with exit status 1 and one line naming the file and the limit (inputs),
 or leaves the item out with a warning (what a probe reads or runs on a live node).
 
->>> MAX_GPUS, MAX_HOSTS, MAX_DEPTH
-(640, 100000, 64)
+>>> MAX_HOST_GPUS, MAX_GPUS, MAX_HOST_NICS, MAX_HOSTS, MAX_NODES, MAX_DEPTH, MAX_PCI_DEPTH, MAX_CPUS
+(16, 72, 64, 16384, 4096, 64, 32, 16384)
 """
 from __future__ import annotations
 
@@ -47,23 +47,52 @@ MAX_ARCHIVE_HEADER_BYTES = 64 * 1024
 """A GNU long-name/long-link or PAX extended header (PATH_MAX is 4 KiB)."""
 
 # Devices --------------------------------------------------------------------------------------
-MAX_GPUS = 640
-"""GPUs in one node: NCCL_TOPO_MAX_NODES (nccl include/graph.h), the most devices of one kind
-NCCL's own topology holds; the largest single-OS machines have 16-32 GPUs."""
+# What the planners answer in seconds, measured (docs/LIMITS.md): NCCL itself holds 640 devices of a
+# kind (NCCL_TOPO_MAX_NODES), but reproducing its channel search and ours on a 32-GPU PCIe node with
+# 16 NICs takes minutes, and a 640-GPU node never finishes.
+MAX_HOST_GPUS = 16
+"""GPUs on one host: the largest single-OS GPU nodes (DGX-2/HGX-2, a2-megagpu-16g) have 16."""
 
-MAX_NICS = 640
-"""NICs (RDMA devices and network interfaces) in one node, the same NCCL bound."""
+MAX_GPUS = 72
+"""GPUs in one document: one host, or the hosts of one multi-node NVLink domain NCCL fuses (an
+NVL72 rack: 18 trays of 4)."""
+
+MAX_HOST_NICS = 64
+"""NICs (RDMA devices and network interfaces) on one host: the captures hold up to 62 (an SR-IOV
+node); a DGX has ~12."""
+
+MAX_NICS = 192
+"""NICs in one document (the hosts of an NVL72 domain have ~10 each)."""
 
 MAX_SWITCHES = 4096
 """PCIe switches and host bridges in one node."""
 
-MAX_MATRIX_COLUMNS = MAX_GPUS + MAX_NICS
-"""Columns of an ``nvidia-smi topo -m`` matrix (GPUs and NICs)."""
+MAX_MATRIX_COLUMNS = MAX_HOST_GPUS + MAX_HOST_NICS
+"""Columns of an ``nvidia-smi topo -m`` matrix (GPUs and NICs of one host)."""
+
+MAX_PCI_DEPTH = 32
+"""Levels of a node's PCI tree below a CPU (host bridge, then nested switches); real machines have
+at most ~6 (two levels of switches, each an upstream and a downstream port NCCL folds into one
+node).  The planners walk the tree recursively; a deeper one is refused on load."""
+
+MAX_CPUS = 16384
+"""Logical CPUs in one node, and one past the largest CPU id a CPU list or cpumask may name: twice
+Linux's largest NR_CPUS (8192, x86-64 MAXSMP).  A list is counted from its ranges before it is
+expanded."""
+
+MAX_NVLINKS = 64
+"""NVLinks between two devices (a GPU and a peer GPU, NVSwitch or CPU): the most a GPU has is 18
+(NVML_NVLINK_MAX_LINKS: Hopper, Blackwell); a larger count is a corrupt value."""
 
 # Clusters -------------------------------------------------------------------------------------
-MAX_HOSTS = 100_000
-"""Hosts in one cluster file, topology.conf or --hosts expression (the largest GPU clusters
-have ~25,000 nodes of 8 GPUs); counted before a hostlist is expanded."""
+MAX_HOSTS = 16_384
+"""Hosts in one cluster file, topology.conf or --hosts expression (a cluster plan holds ~30 KB per
+host: 16,384 hosts are ~500 MB); counted before a hostlist is expanded."""
+
+MAX_NODES = 4096
+"""``--nodes`` of the commands that model identical nodes (predict, rings, trees, plan, synth,
+calibrate): NCCL's model of the job holds every rank (~180 KB per node of 8 GPUs: 4,096 nodes are
+~750 MB); a larger value is a usage error (exit 2)."""
 
 # Structure ------------------------------------------------------------------------------------
 MAX_DEPTH = 64

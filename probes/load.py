@@ -26,8 +26,17 @@ _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b|\[[0-9;]*m")
 
 
 def read_text_input(path: str) -> str:
-    """Read a text input (a regular file of at most MAX_INPUT_BYTES), rejecting binary junk and
-    wrong encodings with a one-line error."""
+    """Read a text input (a regular file of at most MAX_INPUT_BYTES, or a shipped capture named
+    ``example:<file name>``), rejecting binary junk and wrong encodings with a one-line error."""
+    if path.startswith("example:"):
+        from gpucomm.probes.examples import capture_path, example_path
+
+        found = capture_path(path)
+        if found is None:
+            example_path(path.split(":", 1)[1])   # names what exists
+            raise InputError("is a bundled machine, not a text file", path,
+                             expected="a file, or example:<capture file name> (gpucomm examples)")
+        path = found
     try:
         if stat.S_ISDIR(os.stat(path).st_mode):
             raise InputError("is a directory but not a snapshot", path, expected="a snapshot with meta.json or sys/")
@@ -200,6 +209,7 @@ def check_depth(data: Any, path: str, expected: str = "a gpucomm topology docume
 
 def _yaml_loader():
     import yaml
+    from yaml.events import AliasEvent, ScalarEvent
 
     class BoundedLoader(yaml.SafeLoader):
         """yaml.SafeLoader that refuses nesting deeper than MAX_DEPTH while composing (the
@@ -208,6 +218,8 @@ def _yaml_loader():
         depth = 0
 
         def compose_node(self, parent, index):
+            if self.check_event(ScalarEvent, AliasEvent):   # depth counts mappings and lists, as in JSON
+                return super().compose_node(parent, index)
             self.depth += 1
             if self.depth > MAX_DEPTH:
                 raise _TooDeep()
@@ -216,6 +228,25 @@ def _yaml_loader():
             finally:
                 self.depth -= 1
 
+        def construct_yaml_int(self, node):
+            """YAML 1.1 integers in every spelling (``0x``, ``0o``/``0``, ``0b``, base 60 ``1:30``,
+            ``_`` separators, signs) held to MAX_INT_DIGITS decimal digits, counted before the
+            conversion (a base-60 integer of thousands of parts is never multiplied out)."""
+            v = self.construct_scalar(node).replace("_", "").lstrip("+-")
+            if ":" in v:
+                digits = len(v.split(":")) * 2
+            else:
+                body = v[2:] if v[:2] in ("0x", "0b", "0o") else v
+                per = {"0x": 1.21, "0b": 0.31}.get(v[:2], 0.91 if v[:1] == "0" else 1.0)  # decimal digits per digit
+                digits = int(len(body.lstrip("0")) * per)
+            if digits > MAX_INT_DIGITS + 2:
+                raise _TooLong(digits)
+            value = super().construct_yaml_int(node)
+            if abs(value) >= 10 ** MAX_INT_DIGITS:
+                raise _TooLong(len(str(abs(value))))
+            return value
+
+    BoundedLoader.add_constructor("tag:yaml.org,2002:int", BoundedLoader.construct_yaml_int)
     return BoundedLoader
 
 
@@ -281,7 +312,10 @@ def parse_yaml(text: str, path: str, expected: str = "a gpucomm topology documen
                          expected=expected) from None
     except (_TooDeep, RecursionError):
         raise InputError(f"nested deeper than {MAX_DEPTH} levels", path, expected=expected) from None
-    except ValueError as e:  # int("9" * 5000): Python's integer string conversion limit
+    except _TooLong as e:
+        raise InputError(f"an integer of about {e.args[0]} digits (more than {MAX_INT_DIGITS})", path,
+                         expected=expected) from None
+    except ValueError as e:  # a malformed integer or float
         raise InputError(f"invalid YAML: {' '.join(str(e).split())[:120]}", path, expected=expected) from None
     finally:
         loader.dispose()
@@ -308,7 +342,7 @@ STDIN = "-"
 
 
 def _load_stdin() -> dict:
-    """``-``: a topology, capture or XML on standard input (a snapshot .tar.gz too), read bounded."""
+    """``-``: a topology, capture or XML on standard input (a snapshot archive too), read bounded."""
     import sys
     import tempfile
 
@@ -316,11 +350,11 @@ def _load_stdin() -> dict:
     data = stream.read(MAX_INPUT_BYTES + 1) if stream is not None else (sys.stdin.read(MAX_INPUT_BYTES + 1) or "").encode()
     if len(data) > MAX_INPUT_BYTES:
         raise InputError(f"standard input is larger than the {MAX_INPUT_BYTES} byte limit", "<stdin>")
-    if data[:2] == b"\x1f\x8b":
+    if is_archive(data[:512]):
         from gpucomm.probes.sources.snapshot import load_snapshot
 
         with tempfile.TemporaryDirectory(prefix="gpucomm-stdin-") as tmp:
-            path = Path(tmp) / "stdin.tar.gz"
+            path = Path(tmp) / "stdin.tar"
             path.write_bytes(data)
             from gpucomm.probes.validate import validate_document
 
@@ -337,13 +371,13 @@ def load_topology(src: str) -> dict:
 def read_topology_text(src: str) -> Optional[str]:
     """The text of a text input (as :func:`load_topology` reads it), None for standard input, an
     example, a snapshot directory or an archive."""
-    if src == STDIN or src.startswith("example:") or src.endswith((".tar.gz", ".tgz")):
+    if src == STDIN or src.startswith("example:") or src.endswith(ARCHIVE_SUFFIXES):
         return None
     try:
         data = read_limited(src, MAX_INPUT_BYTES)   # regular files only, bounded (probes/files.py)
     except InputError:
         return None   # a snapshot directory, or an error load_topology reports in its own words
-    if data[:2] == b"\x1f\x8b":
+    if is_archive(data[:512]):
         return None   # an archive
     return decode_text_input(data, src)
 
@@ -358,8 +392,11 @@ def load_topology_text(src: str, text: Optional[str] = None) -> tuple:
     if src == STDIN:
         return _load_stdin(), None
     if src.startswith("example:"):
-        from gpucomm.probes.examples import load_example
+        from gpucomm.probes.examples import capture_path, load_example
 
+        cap = capture_path(src)
+        if cap is not None:        # a shipped capture (an nvidia-smi topo -m output)
+            return load_topology_text(cap)
         return finalize(load_example(src.split(":", 1)[1])), None
     src_path = src
     from gpucomm.probes.validate import validate_document
@@ -369,7 +406,7 @@ def load_topology_text(src: str, text: Optional[str] = None) -> tuple:
         from gpucomm.probes.sources.snapshot import load_snapshot
 
         return finalize(validate_document(load_snapshot(p), src_path, report=report)), None
-    if src_path.endswith((".tar.gz", ".tgz")) or _is_gzip(p):
+    if src_path.endswith(ARCHIVE_SUFFIXES) or _is_archive(p):
         from gpucomm.probes.sources.snapshot import load_snapshot
 
         return finalize(validate_document(load_snapshot(p), src_path, report=report)), None
@@ -400,15 +437,89 @@ def _from_text(text: str, src_path: str) -> dict:
     return finalize(validate_document(doc, src_path, saved=kind in ("json", "yaml"), report=report))
 
 
-def _is_gzip(p: Path) -> bool:
+def gpu_model_sm(spec: str) -> int:
+    """``--gpu MODEL`` -> its compute capability as NCCL's sm (``B200`` -> 100, ``H100`` -> 90,
+    ``A10G`` -> 86, or ``sm90`` / ``9.0``); InputError for a model gpucomm does not know."""
+    from gpucomm.probes.facts import arch_from_name, compute_capability
+
+    text = str(spec).strip()
+    m = re.fullmatch(r"(?i)sm_?(\d{2,3})", text)
+    sm = int(m.group(1)) if m else compute_capability(text) if re.fullmatch(r"\d{1,2}\.\d", text) else \
+        arch_from_name(text)[1]
+    if sm is None or not 30 <= sm <= 200:
+        raise InputError(f"{text!r} is not an NVIDIA GPU model gpucomm knows",
+                         expected="e.g. B200, GB200, H100, H200, A100, A10G, L40S, V100, or sm90 / 9.0")
+    return sm
+
+
+def apply_gpu_model(doc: dict, spec: Optional[str]) -> dict:
+    """``--gpu MODEL``: NVIDIA GPUs the document does not name (no name, no compute capability: an
+    ``nvidia-smi topo -m`` capture, an NCCL XML skeleton) get that model, with a warning that says
+    so; GPUs the document names keep their own (a warning when ``MODEL`` differs)."""
+    if not spec:
+        return doc
+    from gpucomm.probes.facts import arch_from_sm, assumption, format_compute_capability, gpu_sm
+    from gpucomm.probes.model import warn
+
+    sm = gpu_model_sm(spec)
+    named, filled = [], 0
+    for g in doc.get("gpus") or []:
+        if not isinstance(g, dict) or str(g.get("vendor") or "nvidia").lower() != "nvidia":
+            continue
+        own = gpu_sm(g)[0]
+        if own is not None:
+            if own != sm:
+                named.append(f"GPU{g.get('index')} {g.get('name') or 'sm' + str(own)}")
+            continue
+        g["compute_capability"] = format_compute_capability(sm)
+        g["arch"] = g.get("arch") or arch_from_sm(sm)
+        g["name"] = g.get("name") or str(spec).strip()
+        filled += 1
+    if filled:
+        warn(doc, assumption("gpu-model", model=str(spec).strip(), sm=sm, count=filled))
+    if named:
+        warn(doc, f"--gpu {str(spec).strip()} ignored for " + ", ".join(named[:4]) + (" ..." if len(named) > 4 else "")
+             + ": the topology names their model")
+    return doc
+
+
+def gpu_model_note(doc: dict) -> Optional[str]:
+    """The sentence that says where the GPU model came from when the topology does not name it
+    (given with --gpu, or assumed), for the first line of a command's result; None otherwise."""
+    from gpucomm.probes.topology import Topology
+
+    for w in doc.get("warnings") or []:
+        if isinstance(w, str) and " from --gpu for " in w:
+            return w
+    topo = Topology.of(doc)
+    return next((a for a in topo.assumptions if a.startswith("GPU compute capability unknown")), None)
+
+
+# A snapshot archive, by name and by content: tar, compressed with gzip (what `gpucomm snapshot` writes),
+# xz, bzip2 or not at all -- from a path as from standard input.
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2", ".tbz2", ".tar")
+
+
+def is_archive(head: bytes) -> bool:
+    """Whether the first bytes of an input (512 are enough) start a snapshot archive.
+
+    >>> is_archive(b"\\x1f\\x8b\\x08"), is_archive(b"\\xfd7zXZ\\x00"), is_archive(b"BZh9"), is_archive(b"{}")
+    (True, True, True, False)
+    """
+    return head[:2] == b"\x1f\x8b" or head[:6] == b"\xfd7zXZ\x00" or (head[:3] == b"BZh" and head[3:4].isdigit()) \
+        or head[257:262] == b"ustar"
+
+
+def _is_archive(p: Path) -> bool:
     try:
         if not stat.S_ISREG(os.stat(p).st_mode):
             return False  # a FIFO or device is refused by read_text_input, never opened here
         with open(p, "rb") as f:
-            return f.read(2) == b"\x1f\x8b"
+            return is_archive(f.read(512))
     except OSError:
         return False
 
 
 __all__ = ["load_topology", "load_topology_text", "read_topology_text", "detect_kind", "read_text_input",
+           "apply_gpu_model", "gpu_model_note", "gpu_model_sm",
            "parse_json", "parse_yaml", "check_depth", "rendered_by_gpucomm", "SCHEMA", "MAX_INPUT_BYTES", "kind_of"]

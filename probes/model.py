@@ -23,7 +23,7 @@ import re
 from enum import IntEnum
 from typing import Any, Iterable, Optional
 
-from gpucomm.probes.limits import MAX_WARNINGS
+from gpucomm.probes.limits import MAX_CPUS, MAX_WARNINGS
 
 SCHEMA = "gpucomm.topology/v1"
 PROVENANCES = ("live", "snapshot", "nvidia-smi", "nccl-xml", "rocm-smi", "json", "fixture", "nccl-log")
@@ -45,6 +45,35 @@ class PathType(IntEnum):
     SYS = 9
     NET = 10
     DIS = 11
+
+
+# NCCL's graph patterns (graph.h NCCL_TOPO_PATTERN_*): the numbers its graph files and logs print.
+class GraphPattern(IntEnum):
+    BALANCED_TREE = 1
+    SPLIT_TREE = 2
+    TREE = 3
+    RING = 4
+    NVLS = 5
+    COLLNET_DIRECT = 6
+
+
+# kvDictPciClass (topo.cc): a PCI class -> NCCL's node type, prefix-matched (others: PCI)
+NCCL_PCI_CLASSES = (("0x060400", "PCI"), ("0x080100", "PCI"), ("0x068000", "NVS"), ("0x068001", "CPU"), ("0x03", "GPU"),
+                    ("0x02", "NIC"))
+
+
+def nccl_kv(s: str, table, default):
+    """NCCL's ``kvConvertToInt``: the value of the first key of ``table`` (pairs or a dict) that is a
+    prefix of ``s`` (NCCL compares with ``strncmp(s, key, strlen(key))``), else ``default``.  How NCCL
+    reads its XML's and environment's words (PCIe speeds, CPU vendors, path levels, link types).
+
+    >>> nccl_kv("32.0 GT/s PCIe/s", (("16.0 GT/s PCIe", 120), ("32.0 GT/s PCIe", 240)), 60)
+    240
+    """
+    for k, v in (table.items() if isinstance(table, dict) else table):
+        if s.startswith(k):
+            return v
+    return default
 
 
 # nvidia-smi topo -m legend, best first.  NODE has no NCCL equivalent (NCCL collapses all root
@@ -94,27 +123,49 @@ def is_sentinel_bus_id(bus_id: Optional[str]) -> bool:
     return bool(bus_id) and bus_id.lower().startswith(("fffffff", "ffffffff"))
 
 
-def parse_cpulist(text: str) -> list[int]:
-    """Linux cpulist (``0-3,8,10-11``) -> sorted unique ints.  Raises ValueError on junk."""
-    out: set[int] = set()
+def parse_cpulist(text: str, limit: int = MAX_CPUS) -> list[int]:
+    """Linux cpulist (``0-3,8,10-11``) -> sorted unique ints.  Raises ValueError on junk and on an
+    id of ``limit`` or more (:data:`~gpucomm.probes.limits.MAX_CPUS`): the ranges are merged
+    before anything is expanded, so the result never holds more than ``limit`` ids whatever the
+    number and width of the ranges.
+
+    >>> parse_cpulist("8,0-3, 2-5")
+    [0, 1, 2, 3, 4, 5, 8]
+    >>> parse_cpulist(",".join(["0-16383"] * 1000)) == list(range(16384))
+    True
+    """
     text = (text or "").strip()
     if not text:
         return []
+    spans = []
     for part in text.split(","):
         part = part.strip()
         if not part:
             continue
-        if "-" in part:
-            lo_s, hi_s = part.split("-", 1)
-            lo, hi = int(lo_s), int(hi_s)
-            if hi < lo or hi - lo > 1_000_000:
-                raise ValueError(f"bad cpu range {part!r}")
-            out.update(range(lo, hi + 1))
-        else:
-            out.add(int(part))
-    if any(c < 0 for c in out):
-        raise ValueError("negative cpu id")
-    return sorted(out)
+        lo_s, dash, hi_s = part.partition("-")
+        lo = _cpu_number(lo_s, part, limit)
+        hi = _cpu_number(hi_s, part, limit) if dash else lo
+        if hi < lo:
+            raise ValueError(f"bad cpu range {part!r}")
+        spans.append((lo, hi))
+    spans.sort()
+    out: list[int] = []
+    top = -1
+    for lo, hi in spans:
+        if hi > top:
+            out.extend(range(max(lo, top + 1), hi + 1))
+            top = hi
+    return out
+
+
+def _cpu_number(s: str, part: str, limit: int) -> int:
+    s = s.strip()
+    if not (s.isascii() and s.isdigit()) or len(s) > 9:
+        raise ValueError(f"bad cpu range {part[:40]!r}")
+    v = int(s)
+    if v >= limit:
+        raise ValueError(f"cpu id {v} is past the limit of {limit}")
+    return v
 
 
 def format_cpulist(cpus: Iterable[int]) -> str:
@@ -141,15 +192,18 @@ def canonical_cpulist(text: Optional[str]) -> Optional[str]:
     return format_cpulist(parse_cpulist(t)) or None
 
 
-def cpumask_to_list(mask: str) -> list[int]:
+def cpumask_to_list(mask: str, limit: int = MAX_CPUS) -> list[int]:
     """Kernel/NCCL hex cpumask (``00000000,000000ff,ffffffff``; comma-separated 32-bit groups,
-    most significant first) -> list of cpu ids."""
+    most significant first) -> list of cpu ids; ValueError for a mask naming an id of ``limit``
+    or more."""
     m = (mask or "").strip().replace(",", "").lower()
     if m.startswith("0x"):
         m = m[2:]
     if not m:
         return []
     value = int(m, 16)
+    if value.bit_length() > limit:
+        raise ValueError(f"cpumask names cpu {value.bit_length() - 1}, past the limit of {limit}")
     return [i for i in range(value.bit_length()) if value >> i & 1]
 
 

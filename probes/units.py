@@ -43,6 +43,7 @@ _UNITS = {
 UNIT_HELP = "B, K/KiB, M/MiB, G/GiB, T/TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000)"
 MAX_SIZE = 1 << 50          # 1 PiB: anything larger is a typo
 MAX_SWEEP_POINTS = 256      # a sweep longer than this is a typo (8B:8GiB doubling is 31 sizes)
+MAX_FABRIC_GBPS = 1e6       # --fabric-gbps: what one NIC delivers, Gb/s; more is a typo
 
 
 def parse_size(text: str, flag: str = "--size", *, max_size: int = MAX_SIZE, minimum: int = 0) -> int:

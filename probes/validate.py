@@ -8,14 +8,21 @@ refused
     a document that is not a ``gpucomm.topology/v1`` mapping; a device list, ``host``, ``matrix``,
     ``gpus[].nvlink``, ``gpus[].numa_affinity`` or ``nics[].ports`` of the wrong type; a GPU, NIC,
     switch, link or NUMA node that is not a mapping or lacks its identity (``index``, ``name``,
-    ``id``, ``a``/``b``/``kind``); two GPUs with one index or one PCI bus id; more devices than
+    ``id``, ``a``/``b``/``kind``); two GPUs with one index, PCI bus id or UUID; two NICs with one
+    name; two different switches or NUMA nodes with one id; a switch with a GPU's or NIC's id; a
+    GPU, NIC or switch that is its own PCI parent, a cycle of PCI parents, a PCI tree deeper than
+    MAX_PCI_DEPTH (the planners walk it recursively); more devices than
     :mod:`gpucomm.probes.limits` allows.
 repaired, with a warning
     any other field of the wrong type, out of range (negative counts or bandwidths, NaN, Infinity,
     absurd values) or not JSON (YAML timestamps, binary): unknown (``null``) or, where the schema
     has no ``null``, removed; list items of the wrong shape in ``sources``, ``warnings``,
     ``gpus[].nvlink``, ``nics[].ports``, ... : dropped; links to a device the document does not
-    have, links of a device to itself and links of an unknown kind: dropped.
+    have, links of a device to itself, links of an unknown kind, NVLinks to a NIC, link counts
+    above MAX_NVLINKS and bandwidths that are not a sane number: dropped; an exact copy of a switch
+    or NUMA node: dropped; a GPU or NIC on a NUMA node the document does not have, NUMA distances
+    of the wrong length, a GPU listing more than MAX_NVLINKS NVLinks: unknown; more than
+    MAX_WARNINGS warnings: the rest counted in one line.
 
 The types are the shipped JSON Schema's (``schema/topology.schema.json``) plus the fields gpucomm
 reads that the schema leaves open (:data:`EXTRA`).  The same checks the typed view
@@ -40,7 +47,8 @@ import re
 from typing import Any, Callable, Optional
 
 from gpucomm.probes.errors import InputError
-from gpucomm.probes.limits import MAX_GPUS, MAX_MATRIX_COLUMNS, MAX_NICS, MAX_SWITCHES
+from gpucomm.probes.limits import (MAX_GPUS, MAX_HOST_GPUS, MAX_HOST_NICS, MAX_NICS, MAX_NVLINKS, MAX_PCI_DEPTH,
+                                   MAX_SWITCHES, MAX_WARNINGS)
 from gpucomm.probes.model import SCHEMA, gpu_id, host_of, new_document, nic_id, parse_cpulist, schema_path, warn
 
 _TYPES = {"gpus": list, "nics": list, "switches": list, "links": list, "numa_nodes": list,
@@ -104,7 +112,7 @@ EXTRA: dict = {
         "links": {"x-bad": "refuse", "items": {"x-bad": "refuse", "properties": {
             "a": {"x-bad": "refuse"}, "b": {"x-bad": "refuse"},
             "kind": {"type": "string", "x-bad": "refuse", "enum": None},  # an unknown kind: the link is dropped (below)
-            "count": {"minimum": 0, "maximum": 100000}, "bw_GBps": {"type": ["number", "null"], "minimum": 0, "x-bad": "refuse"},
+            "count": {"minimum": 0, "maximum": MAX_NVLINKS}, "bw_GBps": {"type": ["number", "null"], "minimum": 0, "x-bad": "refuse"},
             "gen": {"minimum": 0}, "width": {"minimum": 0}, "measured_bw_GBps": _NULL_NUM,
             "hops": _NULL_INT, "weight": _NULL_INT, "bw_estimated": _NULL_BOOL}}},
         "numa_nodes": {"x-bad": "refuse", "items": {"x-bad": "refuse", "properties": {
@@ -381,7 +389,8 @@ class _Validator:
 
     # ---- meaning -----------------------------------------------------------------------------
     def semantics(self, doc: dict) -> None:
-        """Duplicates, dangling and self links, unknown link kinds (every kind of input)."""
+        """Duplicates, the PCI tree (cycles, depth), NUMA references, dangling, self and impossible
+        links, unknown link kinds (every kind of input)."""
         gpus = [g for g in doc.get("gpus") or [] if isinstance(g, dict)]
         by_index: dict = {}
         by_bus: dict = {}
@@ -399,7 +408,19 @@ class _Validator:
                                      + (f" on host {key[0]}" if key[0] else ""),
                                      self.path, expected="one bus id per GPU and host")
                 by_bus[key] = i
+        for i, g in enumerate(gpus):
+            if isinstance(g.get("nvlink"), list) and len(g["nvlink"]) > MAX_NVLINKS:
+                self.note(f"gpus[{i}].nvlink", f"lists {len(g['nvlink'])} NVLinks, more than the {MAX_NVLINKS} a GPU "
+                                               "can have; treated as unknown")
+                g["nvlink"] = []
+        self.unique(gpus, "gpus", "uuid")
+        self.unique([n for n in doc.get("nics") or [] if isinstance(n, dict)], "nics", "name", per_host=True)
+        self.unique_records(doc, "switches", "id")
+        self.unique_records(doc, "numa_nodes", "id")
+        self.pci_tree(doc)
+        self.numa_references(doc)
         known = set()
+        nic_ids = set()
         for g in gpus:
             if isinstance(g.get("index"), int):
                 known.add(f"GPU{g['index']}")
@@ -407,8 +428,10 @@ class _Validator:
         for n in doc.get("nics") or []:
             if isinstance(n, dict) and isinstance(n.get("name"), str):
                 known.add(n["name"])
+                nic_ids.add(n["name"])
                 if isinstance(n.get("pci_bus_id"), str):
                     known.add(nic_id(n))
+                    nic_ids.add(nic_id(n))
         for s in doc.get("switches") or []:
             if isinstance(s, dict):
                 known.update(x for x in (s.get("id"), s.get("pci_bus_id")) if isinstance(x, str))
@@ -431,8 +454,137 @@ class _Validator:
             if missing:
                 self.note(w, f"{l['kind']} link {l['a']}-{l['b']}: no device {missing[0]} in this document; link dropped")
                 continue
+            if l["kind"] == "nvlink" and (l["a"] in nic_ids or l["b"] in nic_ids):
+                nic = l["a"] if l["a"] in nic_ids else l["b"]
+                self.note(w, f"NVLink {l['a']}-{l['b']}: {nic} is a NIC, which has no NVLink; link dropped")
+                continue
+            count, bw = l.get("count"), l.get("bw_GBps")
+            if isinstance(count, int) and not isinstance(count, bool) and not 0 <= count <= MAX_NVLINKS:
+                self.note(w, f"{l['kind']} link {l['a']}-{l['b']}: count {_short(count)} (expected 0 to "
+                             f"{MAX_NVLINKS} links); link dropped")
+                continue
+            if isinstance(bw, (int, float)) and not isinstance(bw, bool) and not 0 <= bw <= _MAX_SANE:
+                self.note(w, f"{l['kind']} link {l['a']}-{l['b']}: bw_GBps {_short(bw)} (expected 0 to "
+                             f"{_MAX_SANE:g}); link dropped")
+                continue
             keep.append(l)
         links[:] = keep
+
+    def unique(self, items: list, key: str, field: str, per_host: bool = False) -> None:
+        """Refuse two ``key`` items with one ``field`` value (UUIDs; NIC names, ``per_host``: the hosts
+        of a multi-host document each have their mlx5_0)."""
+        seen: dict = {}
+        for i, it in enumerate(items):
+            v = it.get(field)
+            if isinstance(v, str) and v:
+                k = (host_of(it), v) if per_host else v
+                if k in seen:
+                    raise InputError(f"{key}[{i}].{field} {_short(v)} is also {key}[{seen[k]}]'s", self.path,
+                                     expected=f"one {field} per {'GPU' if key == 'gpus' else 'NIC'}")
+                seen[k] = i
+
+    def unique_records(self, doc: dict, key: str, field: str) -> None:
+        """Switches / NUMA nodes: an exact copy of an earlier record is dropped with a note, two
+        different records with one ``field`` are refused."""
+        items = doc.get(key)
+        if not isinstance(items, list):
+            return
+        seen: dict = {}
+        keep = []
+        for i, it in enumerate(items):
+            v = it.get(field) if isinstance(it, dict) else None
+            if v is None or isinstance(v, (dict, list)):
+                keep.append(it)
+                continue
+            v = (host_of(it), v)   # the hosts of a multi-host document share NUMA ids and bus ids
+            if v in seen:
+                j, first = seen[v]
+                if it == first:
+                    self.note(f"{key}[{i}]", f"a copy of {key}[{j}] ({field} {_short(v[1])}); dropped")
+                    continue
+                raise InputError(f"{key}[{i}].{field} {_short(v[1])} is also {key}[{j}]'s", self.path,
+                                 expected=f"one record per {field}")
+            seen[v] = (i, it)
+            keep.append(it)
+        items[:] = keep
+
+    def pci_tree(self, doc: dict) -> None:
+        """Refuse a PCI tree the planners cannot walk: a device or switch that is its own parent, a
+        cycle of parents, a switch that has a GPU's or NIC's id, or a device more than
+        MAX_PCI_DEPTH levels below its CPU (iteratively: the tree is not trusted yet)."""
+        where: dict = {}     # graph id -> the record's place in the document
+        parent: dict = {}    # graph id -> parent graph id
+        devices: dict = {}
+        for key, id_of in (("gpus", gpu_id), ("nics", nic_id)):
+            for i, r in enumerate(doc.get(key) or []):
+                if isinstance(r, dict) and (key != "gpus" or isinstance(r.get("index"), int)) and \
+                        (key != "nics" or isinstance(r.get("name"), str)):
+                    rid = id_of(r)
+                    devices[rid] = devices[rid.lower()] = f"{key}[{i}]"
+                    where[rid], parent[rid] = f"{key}[{i}]", r.get("parent")
+        for i, s in enumerate(doc.get("switches") or []):
+            if not isinstance(s, dict) or not isinstance(s.get("id"), str):
+                continue
+            sid = s["id"]
+            clash = devices.get(sid) or devices.get(sid.lower())
+            if clash:
+                raise InputError(f"switches[{i}].id {_short(sid)} is also {clash}'s id", self.path,
+                                 expected="a switch id no GPU or NIC has")
+            where[sid], parent[sid] = f"switches[{i}]", s.get("parent")
+        depth: dict = {}
+        for start in where:
+            chain = []
+            on_chain: set = set()
+            x = start
+            while x in where and x not in depth:
+                p = parent[x]
+                if p == x:
+                    noun = {"gpus": "GPU", "nics": "NIC", "switches": "switch"}[where[x].split("[")[0]]
+                    raise InputError(f"{where[x]}.parent {_short(p)} is the {noun} itself",
+                                     self.path, expected="the id of the PCI switch or CPU above it")
+                if x in on_chain:
+                    cyc = chain[chain.index(x):] + [x]
+                    raise InputError(f"{where[cyc[0]]}.parent: the PCI parents form a cycle "
+                                     f"({' -> '.join(map(str, cyc[:6]))}{' -> ...' if len(cyc) > 6 else ''})",
+                                     self.path, expected="a tree of PCI switches below the CPUs")
+                chain.append(x)
+                on_chain.add(x)
+                if not isinstance(p, str):
+                    break
+                x = p
+            base = depth.get(x, 0) if x in depth else 0
+            for k, node in enumerate(reversed(chain)):
+                depth[node] = base + k + 1
+                if depth[node] > MAX_PCI_DEPTH:
+                    raise InputError(f"{where[node]} is {depth[node]} levels below its CPU in the PCI tree, more "
+                                     f"than {MAX_PCI_DEPTH}", self.path,
+                                     expected=f"a PCI tree at most {MAX_PCI_DEPTH} levels deep (README: Limits)")
+
+    def numa_references(self, doc: dict) -> None:
+        """A GPU or NIC on a NUMA node the document does not have, distances of the wrong length:
+        treated as unknown, with a note."""
+        nodes = [n for n in doc.get("numa_nodes") or [] if isinstance(n, dict)]
+        if not nodes:
+            return
+        ids: dict = {}   # host -> its NUMA ids (the hosts of a multi-host document each have their own)
+        for n in nodes:
+            ids.setdefault(host_of(n), set()).add(n.get("id"))
+        for key in ("gpus", "nics"):
+            for i, r in enumerate(doc.get(key) or []):
+                v = r.get("numa_node") if isinstance(r, dict) else None
+                have = ids.get(host_of(r), set())
+                if isinstance(v, int) and not isinstance(v, bool) and v not in have and have:
+                    r["numa_node"] = None
+                    self.note(f"{key}[{i}].numa_node", f"NUMA node {v} is not in this document's numa_nodes "
+                                                      f"({', '.join(str(x) for x in sorted(have, key=str)[:8])}); "
+                                                      "treated as unknown")
+        for i, n in enumerate(doc.get("numa_nodes") or []):
+            d = n.get("distances") if isinstance(n, dict) else None
+            count = len(ids.get(host_of(n), ())) if isinstance(n, dict) else 0
+            if isinstance(d, list) and d and len(d) != count:
+                n["distances"] = None
+                self.note(f"numa_nodes[{i}].distances", f"has {len(d)} entries for {count} NUMA nodes; "
+                                                         "treated as unknown")
 
     def messages(self) -> list:
         out = []
@@ -450,12 +602,45 @@ def _caps(doc: dict, path: str) -> None:
     for key, limit in (("gpus", MAX_GPUS), ("nics", MAX_NICS), ("switches", MAX_SWITCHES)):
         v = doc.get(key)
         if isinstance(v, list) and len(v) > limit:
-            raise InputError(f"{len(v)} {key}, more than the limit of {limit} per node", path,
-                             expected=f"at most {limit} {key} (README: Limits)")
+            raise InputError(f"{len(v)} {key}, more than the limit of {limit} per document", path,
+                             expected=f"at most {limit} {key} (docs/LIMITS.md)")
+    for key, limit in (("gpus", MAX_HOST_GPUS), ("nics", MAX_HOST_NICS)):
+        per: dict = {}
+        for r in doc.get(key) if isinstance(doc.get(key), list) else []:
+            h = host_of(r)
+            per[h] = per.get(h, 0) + 1
+            if per[h] > limit:
+                raise InputError(f"more than {limit} {key} on " + (f"host {h}" if h else "the node"), path,
+                                 expected=f"at most {limit} {key} per host (docs/LIMITS.md)")
     m = doc.get("matrix")
-    if isinstance(m, dict) and len(m) > MAX_MATRIX_COLUMNS:
-        raise InputError(f"a matrix of {len(m)} rows, more than the limit of {MAX_MATRIX_COLUMNS}", path,
-                         expected="at most one row per GPU and NIC (README: Limits)")
+    if isinstance(m, dict) and len(m) > MAX_GPUS + MAX_NICS:
+        raise InputError(f"a matrix of {len(m)} rows, more than the limit of {MAX_GPUS + MAX_NICS}", path,
+                         expected="at most one row per GPU and NIC (docs/LIMITS.md)")
+
+
+def _cap_warnings(doc: dict) -> None:
+    """A saved document's warnings as :func:`gpucomm.probes.model.warn` keeps them: distinct, each at
+    most 500 characters, at most MAX_WARNINGS and then one line counting the rest."""
+    ws = doc.get("warnings")
+    if not isinstance(ws, list) or not all(isinstance(w, str) for w in ws) or (
+            len(ws) <= MAX_WARNINGS and len(set(ws)) == len(ws) and all(len(w) <= 500 for w in ws)):
+        return
+    marker = f"more than {MAX_WARNINGS} warnings; "
+    out: list = []
+    seen: set = set()
+    rest = 0
+    for w in ws:
+        w = w if len(w) <= 500 else w[:497] + "..."
+        if w in seen or w.startswith(marker):
+            continue
+        seen.add(w)
+        if len(out) < MAX_WARNINGS:
+            out.append(w)
+        else:
+            rest += 1
+    if rest:
+        out.append(f"{marker}{rest} more are left out")
+    ws[:] = out
 
 
 def check_document(doc: Any, path: str) -> dict:
@@ -514,6 +699,7 @@ def validate_document(doc: Any, path: str, saved: bool = False,
             v.scrub(doc)
         check_document(doc, path)
         v.walk(doc, spec(), "")
+        _cap_warnings(doc)
     elif isinstance(doc, dict):
         _caps(doc, path)
     if isinstance(doc, dict):

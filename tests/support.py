@@ -193,6 +193,52 @@ def vm_flat_doc(n_gpus=8, n_nics=8, numa_minus_one=False):
     return finalize(doc)
 
 
+def nvswitch_document(ngpus: int = 8, sm: int = 90, nvlinks: int = 18, name: Optional[str] = None, nics: int = 0,
+                      nic_gbps: float = 400.0, pcie_gen: Optional[int] = None, cpu_vendor: str = "GenuineIntel",
+                      cpu_model: str = "Intel(R) Xeon(R) Platinum 8480+", numa_nodes: int = 2) -> dict:
+    """A topology document for an NVSwitch machine -- the channel counts of connect.cc ncclTopoPostset (HGX A100
+    ``sm=80, nvlinks=12``, HGX H100 ``sm=90, nvlinks=18``, DGX B200 ``sm=100, nvlinks=18``, NVL72 domain
+    ``ngpus=72, sm=100``): ``ngpus`` GPUs each under its own PCIe switch (with ``nics`` NICs spread
+    over the switches, one per switch first), half of the switches on each NUMA node, every GPU with
+    ``nvlinks`` links to one NVSwitch.  Built with gpucomm.probes.model builders, so it is a real document."""
+    from gpucomm.probes.facts import default_pcie_gen, nvlink_bw_per_link
+
+    gen = pcie_gen or default_pcie_gen(sm)
+    doc = new_document("json")
+    doc["host"]["cpu_vendor"] = cpu_vendor
+    doc["host"]["cpu_model"] = cpu_model
+    doc["host"]["cpu_arch"] = "x86_64"
+    gname = name or {80: "NVIDIA A100-SXM4-80GB", 90: "NVIDIA H100 80GB HBM3", 100: "NVIDIA B200"}.get(sm, "GPU")
+    nps = max(1, numa_nodes)
+    per_numa = -(-ngpus // nps)
+    doc["numa_nodes"] = [{"id": i, "cpus": None, "memory_bytes": None, "distances": None} for i in range(nps)]
+    doc["switches"].append(switch_record("NVS", kind="nvswitch"))
+    pbw = pcie_bw_GBps(gen, 16)
+    for i in range(ngpus):
+        numa = min(i // per_numa, nps - 1)
+        bus = 0x18 + i * 0x10 if ngpus <= 14 else 0x10 + i
+        sw = f"0000:{bus - 2:02x}:00.0" if ngpus <= 14 else f"{0x1000 + i:04x}:00:00.0"
+        gid = f"0000:{bus:02x}:00.0" if ngpus <= 14 else f"{0x2000 + i:04x}:01:00.0"
+        doc["switches"].append(switch_record(sw, kind="pcie", pci_bus_id=sw, parent=f"CPU{numa}", numa_node=numa))
+        doc["links"].append(link_record(sw, f"CPU{numa}", "pcie", pbw, gen=gen, width=16))
+        doc["gpus"].append(gpu_record(i, name=gname, pci_bus_id=gid, compute_capability=f"{sm // 10}.{sm % 10}",
+                                      numa_node=numa, parent=sw,
+                                      pcie={"gen": gen, "width": 16, "max_gen": gen, "max_width": 16}))
+        doc["links"].append(link_record(gid, sw, "pcie", pbw, gen=gen, width=16))
+        doc["links"].append(link_record(gid, "NVS", "nvlink", nvlinks * nvlink_bw_per_link(sm), count=nvlinks))
+    for k in range(nics):
+        i = k % ngpus
+        sw = doc["gpus"][i]["parent"]
+        numa = doc["gpus"][i]["numa_node"]
+        bus = f"{0x3000 + k:04x}:00:00.0"
+        doc["nics"].append(nic_record(f"mlx5_{k}", pci_bus_id=bus, numa_node=numa, parent=sw, link_layer="InfiniBand",
+                                      ports=[{"port": 1, "state": "ACTIVE", "rate_gbps": nic_gbps}],
+                                      guid=f"0x{k + 1:016x}"))
+        doc["links"].append(link_record(bus, sw, "pcie", pbw, gen=gen, width=16))
+    # no smp links: the graph takes NCCL's inter-socket bandwidth for the host's CPU (facts.inter_cpu_bw)
+    return finalize(doc)
+
+
 # ============================================================================================
 # Random PCI trees and GeForce P2P (paths, rings)
 def p2p_disabled(doc: dict) -> dict:

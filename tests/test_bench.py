@@ -257,7 +257,7 @@ def test_bench_without_torch(monkeypatch):
 def test_bench_bad_flags_before_torch(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)
     r = run_cli("bench", "collective", "--sizes", "1GiB:1KiB")
-    assert r.code == 1 and "--sizes" in r.stderr and "Traceback" not in r.stderr
+    assert r.code == 2 and "--sizes" in r.stderr and "Traceback" not in r.stderr
     r = run_cli("bench", "collective", "--backend", "mpi")
     assert r.code == 1 and "--backend" in r.stderr
 

@@ -308,7 +308,8 @@ def test_cli_calibrate_writes_a_valid_profile_and_predict_uses_it(tmp_path):
     jsonschema.validate(rep.json(), json.loads((ROOT / "planners" / "schema" / "predict-compare.schema.json").read_text()))
 
 
-def test_cli_calibrate_table_says_what_it_ignored(tmp_path):
+def test_cli_calibrate_table_says_what_it_ignored(tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")    # the notes whole (narrower output wraps their prose)
     src = (SCALING / "062_alps-gh200_4n_all_reduce_cxituned_aws1130.txt").read_text()
     noisy = tmp_path / "job-146888.out"
     noisy.write_text("srun: job 146888 queued\n" + src.replace(

@@ -32,6 +32,8 @@ UPDATE = os.environ.get("GPUCOMM_UPDATE_IMPORTS") == "1"
 # command -> modules it must not import (top-level names, or gpucomm.* prefixes)
 ARCHIVES = {"tarfile", "gzip", "zipfile", "lzma", "bz2", "gpucomm.probes.sources.snapshot"}
 NO_GRAPH = {"networkx", "gpucomm.planners.nccl"}
+# placement reads NCCL's system and paths (planners/nccl/sysview.py), never NCCL's search or communicator
+NO_SEARCH = {"networkx", "gpucomm.planners.nccl.search", "gpucomm.planners.nccl.comm", "gpucomm.planners.nccl.tuning"}
 NO_TABLES = {"rich"}
 COMMANDS = {
     "--help": ARCHIVES | NO_GRAPH | NO_TABLES | {"yaml", "json", "gpucomm.probes.model", "gpucomm.planners",
@@ -46,11 +48,11 @@ COMMANDS = {
                                           "gpucomm.planners.nccl.tuning"},             # rings need no tuning
     "predict example:hgx-h100 --size 8B:8GiB": ARCHIVES | NO_TABLES | {"yaml", "networkx"},
     "examples": ARCHIVES | NO_GRAPH | NO_TABLES | {"yaml", "gpucomm.planners"},
-    "plan example:hgx-h100 --nodes 2 --tp 8 --pp 2": ARCHIVES | NO_GRAPH | {"yaml"},
-    "plan example:hgx-h100 --nodes 2 --tp 8 --pp 2 --format json": ARCHIVES | NO_GRAPH | NO_TABLES | {"yaml"},
+    "plan example:hgx-h100 --nodes 2 --tp 8 --pp 2": ARCHIVES | NO_SEARCH | {"yaml"},
+    "plan example:hgx-h100 --nodes 2 --tp 8 --pp 2 --format json": ARCHIVES | NO_SEARCH | NO_TABLES | {"yaml"},
     "doctor --from example:hgx-h100-degraded --format json": ARCHIVES | NO_GRAPH | NO_TABLES | {"yaml"},
     "diff example:hgx-h100 example:hgx-h100-degraded --format json": ARCHIVES | NO_GRAPH | NO_TABLES | {"yaml"},
-    "select example:hgx-h100 --count 2 --format json": ARCHIVES | NO_GRAPH | NO_TABLES | {"yaml"},
+    "select example:hgx-h100 --count 2 --format json": ARCHIVES | NO_SEARCH | NO_TABLES | {"yaml"},
 }
 _RUN = ("import io, json, sys, contextlib\n"
         "from gpucomm.app import run\n"

@@ -122,9 +122,8 @@ def test_no_module_outside_the_package_names_old_roots():
     assert not bad, bad
 
 
-@pytest.mark.slow
-def test_wheel_installs_only_gpucomm_at_the_top(tmp_path):
-    """A wheel built from the repo puts one name at the top of site-packages."""
+def build_wheel(tmp_path) -> Path:
+    """A wheel of the repository, built in ``tmp_path`` (skips where no wheel can be built)."""
     import shutil
 
     src = tmp_path / "src"     # setuptools builds in the source tree (build/, *.egg-info): not in the checkout
@@ -142,7 +141,13 @@ def test_wheel_installs_only_gpucomm_at_the_top(tmp_path):
         if r.returncode != 0:
             pytest.skip("cannot build a wheel here: " + (r.stderr.strip().splitlines() or ["?"])[-1])
     assert r.returncode == 0, r.stderr
-    wheel = next(tmp_path.glob("gpucomm-*.whl"))
+    return next(tmp_path.glob("gpucomm-*.whl"))
+
+
+@pytest.mark.slow
+def test_wheel_installs_only_gpucomm_at_the_top(tmp_path):
+    """A wheel built from the repo puts one name at the top of site-packages."""
+    wheel = build_wheel(tmp_path)
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names}
     assert len(tops) == 2 and "gpucomm" in tops and any(t.endswith(".dist-info") for t in tops), tops

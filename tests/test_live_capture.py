@@ -27,7 +27,8 @@ def test_nccl_dump_with_numaid_minus_one_reads_whole():
     """NCCL writes numaid="-1" where the VM has no NUMA information: that CPU is the document's CPU0,
     and the GPU's and the NIC's links to it are kept (they were dropped as links to 'CPU-1')."""
     doc = load_topology(str(LIVE / "nccl-topo.xml"))
-    assert doc["warnings"] == []
+    # what a VM's dump cannot say is said (the NUMA node, the PCIe width), nothing else
+    assert len(doc["warnings"]) == 2 and all("VMs" in w for w in doc["warnings"]), doc["warnings"]
     ends = sorted(tuple(sorted((l["a"], l["b"]))) for l in doc["links"] if l["kind"] == "pcie")
     assert len(ends) == 2 and all("CPU0" in e for e in ends)
 

@@ -21,7 +21,7 @@ from gpucomm.planners.launch import k8s
 from gpucomm.probes import facts
 from gpucomm.probes.errors import InputError
 from gpucomm.probes.formats import imex as imex_fmt
-from gpucomm.probes.formats import nccllog, smi_nvlink, smi_query
+from gpucomm.probes.formats import nccllog, smi_query
 from gpucomm.probes.formats.nccl_xml import export_nccl_xml, graph_gpu_label, parse_nccl_xml, split_topo_id
 from gpucomm.probes.load import detect_kind, load_topology
 from gpucomm.probes.model import fabric_record, host_document, host_qualified, split_host_id

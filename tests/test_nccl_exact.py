@@ -211,13 +211,12 @@ def test_stored_inputs_are_what_we_pin_now():
     assert not stale, f"regenerate the goldens (python tools/ncclsim_goldens.py): {stale}"
 
 
-def test_our_domain_rule_splits_nodes_as_ncclsim():
-    """Where NCCL splits a node into NIC-joined domains (nNodes per node > 1), our ring search's rule
-    (paths.net_domains, with NIC ports fused into one virtual NIC as NCCL fuses them) finds as many
-    domains, on every golden case: its GPUs, node count and NCCL_* settings."""
-    from gpucomm.planners.nccl.paths import as_graph, compute_path_set, net_domains
-    from gpucomm.planners.nccl.search import restrict_gpus
+def test_node_system_splits_nodes_as_ncclsim():
+    """Where NCCL splits a node into NIC-joined domains (nNodes per node > 1), the system our rings and
+    paths read (sysview.node_system: the communicator's GPUs, NIC ports fused as NCCL fuses them, the
+    case's NCCL_* settings) finds as many domains, on every golden case."""
     from gpucomm.planners.nccl.settings import NcclSettings
+    from gpucomm.planners.nccl.sysview import node_system
     from gpucomm.probes.load import load_topology
 
     docs: dict = {}
@@ -226,14 +225,9 @@ def test_our_domain_rule_splits_nodes_as_ncclsim():
         if "error" in c["golden"]:
             continue
         if c["xml"] not in docs:
-            docs[c["xml"]] = as_graph(load_topology(str(NCCLSIM / c["xml"])))
-        G, sel = restrict_gpus(docs[c["xml"]], c.get("gpus"))
-        H = G.copy()     # GPU -> GPU paths without the NICs, as the ring search has them
-        H.remove_nodes_from([n for n, a in G.nodes(data=True) if a.get("type") in ("NET", "NIC")])
-        H.graph = dict(G.graph)
+            docs[c["xml"]] = load_topology(str(NCCLSIM / c["xml"]))
         s = NcclSettings.from_env(c.get("env") or {})
-        ours = len(net_domains(G, compute_path_set(H, rule="nccl"), sel, net_disable_intra=s.net_disable_intra,
-                               shm_disable=s.shm_disable, merge_level=s.merge_level, force_merge=s.force_merge))
+        ours = len(node_system(docs[c["xml"]], gpus=c.get("gpus"), settings=s).domains())
         nccl = c["golden"]["comm"]["nNodes"] // c["nodes"]
         split += nccl > 1
         if ours != nccl:
@@ -250,7 +244,9 @@ def test_widened_passes_end_as_the_rule_says(monkeypatch):
     anyway (CHECK_WIDENING) and must end as its rule says; on a multi-node H100 node and an NVSwitch domain
     at least, passes are covered."""
     from gpucomm.planners.nccl import search
-    from gpucomm.planners.nccl.search import nccl_reference, nvswitch_document
+    from support import nvswitch_document
+
+    from gpucomm.planners.nccl.comm import nccl_reference
 
     from gpucomm.planners.nccl import comm
 

@@ -8,7 +8,7 @@ import pytest
 
 from support import CAPTURES, FIXTURES
 from gpucomm.planners.nccl import ncclxml as X
-from gpucomm.planners.nccl.search import nvswitch_document
+from support import nvswitch_document
 from gpucomm.planners.nccl.comm import pinned_xml
 
 XMLS = sorted((FIXTURES / "ncclsim" / "corpus").glob("*.xml")) + sorted((FIXTURES / "ncclsim" / "inputs").glob("*.xml")) \

@@ -1103,30 +1103,33 @@ def _pcie_sources() -> list:
 
 @pytest.mark.parametrize("src", _pcie_sources(), ids=lambda s: Path(s).name)
 def test_gpu_pcie_bandwidth_is_one_fact(src):
-    from gpucomm.planners.nccl.comm import pinned_xml
-    from gpucomm.planners.nccl.graph import build_graph, gpu_nodes
+    """A GPU's PCIe bandwidth in NCCL's system (its device's uplink, what paths, rings and predict read)
+    is the document's: its pcie link record, else its PCIe generation and width, else the view's default."""
+    from gpucomm.planners.nccl.sysview import node_system
     from gpucomm.probes.load import load_topology
+    from gpucomm.probes.model import normalize_bus_id
     from gpucomm.probes.topology import Topology
 
     topo = Topology.of(load_topology(src))
     if not topo.gpus or not topo.has_pci_tree:
         pytest.skip("no PCI tree")
-    G = build_graph(topo)
-    ours = {}
-    for g in gpu_nodes(G):
-        up = [a["bw"] for u, v, a in G.edges(data=True) if u == g and a.get("type") == "PCI"]
-        if up:
-            ours[G.nodes[g]["label"]] = up[0]
-    pinned = {}
-    for m in re.finditer(r'<pci busid="([^"]+)" class="0x03[^"]*"[^>]*link_speed="([^"]*)" link_width="(\d+)">\s*'
-                         r'<gpu dev="(\d+)"', pinned_xml(topo)):
-        pinned[f"GPU{m.group(4)}"] = int(m.group(3)) * _LANE[m.group(2)] / 80.0
-    assert pinned
-    if not ours:
-        pytest.skip("the GPUs reach their CPU over C2C only in our graph (Grace): no PCIe hop to compare")
-    common = sorted(set(ours) & set(pinned))
-    assert common
-    assert {k: ours[k] for k in common} == {k: pinned[k] for k in common}
+    ns = node_system(topo)
+    recs = {normalize_bus_id(l.a): l.bw_GBps for l in topo.links if l.kind == "pcie" and l.bw_GBps}
+    compared = 0
+    for g in topo.gpus:
+        gid = ns.gpu_of_index(g.index)
+        dev = next(k[1] for k in ns.out[gid] if k[2] == "LOC")
+        up = [v for k, v in ns.links.items() if k[0] == dev and k[2] == "PCI"]
+        if not up:
+            continue      # a GPU that reaches its CPU over C2C only (Grace)
+        bus = normalize_bus_id(g.pci_bus_id or "")
+        want = recs.get(bus)
+        if want is None:
+            want = g.pcie.max_bw_GBps if g.pcie is not None and g.pcie.max_bw_GBps else topo.default_pcie_bw()
+        assert up[0] == pytest.approx(want, rel=1e-6), (g.key, up, want)
+        compared += 1
+    if not compared:
+        pytest.skip("the GPUs reach their CPU over C2C only (Grace): no PCIe hop to compare")
 
 
 def test_pcie_speed_without_generation_is_pinned_as_read():
@@ -1140,17 +1143,19 @@ def test_pcie_speed_without_generation_is_pinned_as_read():
     assert speeds == ["8.0 GT/s PCIe"] * 4
 
 
-def test_build_graph_flattens_broadcom_switches_on_a_copy():
-    """The path graph sees NCCL's flattened Broadcom tree (a document kept unflattened, as nvidia-smi and
-    sysfs show it); the document it was given stays as it was."""
+def test_nccl_system_flattens_broadcom_switches_on_a_copy():
+    """NCCL's system of a document kept unflattened (as nvidia-smi and sysfs show it) has NCCL's
+    flattened Broadcom tree; the document it was given stays as it was."""
     import copy
 
-    from gpucomm.planners.nccl.graph import build_graph
+    from gpucomm.planners.nccl.sysview import node_system
 
     doc = _doc("oci-H100-topology.xml", flatten=False)
     before = copy.deepcopy(doc)
-    G = build_graph(doc)
+    ns = node_system(doc)
     assert doc == before
     flat = _doc("oci-H100-topology.xml")
-    pci = [n for n, a in G.nodes(data=True) if a.get("type") == "PCI"]
+    pci = [n for n, a in ns.nodes.items() if a["type"] == "PCI"]
     assert len(pci) == sum(1 for s in flat["switches"] if s["kind"] == "pcie") < 24
+
+

@@ -1,5 +1,6 @@
-"""planners/nccl/graph.py and planners/nccl/paths.py: NCCL's graph model, bandwidth constants and path rules,
-checked against a real NCCL log, real captures and generated PCI trees; ``gpucomm paths``."""
+"""planners/nccl/sysview.py: NCCL's system graph and paths of a node as the planners read them (NCCL
+2.30.7's system and ncclTopoComputePaths), checked against a real NCCL log, real captures and generated
+PCI trees; the widest-route view; ``gpucomm paths``."""
 from __future__ import annotations
 
 import copy
@@ -11,71 +12,77 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from support import CAPTURES, run_cli
+from support import CAPTURES, ROOT, nvswitch_document, p2p_disabled, pci_trees, run_cli
 from gpucomm.probes.errors import InputError
 from gpucomm.probes.load import load_topology
 from gpucomm.probes.model import new_document
-
-from gpucomm.planners.nccl.graph import build_graph, graph_from_matrix
 from gpucomm.probes.topology import Topology
-from gpucomm.planners.nccl.search import nvswitch_document
-from gpucomm.planners.nccl.paths import RANK, compute_path_set, compute_paths, path_table
-from support import p2p_disabled, pci_trees
+
+from gpucomm.planners.nccl.names import path_rank
+from gpucomm.planners.nccl.settings import NcclSettings
+from gpucomm.planners.nccl.sysview import node_system, path_table, resolve_endpoint
 
 PANLICHEN_XML = CAPTURES / "ncclxml" / "panlichen-rtx3090-8gpu-topo.xml"
 PANLICHEN_LOG = CAPTURES / "nccllogs" / "panlichen-rtx3090-4node-log27.log"
+NO_NET_SPLIT = NcclSettings(net_disable_intra=1)    # GPU pairs keep their P2P path type (no PATH_NET)
 
 
 # ----------------------------------------------------------------------------------------------
 # Real NCCL log: every path line NCCL printed for this machine
-def _nccl_id(G, token: str) -> str:
+def _nccl_id(ns, token: str) -> str:
     kind, val = token.split("/")
     if kind == "GPU":   # NCCL prints a PCI id as (bus << 12 | dev << 4 | fn) in hex
         v = int(val, 16)
-        return f"0000:{v >> 12 & 0xff:02x}:{v >> 4 & 0xff:02x}.{v & 0xf}"
+        bus = f"0000:{v >> 12 & 0xff:02x}:{v >> 4 & 0xff:02x}.{v & 0xf}"
+        return next(g for g in ns.gpus if ns.nodes[g]["bus"] == bus)
     if kind == "CPU":
         return f"CPU{int(val)}"
-    nets = sorted(n for n, a in G.nodes(data=True) if a.get("type") == "NET")
-    return nets[int(val)]
+    return ns.nets[int(val)]
 
 
 def test_paths_reproduce_every_line_of_a_real_nccl_log():
-    ps = compute_path_set(p2p_disabled(load_topology(str(PANLICHEN_XML))))
+    """Types and bandwidths as NCCL printed them; hop counts one more per GPU end, since NCCL 2.30 (the
+    model) hangs each GPU off its device with a LOC link that the NCCL of this log did not have."""
+    ns = node_system(p2p_disabled(load_topology(str(PANLICHEN_XML))))
     checked = 0
     for line in PANLICHEN_LOG.read_text().splitlines():
         m = re.search(r"INFO ((?:GPU|NET)/[0-9A-F]+) :(.*)$", line)
         if not m:
             continue
-        src = _nccl_id(ps.G, m.group(1))
+        src = _nccl_id(ns, m.group(1))
         for tok, hops, bw, ty in re.findall(r"((?:GPU|NET|CPU)/[0-9A-F]+) \((\d+)/([\d.]+)/(\w+)\)", m.group(2)):
-            dst = _nccl_id(ps.G, tok)
+            dst = _nccl_id(ns, tok)
             if dst == src:
                 continue
-            p = ps.get(src, dst)
+            p = ns.path(src, dst)
             assert p is not None, (src, dst)
-            assert (p.hops, round(p.bw, 3), p.type) == (int(hops), float(bw), ty), (line[:60], tok, p)
+            devs = sum(ns.nodes[x]["type"] == "GPU" for x in (src, dst))
+            assert (p.hops - devs, round(p.bw, 3), p.type) == (int(hops), float(bw), ty), (line[:60], tok, p)
             checked += 1
     assert checked == 720   # 8 ranks x 9 source lines x 10 targets
 
 
 def test_p2p_disabled_routes_through_the_cpu_and_enabled_does_not():
     doc = load_topology(str(PANLICHEN_XML))
-    on = compute_paths(doc)
-    off = compute_paths(p2p_disabled(copy.deepcopy(doc)))
-    a, b = "0000:0f:00.0", "0000:10:00.0"   # same Microsemi switch
-    assert on[(a, b)].type == "PIX" and on[(a, b)].hops == 2
-    assert off[(a, b)].type == "PHB" and off[(a, b)].hops == 4 and off[(a, b)].via == "CPU0"
+    on = node_system(doc)
+    off = node_system(p2p_disabled(copy.deepcopy(doc)))
+    a, b = (next(g for g in ns.gpus if ns.nodes[g]["bus"] == bus) for ns in (on,) for bus in ("0000:0f:00.0",
+                                                                                               "0000:10:00.0"))
+    assert on.path(a, b).type == "PIX" and on.path(a, b).hops == 4 and on.path(a, b).via is None
+    p = off.path(a, b)   # same Microsemi switch, P2P refused by NVML: through the CPU
+    assert p.type == "PHB" and p.hops == 6 and p.via == "CPU0" and "CPU0" in p.nodes
 
 
 # ----------------------------------------------------------------------------------------------
 # Bandwidth constants
 def test_nvswitch_and_pcie_bandwidths():
     for sm, links, bw in ((80, 12, 240.0), (90, 18, 370.8), (100, 18, 721.8)):
-        G = build_graph(nvswitch_document(8, sm, links))
-        g0 = min(n for n, a in G.nodes(data=True) if a.get("type") == "GPU")
-        assert G.edges[g0, "NVS"]["bw"] == pytest.approx(bw) and G.edges["NVS", g0]["bw"] == pytest.approx(bw)
-        pci = [a["bw"] for _, v, a in G.out_edges(g0, data=True) if a["type"] == "PCI"]
+        ns = node_system(nvswitch_document(8, sm, links))
+        assert ns.links[("DEV0", "NVS", "NVL")] == pytest.approx(bw) and ns.links[("NVS", "DEV0", "NVL")] \
+            == pytest.approx(bw)
+        pci = [v for k, v in ns.links.items() if k[0] == "DEV0" and k[2] == "PCI"]
         assert pci == [48.0 if sm >= 90 else 24.0]
+        assert ns.links[("GPU0", "DEV0", "LOC")] == 5000.0    # NCCL 2.30: a GPU hangs off its device
 
 
 @pytest.mark.parametrize("host,numa,expected", [
@@ -102,14 +109,17 @@ def test_inter_cpu_bandwidth_by_cpu_model(host, numa, expected):
 def test_sys_link_from_cpu_model_and_measured_override():
     doc = nvswitch_document(8, 90, 18)
     doc["links"] = [l for l in doc["links"] if l["kind"] != "smp"]
-    G = build_graph(doc)
-    assert G.edges["CPU0", "CPU1"]["bw"] == 22.0 and G.edges["CPU0", "CPU1"]["type"] == "SYS"
+    ns = node_system(doc)
+    assert ns.links[("CPU0", "CPU1", "SYS")] == 22.0 and not ns.measured
     for l in doc["links"]:
         if l["kind"] == "nvlink" and l["a"] == doc["gpus"][0]["pci_bus_id"]:
             l["measured_bw_GBps"] = 300.0
-    G = build_graph(doc)
-    e = G.edges[doc["gpus"][0]["pci_bus_id"], "NVS"]
-    assert e["bw"] == 300.0 and e["nominal_bw"] == pytest.approx(370.8) and e["measured"] is True
+    ns = node_system(doc)
+    # NCCL's own bandwidth stays (it decides NCCL's routes); what planners read is the measured value
+    assert ns.links[("DEV0", "NVS", "NVL")] == pytest.approx(370.8)
+    assert ns.capacity[("DEV0", "NVS", "NVL")] == ns.capacity[("NVS", "DEV0", "NVL")] == 300.0
+    assert ns.path("GPU0", "GPU1").bw == 300.0 and ns.path("GPU2", "GPU1").bw == pytest.approx(370.8)
+    assert node_system(nvswitch_document(8, 90, 18)).path("GPU0", "GPU1").bw == pytest.approx(370.8)   # not cached
 
 
 def test_unknown_defaults_are_stated():
@@ -117,44 +127,55 @@ def test_unknown_defaults_are_stated():
     doc["host"]["cpu_vendor"] = doc["host"]["cpu_model"] = None
     doc["links"] = [l for l in doc["links"] if l["kind"] != "smp"]
     doc["nics"][0]["ports"] = []
-    G = build_graph(doc)
-    text = " ".join(G.graph["assumptions"])
+    topo = Topology.of(doc)
+    node_system(topo)
+    text = " ".join(topo.all_assumptions())
     assert "inter-socket (SYS) bandwidth assumed 16 GB/s" in text and "NIC speed unknown (mlx5_0): assumed 400 Gb/s" in text
 
 
 # ----------------------------------------------------------------------------------------------
 # Path types
 def test_nvb_pxn_and_widest_versus_nccl_route():
-    doc = load_topology("example:dgx1-v100")
-    ids = {g["index"]: g["pci_bus_id"] for g in doc["gpus"]}
-    nccl = compute_paths(doc, rule="nccl")
-    widest = compute_paths(doc, rule="widest")
+    ns = node_system(load_topology("example:dgx1-v100"))
     # GPU0-GPU2: one NVLink directly, two through GPU3: NCCL keeps the direct link (better type),
     # the widest route is the NVB detour.
-    assert nccl[(ids[0], ids[2])].type == "NVL" and nccl[(ids[0], ids[2])].bw == 20.0
-    assert widest[(ids[0], ids[2])].type == "NVB" and widest[(ids[0], ids[2])].bw == 40.0
+    p, w = ns.path("GPU0", "GPU2"), ns.widest("GPU0", "GPU2")
+    assert p.type == "NVL" and p.bw == 20.0 and p.hops == 3
+    assert w.type == "NVB" and w.bw == 40.0 and w.via == "GPU3" and w.nodes == ("GPU0", "DEV0", "DEV3", "DEV2", "GPU2")
     # GPU0-GPU5 have no NVLink: NVB through an NVLink peer, never the PCIe/SYS route
-    p = nccl[(ids[0], ids[5])]
-    assert p.type == "NVB" and p.hops == 2 and p.via in (ids[1], ids[4])
-    h = load_topology("example:hgx-h100")
-    ps = compute_path_set(h)
-    nets = sorted(n for n, a in ps.G.nodes(data=True) if a.get("type") == "NET")
-    g0 = min(n for n, a in ps.G.nodes(data=True) if a.get("type") == "GPU" and a["index"] == 0)
-    types = sorted({ps.get(g0, n).type for n in nets})
+    p = ns.path("GPU0", "GPU5")
+    assert p.type == "NVB" and p.hops == 4 and p.via in ("GPU1", "GPU4")
+    assert ns.widest("GPU0", "GPU1") == ns.path("GPU0", "GPU1")     # nothing wider: NCCL's own
+    h = node_system(load_topology("example:hgx-h100"))
+    g0 = h.gpus[0]
+    types = sorted({h.path(g0, n).type for n in h.nets})
     assert "PIX" in types and "PXN" in types   # own rail NIC direct, the others through the rail's GPU
-    far = next(n for n in nets if ps.get(g0, n).type == "PXN")
-    assert ps.G.nodes[ps.get(g0, far).via]["type"] == "GPU"
-    assert ps.get(far, g0).type != "PXN"        # PXN is only used to send (NCCL: GPU->NIC direction)
+    far = next(n for n in h.nets if h.path(g0, n).type == "PXN")
+    assert h.nodes[h.path(g0, far).via]["type"] == "GPU"
+    assert h.path(far, g0).type != "PXN"        # PXN is only used to send (NCCL: GPU->NIC direction)
 
 
 def test_c2c_and_p2c_on_grace():
-    ps = compute_path_set(load_topology("example:gb200-tray"))
-    gpus = sorted((n for n, a in ps.G.nodes(data=True) if a.get("type") == "GPU"), key=lambda n: ps.G.nodes[n]["index"])
-    cpu = ps.local_cpu(gpus[0])
-    assert ps.get(gpus[0], cpu).type == "C2C"
-    nets = [n for n, a in ps.G.nodes(data=True) if a.get("type") == "NET"]
-    assert any(ps.get(gpus[0], n).type == "P2C" for n in nets)
-    assert all(RANK[ps.get(gpus[0], n).type] <= RANK["PXN"] for n in nets)   # GDR through C2C
+    ns = node_system(load_topology("example:alps-gh200"))
+    g0 = ns.gpus[0]
+    assert ns.path(g0, ns.local_cpu(g0)).type == "C2C"
+    assert any(ns.path(g0, n).type == "P2C" for n in ns.nets)
+    assert all(path_rank(ns.path(g0, n).type) <= path_rank("PXN") for n in ns.local_nets(g0))   # GDR through C2C
+
+
+def test_net_domains_mark_pairs_nccl_connects_through_the_network():
+    """4 H100 PCIe on two sockets, 8 NICs (a generated corpus machine NCCL itself splits in two,
+    fixtures/ncclsim): the pairs across the sockets are PATH_NET, NCCL joins them through the NICs."""
+    src = str(ROOT / "fixtures" / "ncclsim" / "corpus" / "m017-h100x4-none-skl2s-twolevel-g4-8x200g.xml")
+    ns = node_system(load_topology(src))
+    doms = ns.domains()
+    assert len(doms) == 2
+    side = {g: i for i, d in enumerate(doms) for g in d}
+    for a in ns.gpus:
+        for b in ns.gpus:
+            if a != b:
+                assert (ns.path(a, b).type == "NET") == (side[a] != side[b]), (a, b, ns.path(a, b))
+    assert len(node_system(load_topology(src), settings=NO_NET_SPLIT).domains()) == 1
 
 
 def test_path_table_and_between_errors():
@@ -164,12 +185,15 @@ def test_path_table_and_between_errors():
     assert {r["type"] for r in rows if r["src"].startswith("GPU") and r["dst"].startswith("GPU")} == {"NVL"}
     one = path_table(doc, between=("GPU0", "mlx5_0"))
     assert one == [r for r in rows if (r["src"], r["dst"]) == ("GPU0", "mlx5_0")]
+    assert path_table(doc, between=("GPU0", "mlx5_0"), rule="nccl") == one    # NVSwitch + PCIe: the same
     with pytest.raises(InputError, match=r"no GPU 9 in topology \(has 0-7\)"):
         path_table(doc, between=("GPU0", "GPU9"))
     with pytest.raises(InputError, match="no GPU or NIC named"):
         path_table(doc, between=("GPU0", "eth7"))
     with pytest.raises(InputError, match="same device"):
         path_table(doc, between=("3", "GPU3"))
+    with pytest.raises(InputError, match="unknown path rule"):
+        path_table(doc, rule="shortest")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -177,20 +201,15 @@ def test_path_table_and_between_errors():
 CODE_TO_TYPE = {"PIX": "PIX", "PXB": "PXB", "PHB": "PHB", "NODE": "PHB", "SYS": "SYS"}
 
 
-def _check_types(doc: dict, graph) -> None:
-    ps = compute_path_set(graph)
-    G = ps.G
-    key_of = {}
-    for n, a in G.nodes(data=True):
-        if a.get("type") == "GPU":
-            key_of[f"GPU{a['index']}"] = n
-        elif a.get("type") == "NET":
-            key_of[a["name"]] = n
+def _check_types(doc: dict, source: dict) -> None:
+    ns = node_system(source, settings=NO_NET_SPLIT)
+    key_of = {f"GPU{ns.nodes[g]['index']}": g for g in ns.gpus}
+    key_of.update({ns.nodes[n]["name"]: n for n in ns.nets})
     for ka, row in doc["matrix"].items():
         for kb, code in row.items():
             if ka == kb or not ka.startswith("GPU"):
                 continue
-            p = ps.get(key_of[ka], key_of[kb])
+            p = ns.path(key_of[ka], key_of[kb])
             assert p is not None and p.bw > 0, (ka, kb)
             assert p.type == CODE_TO_TYPE[code], (ka, kb, code, p.type, p.nodes)
 
@@ -198,12 +217,14 @@ def _check_types(doc: dict, graph) -> None:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pci_trees())
 def test_generated_trees_types_match_the_matrix(doc):
-    _check_types(doc, build_graph(doc))
+    _check_types(doc, doc)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pci_trees())
-def test_matrix_only_graph_rebuilds_an_equivalent_tree(doc):
+def test_matrix_only_document_rebuilds_an_equivalent_tree(doc):
+    """A bare ``nvidia-smi topo -m`` document: NCCL's XML is written from the tree the matrix implies
+    (planners/nccl/pinning.py) and gives NCCL the same path types."""
     bare = copy.deepcopy(doc)
     bare["switches"] = []
     bare["links"] = []
@@ -211,7 +232,7 @@ def test_matrix_only_graph_rebuilds_an_equivalent_tree(doc):
         rec["parent"] = None
     for rec in bare["nics"]:
         rec["numa_node"] = None        # nvidia-smi gives NUMA affinity for GPUs only
-    _check_types(doc, graph_from_matrix(bare))
+    _check_types(doc, bare)
 
 
 SMI_CAPTURES = sorted((CAPTURES / "topo").glob("*.txt"))
@@ -220,15 +241,14 @@ SMI_CAPTURES = sorted((CAPTURES / "topo").glob("*.txt"))
 @pytest.mark.parametrize("path", SMI_CAPTURES, ids=lambda p: p.name[:24])
 def test_nvidia_smi_captures_give_consistent_paths(path):
     doc = load_topology(str(path))
-    G = build_graph(doc)
-    ps = compute_path_set(G)   # NCCL's route: an NVLink (best type) wins over any PCIe route
-    by_key = {f"GPU{a['index']}": n for n, a in G.nodes(data=True) if a.get("type") == "GPU"}
+    ns = node_system(doc, settings=NO_NET_SPLIT)   # NCCL's route: an NVLink (best type) wins over any PCIe route
+    by_key = {f"GPU{ns.nodes[g]['index']}": g for g in ns.gpus}
     m = doc["matrix"]
     for ka in by_key:
         for kb in by_key:
             if ka == kb:
                 continue
-            p = ps.get(by_key[ka], by_key[kb])
+            p = ns.path(by_key[ka], by_key[kb])
             assert p is not None and p.bw > 0, (ka, kb)
             code = (m.get(ka) or {}).get(kb)
             if code != (m.get(kb) or {}).get(ka) or code is None:
@@ -242,11 +262,11 @@ def test_nvidia_smi_captures_give_consistent_paths(path):
 
 
 def test_h100_smi_capture_is_an_nvswitch_box():
-    G = build_graph(load_topology(str(CAPTURES / "topo" / "17_h100-sxm-x8_12nic.txt")))
-    assert "NVS" in G.nodes
-    gpus = [n for n, a in G.nodes(data=True) if a.get("type") == "GPU"]
-    assert all(G.edges[g, "NVS"]["type"] == "NVL" for g in gpus)
-    assert any("matrix only (no PCI tree)" in a for a in G.graph["assumptions"])
+    topo = Topology.of(load_topology(str(CAPTURES / "topo" / "17_h100-sxm-x8_12nic.txt")))
+    ns = node_system(topo)
+    assert "NVS" in ns.nodes
+    assert all(("DEV" + g[3:], "NVS", "NVL") in ns.links for g in ns.gpus)
+    assert any("matrix only (no PCI tree)" in a for a in topo.all_assumptions())
 
 
 # ----------------------------------------------------------------------------------------------
@@ -257,6 +277,7 @@ def test_cli_paths_json_and_table():
     out = r.json()
     assert out["schema"] == "gpucomm.paths/v1" and out["rule"] == "widest"
     assert {"src", "dst", "type", "hops", "bw_GBps", "via", "route"} <= set(out["rows"][0])
+    assert out["rows"][0]["route"] == ["GPU0", "DEV0", "NVS", "DEV1", "GPU1"]
     r = run_cli("paths", "example:dgx1-v100", "--between", "GPU0", "GPU2", "--rule", "nccl")
     assert r.code == 0 and "NVL" in r.stdout and "bottleneck GB/s" in r.stdout
     r2 = run_cli("paths", "example:dgx1-v100", "--between", "GPU0", "GPU2")
@@ -284,13 +305,12 @@ _H100 = None
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.one_of(st.text(max_size=20), st.sampled_from(["GPU3", "7", "mlx5_1", "0000:18:00.0", "NET:mlx5_0", "GPU99"])))
+@given(st.one_of(st.text(max_size=20), st.sampled_from(["GPU3", "7", "mlx5_1", "0000:18:00.0", "NET:mlx5_0", "GPU99",
+                                                        "9" * 40])))
 def test_endpoint_names_resolve_or_fail_cleanly(name):
-    from gpucomm.planners.nccl.paths import resolve_endpoint
-
     global _H100
     if _H100 is None:
-        _H100 = build_graph(nvswitch_document(8, 90, 18, nics=2))
+        _H100 = node_system(nvswitch_document(8, 90, 18, nics=2))
     try:
         n = resolve_endpoint(_H100, name)
     except InputError as e:
@@ -299,11 +319,10 @@ def test_endpoint_names_resolve_or_fail_cleanly(name):
     assert _H100.nodes[n]["type"] in ("GPU", "NET")
 
 
-def test_host_bridges_and_memory_only_numa_nodes_fold_into_cpus():
-    G = build_graph(load_topology("example:dgx-a100"))
-    assert not [n for n in G.nodes if n.startswith("pci")]           # root complexes are the CPU (NCCL)
-    G = build_graph(load_topology("example:gb200-tray"))
-    cpus = sorted(n for n, a in G.nodes(data=True) if a["type"] == "CPU")
-    assert cpus == ["CPU0", "CPU1"]                                  # GPU-memory NUMA nodes 2..33 folded
-    c2c = sorted(v for u, v, a in G.edges(data=True) if a["type"] == "C2C" and G.nodes[u]["type"] == "GPU")
-    assert c2c == ["CPU0", "CPU0", "CPU1", "CPU1"]
+def test_host_bridges_fold_into_cpus_and_gpus_hang_off_their_device():
+    ns = node_system(load_topology("example:dgx-a100"))
+    assert not [n for n in ns.nodes if n.startswith("pci")]           # root complexes are the CPU (NCCL)
+    assert {ns.nodes[n]["type"] for n in ns.nodes} >= {"GPU", "DEV", "PCI", "NVS", "CPU", "NIC", "NET"}
+    ns = node_system(load_topology("example:alps-gh200"))
+    c2c = sorted(k[1] for k in ns.links if k[2] == "C2C" and ns.nodes[k[0]]["type"] == "DEV")
+    assert len(c2c) == 4 and all(ns.nodes[c]["type"] == "CPU" for c in c2c)

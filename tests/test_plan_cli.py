@@ -98,7 +98,8 @@ def test_output_file(hgx_file, tmp_path):
 @pytest.mark.parametrize("args,code,msg", [
     (["--tp", "3"], 4, "tp=3 does not divide 8 GPUs per node"),
     (["--tp", "8", "--dp", "3"], 4, "tp*cp*dp*pp = 24"),
-    (["--model", "llama-405b", "--tp", "8", "--pp", "1", "--dp", "1"], 0, "needs about"),
+    (["--model", "llama-405b", "--tp", "8", "--pp", "1", "--dp", "1"], 4, "does not fit on 8 GPUs: as tp=8"),
+    (["--model", "llama-405b", "--tp", "8", "--pp", "1", "--dp", "1", "--force"], 0, "--force: llama-405b does not fit"),
     (["--model", "llama-405b"], 4, "does not fit on 8 GPUs"),
     (["--model", "layers=80,hidden=x"], 1, "hidden='x' is not a number"),
     (["--model", "gpt-9"], 1, "neither a preset"),

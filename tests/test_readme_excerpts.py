@@ -61,13 +61,19 @@ def _ok(*args: str, code: int = 0) -> str:
                                         "--emit", "slurm"]),
     ("**The degraded link NCCL routes around**", ["doctor", "--from", "example:hgx-h100-degraded"]),
 ])
-def test_tour_excerpt_is_what_the_command_prints(after, args):
+def test_tour_excerpt_is_what_the_command_prints(after, args, monkeypatch):
+    monkeypatch.setenv("COLUMNS", WIDE)
     lines = [ln for ln in _block(after) if not ln.startswith("$ ")]
     assert lines
     assert _missing(lines, _ok(*args, code=5 if args[0] == "doctor" else 0)) == []
 
 
-def test_calibrate_excerpt_is_what_the_commands_print(tmp_path):
+# the excerpts show unwrapped lines, as a wide terminal prints them (a pipe without COLUMNS is 80 wide)
+WIDE = "240"
+
+
+def test_calibrate_excerpt_is_what_the_commands_print(tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", WIDE)
     block = _block("**Calibrate on the runs you have")
     cmds = [i for i, ln in enumerate(block) if ln.startswith("$ ")]
     assert len(cmds) == 3

@@ -1,4 +1,5 @@
-"""planners/nccl/search.py (NCCL's channel search reproduced) and planners/collectives/rings.py (our ring search):
+"""planners/nccl/search.py (NCCL's channel search reproduced) and planners/collectives/rings.py +
+ringsearch.py (our ring search over NCCL's system of the node):
 the worked examples, a real NCCL log/graph dump, exactness on small machines, our rings >= NCCL on
 every real topology capture and every fixture host, and ``gpucomm rings``."""
 from __future__ import annotations
@@ -19,11 +20,11 @@ from gpucomm.probes.examples import list_examples
 from gpucomm.probes.load import load_topology
 from gpucomm.probes.model import link_record
 
-from gpucomm.planners.nccl.graph import build_graph, gpu_nodes
-from gpucomm.planners.nccl.search import Capacity, nccl_reference, nvswitch_document
-from gpucomm.planners.nccl.paths import compute_path_set, net_domains, path_loads
-from gpucomm.planners.collectives.rings import _Packer, search_rings
-from support import p2p_disabled, pci_trees
+from gpucomm.planners.nccl.comm import nccl_reference
+from gpucomm.planners.nccl.sysview import node_system
+from gpucomm.planners.collectives.rings import search_rings
+from gpucomm.planners.collectives.ringsearch import Capacity, Packer, path_loads
+from support import nvswitch_document, p2p_disabled, pci_trees
 
 # ----------------------------------------------------------------------------------------------
 # connect.cc ncclTopoPostset channel counts
@@ -101,9 +102,20 @@ def comparison() -> list:
             if nodes == 1 and len(doc["gpus"]) < 2:
                 continue
             plan = search_rings(doc, nodes=nodes)
-            G = build_graph(doc)
-            rows.append((label, nodes, plan, len(net_domains(G, compute_path_set(G)))))
+            rows.append((label, nodes, plan, len(node_system(doc).domains())))
     return rows
+
+
+def _tool(name: str):
+    """A module of tools/ (tools/rings_vs_ncclsim.py's accounting of what NCCL's rings carry)."""
+    import importlib.util
+
+    from support import ROOT
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def _table(rows: list) -> str:
@@ -129,15 +141,24 @@ def test_our_rings_match_or_beat_nccl_everywhere(comparison):
     assert len(compared) >= 25
     losses = {(label, nodes) for label, nodes, plan in compared
               if plan.total_bw < plan.nccl_reference["total_bw"] - 1e-6}
-    # our ncclTopoCheckNet rule splits every node exactly as NCCL does (a split node counts per domain)
+    # the NIC-joined domains our rings chain through are NCCL's (a split node counts per domain)
     assert [(lab, n) for lab, n, p, doms in comparison if p is not None and doms * n != p.nccl_reference["nccl_nodes"]] \
         == []
-    # Ours is equal or better everywhere (NCCL's rings are also a seeded candidate, over fused NIC ports
-    # one channel per port; where NCCL joins a node's sockets through NICs, ncclTopoCheckNet, our
-    # channels may chain through NICs too; at 2+ nodes the cross-NIC variants leave by the NIC next to
-    # the chain's last GPU).  A new loss names its topology here.
-    known: set = set()
+    # Ours is equal or better everywhere (NCCL's rings are also a seeded candidate; where NCCL joins a
+    # node's sockets through NICs, ncclTopoCheckNet, our channels may chain through NICs too; at 2+ nodes
+    # the cross-NIC variants leave by the NIC next to the chain's last GPU) -- except where NCCL's own
+    # rings over-book a link: NCCL searches each NIC-joined domain on its own trimmed system, so the
+    # domains' channels together can need more than a link has.  OCI's flattened 8-GPU XML at 2 nodes:
+    # 4 domains whose bare NIC 0000:0c:00.0 has no GPUDirect RDMA in NCCL's XML, so NCCL routes its
+    # traffic through the CPU; NCCL's 2 x 12 GB/s need 60 GB/s on a 24 GB/s PCIe uplink (they carry
+    # 9.6), ours 12 fit.  A new loss names its topology here; every loss is over-booked NCCL rings.
+    known = {("oci-topo-flattened.xml", 2), ("oci-topo-flattened-b4.xml", 2)}
     assert losses <= known, sorted(losses - known)
+    overload = _tool("rings_vs_ncclsim")._overload
+    for label, nodes, plan in compared:
+        if (label, nodes) in losses:
+            share, note = overload(plan)
+            assert share is not None and plan.total_bw >= plan.nccl_reference["total_bw"] * share - 1e-6, note
     assert len(compared) - len(losses) >= 35
     # the search alone (not seeded by NCCL's rings) wins or ties on every one-node topology -- except
     # on the NVLink full meshes without NVSwitch (HGX 4-GPU boards, GH200 quad nodes), where NCCL's
@@ -163,29 +184,27 @@ def small_machines(draw):
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_machines())
 def test_widest_channel_is_exact_on_small_machines(doc):
-    G = build_graph(doc)
-    gpus = gpu_nodes(G)[:6]
-    if len(gpus) < 2:
+    idx = sorted(g["index"] for g in doc["gpus"])[:6]
+    if len(idx) < 2:
         return
-    H = G.copy()
-    H.remove_nodes_from([g for g in gpu_nodes(G) if g not in gpus])
-    ps = compute_path_set(H)
-    pk = _Packer(H, ps, gpus, False, 1e9)
+    ns = node_system(doc, gpus=idx)
+    gpus = ns.gpus
+    pk = Packer(ns, gpus, False, 1e9)
     got = pk.best_channel()
     brute = max(pk.evaluate([gpus[0]] + list(p))[0] for p in permutations(gpus[1:]))
     assert got is not None and got[2] == pytest.approx(brute)
 
 
 def _usage_ok(plan) -> None:
-    cap = Capacity(plan.G, plan.ps, net_ports=False)
+    cap = Capacity(plan.ns)
     usage: dict = {}
     for ch in plan.channels:
         assert sorted(ch.gpus) == sorted(plan.gpus)
         for s, d in plan.hops(ch):
-            for e, f in path_loads(plan.G, plan.ps.get(s, d)).items():
+            for e, f in path_loads(plan.ns, s, d):
                 usage[e] = usage.get(e, 0.0) + f * ch.bw
     for e, u in usage.items():
-        assert u <= plan.G.edges[e]["bw"] + 1e-6, e
+        assert u <= plan.ns.capacity[e] + 1e-6, e
     assert cap.res  # the model has links at all
 
 
@@ -211,7 +230,7 @@ def test_explicit_channel_count_and_gpu_subset():
 
 
 def plan_idx(plan, ch) -> list:
-    return [plan.G.nodes[g]["index"] for g in ch.gpus]
+    return [plan.ns.nodes[g]["index"] for g in ch.gpus]
 
 
 def test_nvl72_any_ring_is_optimal_and_fast_enough():
@@ -226,8 +245,8 @@ def test_multinode_channels_are_rail_aligned_and_start_next_to_their_nic():
     # each channel enters next to its first GPU and leaves next to its last (NCCL_CROSS_NIC=2 lets the
     # exit NIC be the pair's other rail, as NCCL 2.30.7 does on this machine)
     for ch in plan.channels:
-        assert plan.ps.get(ch.nets[0], ch.gpus[0]).type in ("PIX", "PXB")
-        assert plan.ps.get(ch.gpus[-1], ch.nets[1]).type in ("PIX", "PXB")
+        assert plan.ns.path(ch.nets[0], ch.gpus[0]).type in ("PIX", "PXB")
+        assert plan.ns.path(ch.gpus[-1], ch.nets[1]).type in ("PIX", "PXB")
     d = plan.to_dict()
     assert d["nodes"] == 2 and len({c["nics"][0] for c in d["channels"]}) == 8
 
@@ -272,7 +291,7 @@ def test_cli_rings_table_multinode_and_subset():
 
 @pytest.mark.parametrize("args,code,text", [
     (("rings", "example:hgx-h100", "--gpus", "0,9"), 1, "no GPU 9 in topology (has 0-7)"),
-    (("rings", "example:hgx-h100", "--gpus", "0,a"), 1, "not a GPU index"),
+    (("rings", "example:hgx-h100", "--gpus", "0,a"), 2, "not a GPU index"),
     (("rings", "example:hgx-h100", "--channels", "0"), 2, "'0' is not auto or a channel count 1-64"),
     (("rings", "example:hgx-h100", "--channels", "many"), 2, "--channels"),
     (("rings", "example:hgx-h100", "--channels", "100"), 2, "--channels"),
@@ -452,8 +471,8 @@ def test_cli_rings_compare_errors(target, text):
 # ----------------------------------------------------------------------------------------------
 # NIC hops inside a node: where NCCL splits the node into NIC-joined domains (ncclTopoCheckNet)
 def _two_socket_document(gpus_per_socket: int = 2, nic_gbps: float = 400.0, smp_GBps: Optional[float] = None) -> dict:
-    """Two Skylake sockets (NCCL's inter-socket bandwidth 10 GB/s, or an smp link of ``smp_GBps``), each
-    with one Gen5 PCIe switch holding ``gpus_per_socket`` A100s and one NIC of ``nic_gbps``."""
+    """Two Skylake sockets (NCCL's inter-socket bandwidth 10 GB/s; ``smp_GBps``: an smp link measured at
+    that), each with one Gen5 PCIe switch holding ``gpus_per_socket`` A100s and one NIC of ``nic_gbps``."""
     from gpucomm.probes.facts import pcie_bw_GBps
     from gpucomm.probes.model import finalize, gpu_record, new_document, nic_record, switch_record
 
@@ -477,7 +496,7 @@ def _two_socket_document(gpus_per_socket: int = 2, nic_gbps: float = 400.0, smp_
                                       ports=[{"port": 1, "state": "ACTIVE", "rate_gbps": nic_gbps}], guid=f"0x{s + 1:016x}"))
         doc["links"].append(link_record(bus, sw, "pcie", pbw, gen=5, width=16))
     if smp_GBps is not None:
-        doc["links"].append(link_record("CPU0", "CPU1", "smp", smp_GBps))
+        doc["links"].append(dict(link_record("CPU0", "CPU1", "smp", 10.0), measured_bw_GBps=smp_GBps))
     return finalize(doc)
 
 
@@ -489,7 +508,7 @@ def test_nic_hop_between_sockets_where_nccl_splits_the_node(nodes):
     plan = search_rings(doc, nodes=nodes)
     ref = plan.nccl_reference
     assert ref["nccl_nodes"] == 2 * nodes            # NCCL splits each node in two (PATH_NET between sockets)
-    assert [[plan.G.nodes[g]["index"] for g in d] for d in plan.domains] == [[0, 1], [2, 3]]
+    assert [[plan.ns.nodes[g]["index"] for g in d] for d in plan.domains] == [[0, 1], [2, 3]]
     # without the NIC hop a channel crosses the 10 GB/s inter-socket link (each direction at most once per
     # GB/s: a ring, or at 2 nodes two chains crossing in opposite directions); through the 50 GB/s NICs not
     whole = search_rings(doc, nodes=nodes, reference=False,
@@ -502,14 +521,14 @@ def test_nic_hop_between_sockets_where_nccl_splits_the_node(nodes):
     for ch in plan.channels:
         assert len(ch.breaks) == (2 if nodes == 1 else 1)
         for i, x, y in ch.breaks:
-            assert plan.G.nodes[x]["type"] == plan.G.nodes[y]["type"] == "NET"
-            assert {plan.G.nodes[ch.gpus[i]]["index"], plan.G.nodes[ch.gpus[(i + 1) % 4]]["index"]} & {0, 1}
+            assert plan.ns.nodes[x]["type"] == plan.ns.nodes[y]["type"] == "NET"
+            assert {plan.ns.nodes[ch.gpus[i]]["index"], plan.ns.nodes[ch.gpus[(i + 1) % 4]]["index"]} & {0, 1}
         hops = plan.hops(ch)
-        assert all(plan.ps.get(s, d) is not None for s, d in hops)
-        assert not any(plan.ps.get(s, d).type == "SYS" for s, d in hops)   # never the inter-socket link
+        assert all(plan.ns.path(s, d) is not None for s, d in hops)
+        assert not any(plan.ns.path(s, d).type == "SYS" for s, d in hops)   # never the inter-socket link
     # every NIC port carries at most its rate in each direction (the honest accounting of the hop)
     port = 50.0
-    for net in (n for n, a in plan.G.nodes(data=True) if a.get("type") == "NET"):
+    for net in plan.ns.nets:
         for direction in (0, 1):
             used = sum(ch.bw for ch in plan.channels for s, d in plan.hops(ch) if (s, d)[direction] == net)
             assert used <= port + 1e-6
@@ -544,9 +563,11 @@ def test_nic_hop_in_the_rings_document_and_table(tmp_path):
 
 
 def test_no_nic_hop_when_the_inter_socket_link_is_fast_or_disabled(monkeypatch):
-    # a 100 GB/s inter-socket link beats the 50 GB/s NICs: NCCL keeps the node whole, so do we
+    # an inter-socket link measured at 100 GB/s beats the 50 GB/s NICs: our rings stay in the node (NCCL,
+    # which knows only its 10 GB/s constant, still splits it: the NIC-hop channels remain a candidate)
     plan = search_rings(_two_socket_document(smp_GBps=100.0), reference=False)
-    assert plan.domains is None and all(not ch.breaks for ch in plan.channels)
+    assert plan.domains is None and all(not ch.breaks for ch in plan.channels) and plan.total_bw > 10.0
+    assert len(plan.ns.domains()) == 2
     # NCCL_NET_DISABLE_INTRA=1, read as the NCCL model reads it
     monkeypatch.setenv("NCCL_NET_DISABLE_INTRA", "1")
     plan = search_rings(_two_socket_document())

@@ -216,5 +216,5 @@ def test_select_cli(tmp_path):
     assert r.code == 0 and "go-gpuallocator" in r.stdout
     assert run_cli("select", str(p), "--count", "5").code == 4
     r = run_cli("select", str(p), "--count", "1", "--free", "0,x")
-    assert r.code == 1 and "Traceback" not in r.stderr
+    assert r.code == 2 and "Traceback" not in r.stderr
     assert run_cli("select", str(p), "--count", "1", "--policy", "nope").code == 2

@@ -223,7 +223,7 @@ def test_cli_trees():
     t = run_cli("trees", "example:dgx-a100", "--nodes", "2")
     assert t.code == 0 and t.stderr == "" and "Trees:" in t.stdout and "NCCL reference" in t.stdout
     for args, code in ((("--nodes", "2", "--gpus-per-node", "9"), 4), (("--nodes", "0"), 2),
-                       (("--gpus", "0,1", "--gpus-per-node", "4"), 1), (("--gpus", "x"), 1)):
+                       (("--gpus", "0,1", "--gpus-per-node", "4"), 1), (("--gpus", "x"), 2)):
         e = run_cli("trees", "example:dgx-a100", *args)
         assert e.code == code and "Traceback" not in e.stderr, args
         assert len(e.stderr.strip().splitlines()) == 1 if code != 2 else "Usage: gpucomm trees" in e.stderr

@@ -31,24 +31,23 @@ def _overload(plan) -> tuple:
     bandwidth the links can carry -- every channel slowed alike until the most over-subscribed link
     fits --, a note naming that link).  What a loss is made of when our search cannot match NCCL."""
     from gpucomm.planners.collectives.rings import _hops, _reference_channels
-    from gpucomm.planners.nccl.search import Capacity
+    from gpucomm.planners.collectives.ringsearch import Capacity
 
-    G = plan.G
-    seed = _reference_channels(G, plan.nccl_reference, plan.nodes > 1, float("inf"))
+    ns = plan.ns
+    seed = _reference_channels(ns, plan.nccl_reference, plan.nodes > 1, float("inf"))
     if not seed:
         return None, "NCCL's rings are not expressible in our model"
-    cap = Capacity(G, plan.ps, net_ports=False)
+    cap = Capacity(ns)
     use: dict = {}
     for ch in seed:
         for s, d in _hops(ch.gpus, ch.nets, ch.breaks):
             for e, f in cap.loads(s, d) or []:
                 use[e] = use.get(e, 0.0) + f * ch.bw
-    worst = max(use, key=lambda e: use[e] / max(float(G.edges[e]["bw"]), 1e-9))
-    c = float(G.edges[worst]["bw"])
-    lab = lambda n: G.nodes[n].get("label", n)  # noqa: E731
+    worst = max(use, key=lambda e: use[e] / max(ns.capacity[e], 1e-9))
+    c = ns.capacity[worst]
     share = min(1.0, c / use[worst]) if use[worst] > 0 else 1.0
-    return share, (f"NCCL's rings need {use[worst]:g} GB/s on {lab(worst[0])}->{lab(worst[1])} "
-                   f"({G.edges[worst].get('type')}, {c:g} GB/s)")
+    return share, (f"NCCL's rings need {use[worst]:g} GB/s on {ns.label(worst[0])}->{ns.label(worst[1])} "
+                   f"({worst[2]}, {c:g} GB/s)")
 
 
 def one(case: dict, seeded: bool = True) -> tuple:

@@ -21,6 +21,7 @@ from typing import Optional
 
 import typer
 
+from gpucomm.commands.common import flag_value
 from gpucomm.settings import SETTINGS, diag
 
 bench_app = typer.Typer(
@@ -106,7 +107,7 @@ def _save(path: str, result: dict) -> None:
     doc, notes = apply_measurements(doc, result)
     finalize(doc)
     # --save updates the file it read: replaced atomically (a failed write leaves it as it was)
-    write_atomic(path, dumps_yaml(doc) if as_yaml else dumps_json(doc), force=True)
+    write_atomic(path, dumps_yaml(doc) if as_yaml else dumps_json(doc), force=True, updates_input=True)
     for n in notes:
         diag(f"gpucomm: {n} in {path}")
 
@@ -143,7 +144,10 @@ def collective(
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds before a stuck collective is abandoned."),
 ) -> None:
     """nccl-tests style sweep: size, count, type, redop, root, time, algbw, busbw (same busbw formulas)."""
-    from gpucomm.planners.measure.bench import TorchMissing, render_collective_table, run_collective_bench
+    from gpucomm.planners.measure.bench import TorchMissing, parse_size_sweep, render_collective_table, run_collective_bench
+
+    _check_runs(iters, warmup, nproc, timeout)
+    flag_value("--sizes", sizes, parse=parse_size_sweep)
 
     _check_save(save)
     if save_calibration:
@@ -206,7 +210,10 @@ def p2p(
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds before a stuck transfer is abandoned."),
 ) -> None:
     """Pairwise bandwidth (both directions) and latency matrix; host<->device per GPU in copy mode."""
-    from gpucomm.planners.measure.bench import TorchMissing, render_p2p_table, run_p2p_bench
+    from gpucomm.planners.measure.bench import TorchMissing, parse_size, render_p2p_table, run_p2p_bench
+
+    _check_runs(iters, warmup, nproc, timeout)
+    flag_value("--size", size, parse=lambda t: parse_size(t, "--size"))
 
     _check_save(save)
     try:
@@ -220,6 +227,13 @@ def p2p(
     if save:
         _save(save, result)
     _emit_result(result, render_p2p_table)
+
+
+def _check_runs(iters: int, warmup: int, nproc: Optional[int], timeout: float) -> None:
+    flag_value("--iters", iters, lo=1)
+    flag_value("--warmup", warmup, lo=0)
+    flag_value("--nproc", nproc, lo=1)
+    flag_value("--timeout", timeout, above=0)
 
 
 def register(app: typer.Typer) -> None:

@@ -7,6 +7,7 @@ from typing import List, Optional
 
 import typer
 
+from gpucomm.commands.common import gpu_option
 from gpucomm.settings import SETTINGS, diag
 
 
@@ -53,8 +54,9 @@ def _fmt(v) -> str:
     return str(v)
 
 
-def calibration_text(doc: dict) -> str:
-    """The human summary of a calibration: parameters (fitted or default), each run's residual, notes."""
+def calibration_text(doc: dict, width: Optional[int] = None) -> str:
+    """The human summary of a calibration: parameters (fitted or default), each run's residual, notes
+    (``width``: the output's columns; prose wraps, run names never break)."""
     m = doc.get("machine") or {}
     lines = [f"# gpucomm calibrate: {doc['topology']} ({m.get('gpus')} x {m.get('gpu')}, {m.get('nics')} NICs), "
              f"{doc['residual'].get('runs')} run(s), {doc['residual'].get('sizes')} sizes; median |time error| "
@@ -62,12 +64,17 @@ def calibration_text(doc: dict) -> str:
              "#", f"# {'parameter':24} {'value':>12}  source"]
     for k, v in doc["parameters"].items():
         lines.append(f"  {k:24} {_fmt(v):>12}  {'fitted' if k in doc['fitted'] else 'default'}")
-    lines += ["#", f"# {'run':58} {'coll':14} {'nodes':>5} {'gpn':>3} {'sizes':>5} {'largest':>8} {'med>=1MiB':>9}"]
-    for r in doc["runs"]:
-        src = f"{r['source']}:{r['line']}"
-        src = src if len(src) <= 58 else "..." + src[-55:]
-        lines.append(f"  {src:58} {r['collective']:14} {r['nodes']:>5} {r['gpus_per_node']:>3} {r['sizes']:>5} "
-                     f"{_fmt(r['largest_error_pct']):>8} {_fmt(r['median_abs_error_pct_ge_1MiB']):>9}")
+    # the run names stay whole (a path someone copies): the column is as wide as the longest, and a
+    # row wider than the output puts the name on a line of its own
+    srcs = [f"{r['source']}:{r['line']}" for r in doc["runs"]]
+    w = max([len(s) for s in srcs] + [3])
+    own_line = width is not None and 2 + w + 48 > width
+    head = f"{'coll':14} {'nodes':>5} {'gpn':>3} {'sizes':>5} {'largest':>8} {'med>=1MiB':>9}"
+    lines += ["#", "# run", f"#     {head}"] if own_line else ["#", f"# {'run':{w}} {head}"]
+    for src, r in zip(srcs, doc["runs"]):
+        cells = (f"{r['collective']:14} {r['nodes']:>5} {r['gpus_per_node']:>3} {r['sizes']:>5} "
+                 f"{_fmt(r['largest_error_pct']):>8} {_fmt(r['median_abs_error_pct_ge_1MiB']):>9}")
+        lines += [f"  {src}", f"      {cells}"] if own_line else [f"  {src:{w}} {cells}"]
     for n in doc.get("notes") or []:
         lines.append(f"# note: {n}")
     return "\n".join(lines) + "\n"
@@ -87,6 +94,7 @@ def calibrate(
                                                 "(default: from the file)."),
     fabric_gbps: Optional[float] = typer.Option(None, "--fabric-gbps", help="What one NIC delivers, in Gb/s, "
                                                 "when the topology has no NIC (see predict --fabric-gbps)."),
+    gpu: Optional[str] = gpu_option(),
 ) -> None:
     """Fit a calibration profile (gpucomm.calibration/v1) from measured runs: the per-NIC rate, the all_to_all
     and point-to-point efficiencies, fabric congestion over node counts, intra-node efficiencies, NCCL's latency
@@ -96,16 +104,24 @@ def calibrate(
 
     Formats: table (summary; default on a terminal), json (the profile; default with -o FILE), yaml.
     Use the profile with predict/plan/rings --calibration PROFILE.json (docs/CALIBRATION.md)."""
+    from gpucomm.commands.common import flag_value, gpu_note_line, max_nodes, with_gpu_model
     from gpucomm.planners.collectives.calibrate import SETUP_WARNING, build_calibration
     from gpucomm.probes.load import load_topology
-    from gpucomm.render.output import emit
+    from gpucomm.probes.units import MAX_FABRIC_GBPS
+    from gpucomm.render.output import emit, text_width, wrap_comment_lines
 
-    doc = load_topology(topo)
+    flag_value("--nodes", nodes, lo=1, hi=max_nodes())
+    flag_value("--gpus-per-node", gpus_per_node, lo=1)
+    flag_value("--fabric-gbps", fabric_gbps, above=0, hi=MAX_FABRIC_GBPS)
+    doc = with_gpu_model(load_topology(topo), gpu)
     texts = read_run_texts(runs)
     cal = build_calibration(doc, texts, topo, collective=collective, nodes=nodes, gpus_per_node=gpus_per_node,
                             fabric_gbps=fabric_gbps)
     default = "json" if SETTINGS.output and SETTINGS.output != "-" else "table"
-    emit(cal, extra={"table": lambda: calibration_text(cal)}, allowed=["table", "json", "yaml"], default=default)
+    note = gpu_note_line(doc, "# ")
+    emit(cal, extra={"table": lambda: wrap_comment_lines((note + "\n" if note else "")
+                                                         + calibration_text(cal, text_width()))},
+         allowed=["table", "json", "yaml"], default=default)
     if default == "json" and (SETTINGS.format or "json") == "json":
         diag(f"gpucomm: calibration of {len(cal['runs'])} run(s) written to {SETTINGS.output} (fitted: "
              f"{', '.join(cal['fitted'])}; median |time error| on those runs "

@@ -10,7 +10,8 @@ from typing import Optional
 
 import typer
 
-from gpucomm.commands.common import TOPO_HELP, from_option, load_topo, topo_argument, usage_error
+from gpucomm.commands.common import (TOPO_HELP, flag_value, from_option, gpu_note_line, gpu_option, load_topo, max_nodes,
+                                     topo_argument, usage_error)
 from gpucomm.probes import units
 from gpucomm.settings import diag
 
@@ -178,12 +179,13 @@ def rings(
     src: Optional[str] = from_option(),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU indices to use, e.g. 0,1,2,3 or 0-3 (default: all)."),
     channels: str = typer.Option("auto", "--channels", help="auto, or the number of channels (1-64)."),
-    nodes: int = typer.Option(1, "--nodes", "-N", min=1, help="Identical nodes joined through their NICs "
+    nodes: int = typer.Option(1, "--nodes", "-N", help="Identical nodes joined through their NICs "
                               "(> 1: every channel enters and leaves each node through a NIC)."),
     compare: Optional[str] = typer.Option(None, "--compare", metavar="LOG", help=COMPARE_HELP),
     calibration: Optional[str] = typer.Option(None, "--calibration", metavar="PROFILE.json",
                                               help="A calibration profile (gpucomm calibrate): add what NCCL's "
                                               "rings achieve on this machine (bus bandwidth, a 1 GiB all_reduce)."),
+    gpu: Optional[str] = gpu_option(),
 ) -> None:
     """Ring channels maximising total bus bandwidth, with NCCL's own choice for comparison.
 
@@ -198,15 +200,21 @@ def rings(
     ch = (channels or "").strip().lower()
     if ch != "auto" and not (ch.isascii() and ch.isdigit() and 1 <= int(ch) <= 64):
         usage_error(f"{channels!r} is not auto or a channel count 1-64", "--channels")
-    gpu_list = parse_gpu_list(gpus)
+    gpu_list = flag_value("--gpus", gpus, parse=parse_gpu_list)
+    flag_value("--nodes", nodes, lo=1, hi=max_nodes())
     graph_text = _graph_file_text(compare) if compare else None
     log = None
     if compare and graph_text is None:
         from gpucomm.probes.formats.nccllog import load_nccl_log
 
         log = load_nccl_log(compare)
-    doc, _ = load_topo(topo, src)
-    out = rings_report(doc, gpus=gpu_list, channels=channels, nodes=nodes, log=log)
+    doc, _ = load_topo(topo, src, gpu=gpu)
+    if log is not None:
+        from gpucomm.planners.collectives.logcompare import rings_with_log
+
+        out = rings_with_log(doc, log, gpus=gpu_list, channels=channels, nodes=nodes)
+    else:
+        out = rings_report(doc, gpus=gpu_list, channels=channels, nodes=nodes)
     if graph_text is not None:
         from gpucomm.planners.nccl.graphfile import compare_ring_graph
 
@@ -232,6 +240,9 @@ def rings(
                           highlight=False)
 
         multi = out["nodes"] > 1
+        note = gpu_note_line(doc)
+        if note:
+            console.print(note, soft_wrap=True, markup=False)
         t = Table(title=f"Rings: {plural(len(out['channels']), 'channel')}, {out['total_bw_GBps']:g} GB/s total "
                         f"({'%d nodes' % out['nodes'] if multi else '1 node'}, GPUs "
                         f"{','.join(map(str, out['gpus']))})", title_justify="left")
@@ -348,11 +359,12 @@ def render_trees_log(console, sec: dict, out: dict) -> None:
 def trees(
     topo: Optional[str] = topo_argument(),
     src: Optional[str] = from_option(),
-    nodes: int = typer.Option(1, "--nodes", "-N", min=1, help="Number of identical nodes."),
+    nodes: int = typer.Option(1, "--nodes", "-N", help="Number of identical nodes."),
     gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", "-g", min=1,
                                                 help="GPUs per node (default: all; the first G by index)."),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU indices used per node, e.g. 0,1,2,3 or 0-3."),
     compare: Optional[str] = typer.Option(None, "--compare", metavar="LOG", help=COMPARE_HELP),
+    gpu: Optional[str] = gpu_option(),
 ) -> None:
     """NCCL's double binary trees across nodes (chains inside a node), two tree channels per ring.
 
@@ -362,7 +374,8 @@ def trees(
     from gpucomm.probes.errors import InputError
     from gpucomm.render.output import emit
 
-    gpu_list = parse_gpu_list(gpus)
+    gpu_list = flag_value("--gpus", gpus, parse=parse_gpu_list)
+    flag_value("--nodes", nodes, lo=1, hi=max_nodes())
     if gpu_list is not None and gpus_per_node is not None and gpus_per_node != len(gpu_list):
         raise InputError(f"--gpus lists {len(gpu_list)} GPUs but --gpus-per-node is {gpus_per_node}")
     log = None
@@ -370,13 +383,21 @@ def trees(
         from gpucomm.probes.formats.nccllog import load_nccl_log
 
         log = load_nccl_log(compare)
-    doc, _ = load_topo(topo, src)
-    out = trees_report(doc, nodes=nodes, gpus_per_node=gpus_per_node, gpus=gpu_list, log=log)
+    doc, _ = load_topo(topo, src, gpu=gpu)
+    if log is not None:
+        from gpucomm.planners.collectives.logcompare import trees_with_log
+
+        out = trees_with_log(doc, log, nodes=nodes, gpus_per_node=gpus_per_node, gpus=gpu_list)
+    else:
+        out = trees_report(doc, nodes=nodes, gpus_per_node=gpus_per_node, gpus=gpu_list)
 
     def table(console) -> None:
         from gpucomm.render.plain import Table
 
         gpn = out["gpus_per_node"]
+        note = gpu_note_line(doc)
+        if note:
+            console.print(note, soft_wrap=True, markup=False)
         t = Table(title=f"Trees: {plural(len(out['channels']), 'channel')}, {plural(out['nranks'], 'rank')} "
                         f"({out['nodes']} x {gpn}), pattern {out['pattern']}, depth {out['depth']}",
                   title_justify="left")

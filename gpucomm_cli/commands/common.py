@@ -9,9 +9,12 @@
 Only typer/click are imported here (``gpucomm --help`` start-up time)."""
 from __future__ import annotations
 
-from typing import NoReturn, Optional, Tuple
+import math
+from typing import Callable, NoReturn, Optional, Tuple, TypeVar
 
 import typer
+
+from gpucomm.probes.limits import MAX_HOSTS, MAX_NODES  # noqa: F401  (the --nodes bounds of flag_value)
 
 TOPO_HELP = ("Topology: a saved topology (JSON/YAML), a snapshot (dir or .tar.gz), `nvidia-smi topo -m` output, "
              "an NCCL topology XML, `rocm-smi --showtopo` output, example:<name>, or - for standard input "
@@ -35,6 +38,51 @@ def usage_error(message: str, param: Optional[str] = None) -> NoReturn:
     raise UsageError(message, ctx=ctx)
 
 
+T = TypeVar("T")
+
+
+def flag_value(flag: str, value: T, *, lo: Optional[float] = None, hi: Optional[float] = None,
+               above: Optional[float] = None, parse: Optional[Callable] = None, choices=None):
+    """The one check of a flag's value, for every command: one of ``choices`` (case-insensitive),
+    ``parse(value)`` when given (its InputError/ValueError becomes a usage error), then the range --
+    ``lo <= x <= hi`` and ``x > above``, finite.  Anything else exits 2 naming the flag, as click's own ``min=`` does (README "Exit codes":
+    a flag value out of range is a usage error, an input file that is wrong is exit 1).  None passes
+    (a flag not given).
+
+    >>> flag_value("--nodes", 4, lo=1)
+    4
+    """
+    if value is None:
+        return None
+    if choices is not None and str(value).strip().lower() not in choices:
+        usage_error(f"{value!r} is not one of {', '.join(sorted(choices))}", flag)
+    if parse is not None:
+        from gpucomm.probes.errors import InputError
+
+        try:
+            value = parse(value)
+        except (InputError, ValueError) as e:
+            text = str(e)
+            usage_error(text[len(flag) + 1:] if text.startswith(flag + " ") else text, flag)
+    nums = value if isinstance(value, (list, tuple)) else [value]
+    for x in nums:
+        if isinstance(x, bool) or not isinstance(x, (int, float)):
+            continue
+        if not math.isfinite(x):
+            usage_error(f"{x} is not a finite number", flag)
+        if (lo is not None and x < lo) or (hi is not None and x > hi) or (above is not None and x <= above):
+            rng = ([f">= {lo:g}"] if lo is not None else []) + ([f"> {above:g}"] if above is not None else []) \
+                + ([f"<= {hi:g}"] if hi is not None else [])
+            usage_error(f"{x if isinstance(x, int) else format(x, 'g')} is out of range (must be {' and '.join(rng)})", flag)
+    return value
+
+
+def max_nodes() -> int:
+    """The most nodes a planning command's --nodes may name (probes/limits.py MAX_NODES; `select
+    --nodes` and `synth`, which pick from or write a cluster, take up to MAX_HOSTS)."""
+    return MAX_NODES
+
+
 def topo_argument(live: bool = True):
     return typer.Argument(None, metavar="[TOPO]", show_default=False, help=TOPO_HELP + (LIVE_HELP if live else ""))
 
@@ -50,6 +98,34 @@ def pick_source(topo: Optional[str], src: Optional[str]) -> Optional[str]:
     return topo if topo is not None else src
 
 
+GPU_HELP = ("The GPU model where the topology does not name it (an nvidia-smi topo -m capture, an NCCL XML "
+            "skeleton), e.g. B200, H100, A100, or sm90: it sets NVLink bandwidth and NCCL's tuning. Without it such "
+            "GPUs are assumed (the first line of the result says which).")
+
+
+def gpu_option():
+    return typer.Option(None, "--gpu", metavar="MODEL", help=GPU_HELP)
+
+
+def with_gpu_model(doc: dict, gpu: Optional[str]) -> dict:
+    """The document with ``--gpu MODEL`` applied (a model gpucomm does not know is a usage error)."""
+    if gpu is None:
+        return doc
+    from gpucomm.probes.load import apply_gpu_model, gpu_model_sm
+
+    flag_value("--gpu", gpu, parse=gpu_model_sm)
+    return apply_gpu_model(doc, gpu)
+
+
+def gpu_note_line(doc: dict, prefix: str = "") -> Optional[str]:
+    """The first line of a result whose GPU model the topology does not give: given with --gpu, or
+    assumed (``prefix``: ``# `` for outputs whose lines are comments)."""
+    from gpucomm.probes.load import gpu_model_note
+
+    note = gpu_model_note(doc)
+    return f"{prefix}{note}" if note else None
+
+
 def probe_this_node(sysfs_root=None) -> dict:
     from gpucomm.probes.sources.host import Host
     from gpucomm.probes.sources.probe import probe_host
@@ -58,16 +134,17 @@ def probe_this_node(sysfs_root=None) -> dict:
 
 
 def load_topo(topo: Optional[str], src: Optional[str] = None, live: bool = True,
-              missing: str = "give a topology (TOPO, or - for standard input)") -> Tuple[dict, Optional[str]]:
-    """(document, the input's name or None for this node)."""
+              missing: str = "give a topology (TOPO, or - for standard input)",
+              gpu: Optional[str] = None) -> Tuple[dict, Optional[str]]:
+    """(document, the input's name or None for this node); ``gpu``: --gpu MODEL (:func:`with_gpu_model`)."""
     chosen = pick_source(topo, src)
     if chosen is None:
         if not live:
             usage_error(missing)
-        return probe_this_node(), None
+        return with_gpu_model(probe_this_node(), gpu), None
     from gpucomm.probes.load import load_topology
 
-    return load_topology(chosen), chosen
+    return with_gpu_model(load_topology(chosen), gpu), chosen
 
 
 def out_directory(path) -> None:

@@ -54,7 +54,7 @@ def doctor(
     rules: Optional[str] = typer.Option(None, "--rules", help="Comma list of rules to run (default: all): "
                                         "pcie-downtrained, nvlink-inactive, ib-port-down, ib-rate-low, "
                                         "nic-numa-mismatch, p2p-blocked, cpu-affinity-mismatch, measured-bw-low, "
-                                        "mig-enabled, matrix-asymmetric, fabric-state, fabric-health, fabric-clique, "
+                                        "mig-enabled, matrix-asymmetric, gpu-driver, fabric-state, fabric-health, fabric-clique, "
                                         "nvlink-tray-down, imex-domain, mnnvl-settings."),
 ) -> None:
     """Find degraded or misconfigured links: PCIe down-trained, NVLink down, IB ports down or slow, GPU/NIC
@@ -77,12 +77,18 @@ def doctor(
 
     def table(console):
         from rich.markup import escape
-        from gpucomm.render.plain import Table
+        from gpucomm.render.plain import Table, print_prose
 
         c = report["counts"]
         summary = f"{plural(c['error'], 'error')}, {plural(c['warning'], 'warning')}, {c['info']} info"
+        skipped = report.get("not_checked") or []
+        not_checked = "not checked: " + "; ".join(f"{n['rule']} ({n['reason']})" for n in skipped)
         if not report["findings"]:
-            console.print(f"gpucomm doctor: {title}: no problems found ({len(report['checked'])} rules checked)")
+            print_prose(console, f"gpucomm doctor: {title}: no problems found by the "
+                                 f"{plural(len(report['checked']), 'rule')} checked"
+                                 + (f"; {len(skipped)} could not run" if skipped else ""))
+            if skipped:
+                print_prose(console, not_checked, rest="  ")
             return
         t = Table(title=f"gpucomm doctor: {title} -- {summary}", show_lines=True, title_justify="left")
         t.add_column("severity", no_wrap=True)
@@ -92,14 +98,16 @@ def doctor(
         for f in report["findings"]:
             t.add_row(f"[{_SEV_STYLE[f['severity']]}]{f['severity']}[/]", f["rule"], f["subject"],
                       f"{f['message']}\nfix: {f['fix']}")
-        def lines(c) -> None:   # too narrow for the whole table: one finding per block, no line broken
+        def lines(c) -> None:   # too narrow for the whole table: one finding per block, prose wrapped
             for f in report["findings"]:
                 c.print(f"[{_SEV_STYLE[f['severity']]}]{f['severity']}[/] {f['rule']} {escape(f['subject'])}")
-                c.print(f"  {escape(f['message'])}")
-                c.print(f"  fix: {escape(f['fix'])}")
+                print_prose(c, f["message"], "  ")
+                print_prose(c, f["fix"], "  fix: ", "       ")
 
         print_table(console, t, narrow=lines)
-        console.print(f"checked: {', '.join(report['checked'])}")
+        print_prose(console, f"checked: {', '.join(report['checked'])}", rest="  ")
+        if skipped:
+            print_prose(console, not_checked, rest="  ")
 
     emit(report, table=table)
     raise typer.Exit(int(ExitCode.DEGRADED) if report["degraded"] else int(ExitCode.OK))

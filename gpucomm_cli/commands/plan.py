@@ -9,9 +9,10 @@ from typing import Optional
 
 import typer
 
-from gpucomm.commands.common import (TOPO_HELP, from_option, hostlist_option, load_topo, out_directory, pick_source,
-                                     topo_argument, usage_error)
-from gpucomm.settings import diag
+from gpucomm.commands.common import (MAX_HOSTS, TOPO_HELP, flag_value, from_option, gpu_note_line, gpu_option, hostlist_option,
+                                     load_topo, max_nodes, out_directory, pick_source, topo_argument, usage_error,
+                                     with_gpu_model)
+from gpucomm.settings import SETTINGS, diag
 
 EMITS = ("torchrun", "slurm", "rankfile", "env", "wrapper", "json", "nccl-xml", "nccl-graph", "megatron", "deepspeed",
          "hostfile", "machinefile", "gres")
@@ -33,18 +34,25 @@ def _fmt_s(x: Optional[float]) -> str:
     return f"{x * 1e3:.2f} ms" if x < 1 else f"{x:.2f} s"
 
 
-def draw_plan(plan: dict, console) -> None:
+def draw_plan(plan: dict, console, note: Optional[str] = None) -> None:
     from gpucomm.render.tables import plural, print_table
-    from gpucomm.render.plain import Table
+    from gpucomm.render.plain import Table, print_prose
 
+    if note:
+        print_prose(console, note)
     p = plan["parallelism"]
-    console.print(f"gpucomm plan: {plural(plan['nodes'], 'node')} x {plural(plan['gpus_per_node'], 'GPU')} = "
-                  f"{plural(plan['world_size'], 'rank')}; "
-                  f"tp={p['tp']} cp={p['cp']} ep={p['ep']} dp={p['dp']} pp={p['pp']} (order {p['order']})"
-                  + (f"; expert layers etp={p['etp']} ep={p['ep']} edp={p['edp']}" if p["ep"] > 1 or p["etp"] != p["tp"]
-                     else ""))
-    console.print(f"  torch: {plan['mesh']['device_mesh']['code']};  DeepSpeed axes "
-                  f"{plan['mesh']['deepspeed_axes']} dims {plan['mesh']['deepspeed_dims']}")
+    print_prose(console, f"gpucomm plan: {plural(plan['nodes'], 'node')} x {plural(plan['gpus_per_node'], 'GPU')} = "
+                         f"{plural(plan['world_size'], 'rank')}; "
+                         f"tp={p['tp']} cp={p['cp']} ep={p['ep']} dp={p['dp']} pp={p['pp']} (order {p['order']})"
+                         + (f"; expert layers etp={p['etp']} ep={p['ep']} edp={p['edp']}"
+                            if p["ep"] > 1 or p["etp"] != p["tp"] else ""), rest="  ")
+    torch = f"  torch: {plan['mesh']['device_mesh']['code']};"   # code to copy: one line, whole
+    deepspeed = f"DeepSpeed axes {plan['mesh']['deepspeed_axes']} dims {plan['mesh']['deepspeed_dims']}"
+    if len(torch) + 2 + len(deepspeed) <= console.width:
+        console.print(f"{torch}  {deepspeed}", soft_wrap=True, highlight=False, markup=False)
+    else:
+        console.print(torch, soft_wrap=True, highlight=False, markup=False)
+        console.print(f"  {deepspeed}", soft_wrap=True, highlight=False, markup=False)
     if plan.get("candidates"):
         t = Table(title="Candidate factorizations (best first)")
         for c in ("#", "tp", "cp", "ep", "dp", "pp", "micro-batches", "step", "comm", "bubble", "memory/GPU", "fits"):
@@ -90,9 +98,9 @@ def draw_plan(plan: dict, console) -> None:
         t.add_row("step", "", "", "", "", _fmt_s(e["step_time_s"]))
         print_table(console, t)
         m = e["memory"]
-        console.print(f"  memory per GPU: {_fmt_bytes(m['per_gpu_bytes'])} (weights+optimizer "
-                      f"{_fmt_bytes(m['weights_optimizer_bytes'])}, activations {_fmt_bytes(m['activation_bytes'])}) "
-                      f"of {_fmt_bytes(m['capacity_bytes'])}")
+        print_prose(console, f"memory per GPU: {_fmt_bytes(m['per_gpu_bytes'])} (weights+optimizer "
+                             f"{_fmt_bytes(m['weights_optimizer_bytes'])}, activations "
+                             f"{_fmt_bytes(m['activation_bytes'])}) of {_fmt_bytes(m['capacity_bytes'])}", "  ")
     if plan.get("traffic") and plan["traffic"].get("by_level"):
         tr = plan["traffic"]
         t = Table(title="Traffic between nodes" + (f" (fabric {tr['fabric']}, {tr['leaf_switches']} leaf switches)"
@@ -108,10 +116,10 @@ def draw_plan(plan: dict, console) -> None:
     for k, v in plan["env"].items():
         t.add_row(k, v["value"], v["reason"])
     print_table(console, t, prose=("why",), narrow=lambda c: [
-        (c.print(f"# {v['reason']}", soft_wrap=True, highlight=False, markup=False),
+        (print_prose(c, v["reason"], "# "),
          c.print(f"{k}={v['value']}", soft_wrap=True, highlight=False, markup=False)) for k, v in plan["env"].items()])
-    console.print("  launch: --emit " + " | ".join(e for e in EMITS if e not in ("nccl-xml", "nccl-graph") and (e != "gres" or "gres" in plan["launch"]))
-                  + (" | nccl-xml" if plan.get("files") else ""))
+    print_prose(console, "launch: --emit " + " | ".join(e for e in EMITS if e not in ("nccl-graph",)
+                                                       and (e != "gres" or "gres" in plan["launch"])), "  ", "    ")
 
 
 def installed_torch_version() -> Optional[str]:
@@ -157,7 +165,7 @@ def plan(
                                       "--expert-tensor-parallel-size; default: tp)."),
     vpp: Optional[int] = typer.Option(None, "--vpp", min=1, help="Virtual pipeline stages per pipeline rank "
                                       "(interleaved 1F1B; Megatron needs pp > 2)."),
-    nodes: Optional[int] = typer.Option(None, "--nodes", "-N", min=1, help="Number of identical nodes (default 1)."),
+    nodes: Optional[int] = typer.Option(None, "--nodes", "-N", help="Number of identical nodes (default 1)."),
     cluster: Optional[str] = typer.Option(None, "--cluster", help="Cluster file (YAML/JSON: nodes + fabric)."),
     order: str = typer.Option("tp-cp-ep-dp-pp", "--order", help="Megatron rank order, leftmost = adjacent ranks "
                               "(tp-cp-ep-pp-dp = Megatron's --use-tp-pp-dp-mapping)."),
@@ -182,6 +190,7 @@ def plan(
     nccl_graph: bool = typer.Option(False, "--nccl-graph", help="Also search our rings (one node) and set "
                                     "NCCL_GRAPH_FILE where they beat NCCL's own ring search by 5% or more "
                                     "(--emit nccl-graph writes the file; implied by it)."),
+    gpu: Optional[str] = gpu_option(),
 ) -> None:
     """Rank mapping, groups, env and launch configs for TP/PP/DP/CP/EP on a node or a cluster.
 
@@ -200,7 +209,8 @@ def plan(
     topo = pick_source(topo, src)
     if topo is None and cluster is None:
         usage_error("give a topology (TOPO, - for standard input) or --cluster FILE: gpucomm plan TOPO --tp 8 ...")
-    gpu_list = parse_index_list(gpus, "--gpus")
+    flag_value("--nodes", nodes, lo=1, hi=max_nodes())
+    gpu_list = flag_value("--gpus", gpus, parse=lambda t: parse_index_list(t, "--gpus"))
     if gpus is not None and not gpu_list:
         raise InputError("--gpus is empty", expected="e.g. 0-3")
     host_list = None
@@ -209,7 +219,7 @@ def plan(
         if nodes is None:
             nodes = len(host_list)
     cl = load_cluster(cluster, default_topology=topo) if cluster else None
-    doc = load_topology(topo) if (topo and cl is None) else None
+    doc = with_gpu_model(load_topology(topo), gpu) if (topo and cl is None) else None
     cal = None
     if calibration is not None:
         from gpucomm.commands.calibrate import read_calibration
@@ -220,7 +230,7 @@ def plan(
                              topo_file_path=topo_file_path, port=port, hosts=host_list, etp=etp, vpp=vpp,
                              torch_version=installed_torch_version(), calibration=cal,
                              calibration_source=calibration, nccl_graph=nccl_graph or emit == "nccl-graph",
-                             transport=transport)
+                             force=SETTINGS.force, nccl_xml=emit == "nccl-xml", transport=transport)
     if emit is not None:
         from gpucomm.probes.model import dumps_json
 
@@ -231,10 +241,7 @@ def plan(
 
             text = env_shell(result)
         elif emit == "nccl-xml":
-            text = (result.get("files") or {}).get("nccl-topo.xml")
-            if text is None:
-                raise NothingToDo("this topology shows its PCIe tree: NCCL needs no NCCL_TOPO_FILE "
-                                  "(only VMs with a flat PCIe tree get one)")
+            text = result["files"]["nccl-topo.xml"]
         elif emit == "nccl-graph":
             text = (result.get("files") or {}).get("nccl-graph.xml")
             if text is None:
@@ -242,18 +249,25 @@ def plan(
                                   "no NCCL_GRAPH_FILE; `gpucomm rings TOPO --format nccl-graph` writes one anyway")
         else:
             text = result["launch"][emit]
-        write_text(text if text.endswith("\n") else text + "\n")
+            if emit == "deepspeed" and model is None:
+                diag(f"gpucomm: note: no --model: train_batch_size {result['deepspeed']['train_batch_size']} is gpucomm's "
+                     "default global batch (a multiple of the data-parallel size); set yours with --model ...,gbs=N")
+        # a script (#!) is written executable: torchrun/mpirun start ./gpucomm-rank.sh, sbatch and users the rest
+        write_text(text if text.endswith("\n") else text + "\n", executable=text.startswith("#!"))
     else:
-        emit_doc(result, table=lambda console: draw_plan(result, console), allowed=["table", "json", "yaml"])
+        note = gpu_note_line(doc) if doc is not None else None
+        emit_doc(result, table=lambda console: draw_plan(result, console, note), allowed=["table", "json", "yaml"])
     for w in result.get("warnings", []):
         diag(f"gpucomm: warning: {w}")
 
 
 # ============================================================================================
-def draw_select(res: dict, console) -> None:
+def draw_select(res: dict, console, note: Optional[str] = None) -> None:
     from gpucomm.render.tables import print_table
     from gpucomm.render.plain import Table
 
+    if note:
+        console.print(note, soft_wrap=True, markup=False)
     d = res["details"]
     console.print(f"gpucomm select: {res['count']} of free GPUs {res['free']} -> {res['gpus']}  "
                   f"(CUDA_VISIBLE_DEVICES={','.join(map(str, res['gpus']))})")
@@ -283,6 +297,7 @@ def select(
                                        "with --nodes, free hosts as a Slurm hostlist, e.g. node[01-40]."),
     policy: str = typer.Option("gpucomm", "--policy", help="gpucomm (default) or gpuallocator (NVIDIA "
                                "go-gpuallocator's best-effort policy, as the Kubernetes device plugin)."),
+    gpu: Optional[str] = gpu_option(),
     nodes: Optional[int] = typer.Option(None, "--nodes", "-N", min=1, help="Pick N nodes of --cluster for one job "
                                         "instead: healthy, free, in one NVLink domain, else one leaf, else under the "
                                         "lowest switch with room; says what crossing a spine costs."),
@@ -299,21 +314,22 @@ def select(
     from gpucomm.render.output import emit as emit_doc
 
     if nodes is not None or cluster is not None:
+        flag_value("--nodes", nodes, lo=1, hi=MAX_HOSTS)
         return select_nodes_cmd(topo or src, nodes, cluster, free, count)
     if count is None:
         usage_error("give --count K (GPUs of a node), or --nodes N --cluster FILE (nodes of a cluster)")
 
     if policy not in ("gpucomm", "gpuallocator"):
         usage_error(f"{policy!r} is not a policy (gpucomm or gpuallocator)", "--policy")
-    free_list = parse_index_list(free, "--free")
-    doc, _ = load_topo(topo, src)
+    free_list = flag_value("--free", free, parse=parse_index_list)
+    doc, _ = load_topo(topo, src, gpu=gpu)
     res = select_gpus(doc, count, free_list, compare=True)
     if policy == "gpuallocator":
         ga = res.get("gpuallocator")
         if not ga or not ga.get("gpus"):
             raise InputError("go-gpuallocator's policy returns no devices for this request")
         res = dict(res, policy="gpuallocator", gpus=ga["gpus"], devices=ga["devices"], details=ga["details"])
-    emit_doc(res, table=lambda console: draw_select(res, console),
+    emit_doc(res, table=lambda console: draw_select(res, console, gpu_note_line(doc)),
              extra={"list": lambda: ",".join(str(g) for g in res["gpus"])},
              allowed=["table", "json", "yaml", "list"])
     for w in res.get("warnings", []):
@@ -368,7 +384,7 @@ def _node_nic_gbps(doc: dict) -> Optional[float]:
 def synth(
     topo: Optional[str] = typer.Argument(None, metavar="[TOPO]", show_default=False,
                                          help=TOPO_HELP + " The topology of every node (or --node)."),
-    nodes: Optional[int] = typer.Option(None, "--nodes", "-N", min=1, help="Number of nodes (or --fabric)."),
+    nodes: Optional[int] = typer.Option(None, "--nodes", "-N", help="Number of nodes (or --fabric)."),
     node: Optional[str] = typer.Option(None, "--node", "--from", metavar="TOPO",
                                        help="Topology of every node, e.g. example:hgx-h100 (the same as TOPO)."),
     fabric_file: Optional[str] = typer.Option(None, "--fabric", metavar="FILE", help="A real fabric instead of a "
@@ -391,6 +407,7 @@ def synth(
 
     from gpucomm.render.output import chosen_format, write_text
 
+    flag_value("--nodes", nodes, lo=1, hi=MAX_HOSTS)
     node = pick_source(topo, node)
     if node is None:
         usage_error("give the topology of every node (TOPO or --node), e.g. gpucomm synth example:hgx-h100 -N 64")
@@ -428,7 +445,6 @@ def synth(
         return
     if out_dir is not None:
         from gpucomm.probes.files import check_writable, write_atomic
-        from gpucomm.settings import SETTINGS
 
         out_directory(out_dir)
         names = ("topology.conf", "cluster.yaml") + (("ibnetdiscover.out",) if ibnet is not None else ())

@@ -6,7 +6,8 @@ from typing import Optional
 
 import typer
 
-from gpucomm.commands.common import from_option, load_topo, topo_argument
+from gpucomm.commands.common import (flag_value, from_option, gpu_note_line, gpu_option, load_topo, max_nodes, topo_argument,
+                                     with_gpu_model)
 from gpucomm.probes import units
 from gpucomm.settings import diag
 
@@ -58,8 +59,13 @@ def summary_line(summary: dict) -> str:
             f"{_human(pk['predicted_size_bytes'])} predicted")
 
 
-def compare_table_text(rep: dict) -> str:
-    """nccl-tests-like text: per compared run, the graph lines, one row per size, a summary line."""
+COMPARE_ROW_WIDTH = 101   # a --compare row with its count and type columns
+
+
+def compare_table_text(rep: dict, width: Optional[int] = None) -> str:
+    """nccl-tests-like text: per compared run, the graph lines, one row per size, a summary line.
+    Narrower than a whole row (``width``), the count and type columns (the file's own) are left out."""
+    slim = width is not None and width < COMPARE_ROW_WIDTH
     blocks = []
     for c in rep["comparisons"]:
         plural = "s" if c["nodes"] != 1 else ""
@@ -71,14 +77,16 @@ def compare_table_text(rep: dict) -> str:
         lines += _graph_lines(c["graph"])
         lines += [f"# note: {n}" for n in c["notes"]]
         lines.append("#")
-        lines.append(f"# {'size':>12} {'count':>13} {'type':>8} {'measured':>10} {'predicted':>10} "
+        ct = ("", "", "") if slim else (f" {'count':>13} {'type':>8}", f" {'(elements)':>13} {'':>8}", None)
+        lines.append(f"# {'size':>12}{ct[0]} {'measured':>10} {'predicted':>10} "
                      f"{'measured':>10} {'predicted':>10} {'error':>8}  predicted")
-        lines.append(f"# {'(B)':>12} {'(elements)':>13} {'':>8} {'time (us)':>10} {'time (us)':>10} "
+        lines.append(f"# {'(B)':>12}{ct[1]} {'time (us)':>10} {'time (us)':>10} "
                      f"{'busbw':>10} {'busbw':>10} {'(%)':>8}  algorithm")
         for r in c["rows"]:
             algo = r["algorithm"] + (f"/{r['protocol']}" if r.get("protocol") else "")
             mt = _fmt_time(r["measured_time_us"]) if r["measured_time_us"] is not None else "n/a"
-            lines.append(f"  {r['size_bytes']:>12} {_fmt_opt(r['count'], 'd'):>13} {str(r['type'] or '-'):>8} "
+            count_type = "" if slim else f" {_fmt_opt(r['count'], 'd'):>13} {str(r['type'] or '-'):>8}"
+            lines.append(f"  {r['size_bytes']:>12}{count_type} "
                          f"{mt:>10} {_fmt_time(r['predicted_time_us']):>10} "
                          f"{_fmt_opt(r['measured_busbw_GBps'], '.2f'):>10} {r['predicted_busbw_GBps']:>10.2f} "
                          f"{_fmt_opt(r['error_pct'], '+.1f'):>8}  {algo}")
@@ -121,7 +129,7 @@ def predict(
                                        "8B:8GiB (doubling), 1K:1G:x4 (factor 4), or a list 1M,2M.  K/M/G and "
                                        "KiB/MiB/GiB are powers of 1024 (as nccl-tests' -b/-e), KB/MB/GB powers of "
                                        "1000.  With --compare: the file's sizes."),
-    nodes: Optional[int] = typer.Option(None, "--nodes", "-N", min=1, help="Number of identical nodes (default 1; with "
+    nodes: Optional[int] = typer.Option(None, "--nodes", "-N", help="Number of identical nodes (default 1; with "
                                         "--compare: from the file's hosts and ranks)."),
     gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", "-g", min=1,
                                                 help="GPUs used per node (default: all; the first G by index)."),
@@ -141,6 +149,7 @@ def predict(
     calibration: Optional[str] = typer.Option(None, "--calibration", metavar="PROFILE.json",
                                               help="A calibration profile (gpucomm calibrate): its fitted network, "
                                               "latency and protocol parameters replace the defaults."),
+    gpu: Optional[str] = gpu_option(),
     cluster: Optional[str] = typer.Option(None, "--cluster", help="A cluster file (gpucomm cluster) or a fabric "
                                           "(ibnetdiscover output, topology.conf) with TOPO as every node: --nodes N "
                                           "are picked as `select --nodes` picks them, and a network that leaves a leaf "
@@ -165,9 +174,17 @@ def predict(
     from gpucomm.planners.collectives.predict import build_comparison, build_prediction
     from gpucomm.probes.errors import InputError
     from gpucomm.probes.load import read_text_input
-    from gpucomm.render.output import emit
+    from gpucomm.render.output import emit, text_width
 
-    gpu_list = parse_gpu_list(gpus)
+    from gpucomm.planners.collectives.predict import TYPE_SIZES, USER_ALGOS
+
+    gpu_list = flag_value("--gpus", gpus, parse=parse_gpu_list)
+    flag_value("--collective", collective, parse=units.normalize_collective)
+    flag_value("--algo", algo, choices=USER_ALGOS)
+    flag_value("--dtype", dtype, choices=TYPE_SIZES)
+    flag_value("--nodes", nodes, lo=1, hi=max_nodes())
+    flag_value("--fabric-gbps", fabric_gbps, above=0, hi=units.MAX_FABRIC_GBPS)
+    flag_value("--size", size, parse=lambda t: units.parse_sizes(t, "--size", minimum=1))
     cal = read_calibration(calibration) if calibration is not None else None
     log = None
     if nccl_log is not None:
@@ -184,11 +201,12 @@ def predict(
                 raise InputError(f"{flag} and --compare exclude each other: --compare predicts the file's sizes "
                                  "and types")
         text = read_text_input(compare_file)
-        doc, _ = load_topo(topo, src)
+        doc, _ = load_topo(topo, src, gpu=gpu)
         rep = build_comparison(doc, text, compare_file, collective=collective, nodes=nodes,
                                gpus_per_node=gpus_per_node, fabric_gbps=fabric_gbps, algo=algo, gpus=gpu_list,
                                calibration=cal, calibration_source=calibration, transport=transport, nccl_log=log)
-        emit(rep, extra={"table": lambda: compare_table_text(rep)}, allowed=["table", "json", "yaml"])
+        emit(rep, extra={"table": lambda: _noted(doc, compare_table_text(rep, text_width()))},
+             allowed=["table", "json", "yaml"])
         topo_warnings = set(doc.get("warnings") or [])
         for w in rep["warnings"]:   # skipped runs matter; topology warnings only with --verbose, as below
             diag(f"gpucomm: warning: {w}", verbose_only=w in topo_warnings)
@@ -199,25 +217,34 @@ def predict(
         from gpucomm.planners.placement.select import cluster_network
 
         cl = load_cluster(cluster, default_topology=topo or src)
-        doc = cl.doc(cl.nodes[0])
+        doc = with_gpu_model(cl.doc(cl.nodes[0]), gpu)
         net = cluster_network(cl, nodes or 2, doc)
         nodes = net["nodes"]
         if fabric_gbps is None:
             fabric_gbps = net["fabric_gbps"]
         notes.append(net["note"])
     else:
-        doc, _ = load_topo(topo, src)
+        doc, _ = load_topo(topo, src, gpu=gpu)
     pred = build_prediction(doc, collective or "all_reduce", size or "1GiB", nodes=1 if nodes is None else nodes,
                             gpus_per_node=gpus_per_node, fabric_gbps=fabric_gbps, algo=algo, gpus=gpu_list,
                             dtype=dtype or "float", calibration=cal, calibration_source=calibration,
                             transport=transport, nccl_log=log)
     if notes:
         pred["cluster"] = notes[0]
-    emit(pred, extra={"table": lambda: table_text(pred)}, allowed=["table", "json", "yaml"])
+    emit(pred, extra={"table": lambda: _noted(doc, table_text(pred))}, allowed=["table", "json", "yaml"])
     for n in notes:
         diag(f"gpucomm: {n}")
     for w in pred["warnings"]:
         diag(f"gpucomm: warning: {w}", verbose_only=True)
+
+
+def _noted(doc: dict, text: str) -> str:
+    """``text`` after the line that says where the GPU model came from, when the topology has none;
+    its prose lines wrapped at the output's width."""
+    from gpucomm.render.output import wrap_comment_lines
+
+    note = gpu_note_line(doc, "# ")
+    return wrap_comment_lines(f"{note}\n{text}" if note else text)
 
 
 def register(app: typer.Typer) -> None:

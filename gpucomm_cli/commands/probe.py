@@ -133,9 +133,10 @@ def snapshot(
 
 
 def examples() -> None:
-    """List the bundled example machines (use them as example:<name>)."""
+    """List the bundled example machines (use them as example:<name>) and the real captures shipped
+    with them (example:<file name>, wherever a file is read: --compare, calibrate's runs, TOPO)."""
     from gpucomm.render.tables import print_table
-    from gpucomm.probes.examples import example_meta, list_examples
+    from gpucomm.probes.examples import example_meta, list_captures, list_examples
 
     from gpucomm.render.output import emit
 
@@ -144,6 +145,7 @@ def examples() -> None:
         meta = example_meta(path)
         rows.append({"name": f"example:{name}", "description": meta.get("description", ""),
                      "capture": meta.get("capture")})
+    captures = [{"name": f"example:{name}", "path": str(path)} for name, path in list_captures().items()]
 
     def table(console):
         from gpucomm.render.plain import Table
@@ -154,8 +156,16 @@ def examples() -> None:
         for r in rows:
             t.add_row(r["name"], r["description"])
         print_table(console, t, prose=("description",))
+        if captures:
+            c = Table(title="real captures (nvidia-smi topo -m, nccl-tests), for --compare and calibrate",
+                      show_lines=False)
+            c.add_column("name", style="bold")
+            c.add_column("file")
+            for r in captures:
+                c.add_row(r["name"], r["path"])
+            print_table(console, c)
 
-    emit({"schema": "gpucomm.examples/v1", "examples": rows}, table=table)
+    emit({"schema": "gpucomm.examples/v1", "examples": rows, "captures": captures}, table=table)
 
 
 def register(app: typer.Typer) -> None:

@@ -23,6 +23,24 @@ _TOP, _HEAD, _HEAD_ROW, _ROW, _ROW_SEP, _BOTTOM = "┏━┳┓", "┃ ┃┃", 
 # rich's markup tags (rich.markup.RE_TAGS); text without one, and without an escaped bracket, is printed as it is
 _TAG = re.compile(r"((\\*)\[([a-z#/@][^[]*?)])")
 
+# What a terminal acts on instead of printing: C0 controls but tab and newline, DEL, C1 controls (ESC [ and
+# its one-byte form CSI), and the bidirectional overrides that reorder what is shown ("Trojan Source").
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every character a terminal would act on written as a ``\\uXXXX`` escape (valid in
+    JSON and YAML strings, readable in a table): names, warnings and errors from an input never reach the
+    terminal raw.  Every text render goes through it once: the consoles (:func:`gpucomm.render.output.make_console`),
+    :func:`gpucomm.render.output.write_text`, and the diagnostics on stderr.
+
+    >>> printable("GPU0\\x1b]0;x\\x07 \\u202egnp.exe\\tok\\n")
+    'GPU0\\\\u001b]0;x\\\\u0007 \\\\u202egnp.exe\\tok\\n'
+    """
+    if not _UNSAFE.search(text):
+        return text
+    return _UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
 
 def plain_text(s: Any, markup: bool = True) -> bool:
     """Whether rich would print ``s`` as it is: a str of printable ASCII (and line breaks) with no
@@ -38,6 +56,34 @@ def plain_text(s: Any, markup: bool = True) -> bool:
     if markup and "[" in s and ("\\[" in s or _TAG.search(s)):
         return False
     return all(" " <= c <= "~" or c == "\n" for c in s)
+
+
+_QUOTED = re.compile(r"`[^`]*`")
+NBSP = "\u00a0"
+
+
+def wrap_prose(text: str, width: int, first: str = "", rest: Optional[str] = None) -> List[str]:
+    """``text`` broken at spaces into lines of at most ``width`` columns, ``first`` before the first
+    line and ``rest`` (default: as many spaces) before the others.  What a user copies stays whole:
+    a word longer than the line (a path, a bus id, a file name) is never broken, nor a `quoted
+    command`.
+
+    >>> wrap_prose("fix: run `nvidia-smi nvlink -s` then reset the GPU", 24, "  ")
+    ['  fix: run', '  `nvidia-smi nvlink -s`', '  then reset the GPU']
+    """
+    import textwrap
+
+    rest = " " * len(first) if rest is None else rest
+    held = _QUOTED.sub(lambda m: m.group(0).replace(" ", NBSP), text)
+    lines = textwrap.wrap(held, width=max(20, width), initial_indent=first, subsequent_indent=rest,
+                          break_long_words=False, break_on_hyphens=False) or [first.rstrip()]
+    return [ln.replace(NBSP, " ") for ln in lines]
+
+
+def print_prose(console, text: str, first: str = "", rest: Optional[str] = None) -> None:
+    """Print ``text`` as :func:`wrap_prose` breaks it at the console's width."""
+    for line in wrap_prose(text, console.width, first, rest):
+        console.print(line, soft_wrap=True, highlight=False, markup=False)
 
 
 class Column:

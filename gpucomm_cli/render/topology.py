@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from gpucomm.probes.facts import nic_rate_gbps, pcie_bw_GBps
+from gpucomm.probes.facts import gpu_sm, nic_rate_gbps, nvlink_spec_GBps_per_link, pcie_bw_GBps
 from gpucomm.probes.model import cpu_id, format_cpulist, gpu_id, host_of, matrix_order, nic_id
 from gpucomm.probes.model import natural_key as _natural
 
@@ -177,7 +177,7 @@ def _gpu_nvlink_text(doc: dict, g: dict) -> str:
         active = [l for l in recs if str(l.get("state", "")).lower() in ("active", "up", "1", "true")]
         bw = sum(l.get("bw_GBps") or 0 for l in active)
         s = f"{len(active)}/{len(recs)} active"
-        return s + (f", {bw:g} GB/s" if bw else "")
+        return s + nvlink_figures(bw, len(active), gpu_sm(g)[0])
     gid, gkey = gpu_id(g), f"GPU{g['index']}"
     nvs = {s["id"] for s in doc.get("switches", []) if s.get("kind") == "nvswitch"}
     total, peers = 0, set()
@@ -198,6 +198,16 @@ def _gpu_nvlink_text(doc: dict, g: dict) -> str:
     if switches:
         parts.append(f"{len(switches)} NVSwitch(es)")
     return f"{total} link{'' if total == 1 else 's'} to " + " + ".join(parts)
+
+
+def nvlink_figures(nccl_bw: float, links: int, sm: Optional[int]) -> str:
+    """``, NCCL model 370.8 GB/s, spec 450 GB/s/dir``: NCCL's figure for the GPU's active links (what
+    its search and tuning use) beside the data sheet's per-direction bandwidth of as many links."""
+    spec = nvlink_spec_GBps_per_link(sm)
+    out = f", NCCL model {nccl_bw:g} GB/s" if nccl_bw else ""
+    if spec and links:
+        out += f", spec {spec * links:g} GB/s/dir"
+    return out
 
 
 def _ports_text(nic: dict) -> str:

@@ -54,6 +54,14 @@ BOUNDS = {
     "congestion": (0.0, 2.0), "intra_efficiency": (0.05, 2.0), "nvls_efficiency": (0.05, 2.0),
     "intra_p2p_efficiency": (0.05, 2.0),
 }
+# What a profile may hold (profile_from_document): the fitted ranges above, the protocol efficiencies
+# within the fit's clamp, a latency scale from the fit's floor, the fill window of at least a byte;
+# a value outside (a denormal rate, an efficiency of 0 that divides a time) means nothing physically.
+PROFILE_RANGES = {
+    **BOUNDS, "net_ll_efficiency": (0.02, 1.5), "net_ll128_efficiency": (0.02, 1.5), "latency_scale": (1e-3, 1e6),
+    "net_step_latency_us": (0.0, 1e6), "step_latency_us": (0.0, 1e6), "ramp": (0.0, 1e6), "net_fill": (0.0, 1e6),
+    "net_fill_bytes": (1.0, float(1 << 50)), "step_floor_us": (0.0, 1e6),
+}
 LATENCY_PARAMETERS = ("latency_scale", "net_step_latency_us", "step_latency_us", "ramp", "net_ll_efficiency",
                       "net_ll128_efficiency", "net_fill", "step_floor_us")
 FILL_WINDOWS = tuple(float(1 << k) for k in range(16, 28, 2))   # 64 KiB .. 64 MiB
@@ -708,11 +716,10 @@ def profile_from_document(doc, source: str = "<calibration>") -> timing.Profile:
             if k != "net_gbps_per_nic":
                 raise InputError(f"calibration profile: parameter {k} is null", source, expected="a number")
             continue
-        top = float(1 << 50) if k == "net_fill_bytes" else 1e6
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or v > top:
-            raise InputError(f"calibration profile: parameter {k} = {v!r}", source, expected="a finite number >= 0")
-        if k in ("net_gbps_per_nic", "latency_scale") and v <= 0:
-            raise InputError(f"calibration profile: parameter {k} must be > 0, got {v!r}", source)
+        lo, hi = PROFILE_RANGES[k]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:   # NaN fails too
+            raise InputError(f"calibration profile: parameter {k} = {v!r}", source,
+                             expected=f"a number from {lo:g} to {hi:g}")
         vals[k] = float(v)
     return timing.Profile(**vals)
 

@@ -1,5 +1,5 @@
 """What a collective takes on a topology: NCCL's graphs of the machine (search.cc, through
-:func:`gpucomm.planners.nccl.search.nccl_reference`), NCCL's choice of algorithm and protocol
+:func:`gpucomm.planners.nccl.comm.nccl_reference`), NCCL's choice of algorithm and protocol
 (:mod:`gpucomm.planners.nccl.tuning`), and the time that choice takes with the bandwidth the
 hardware actually delivers -- the calibrated "achievable" layer -- in nccl-tests' algbw/busbw terms.
 
@@ -32,11 +32,13 @@ from typing import Iterable, Optional, Sequence, Union
 
 from gpucomm.probes import facts
 from gpucomm.probes.errors import InputError, NothingToDo, PlanInfeasible, TopologyError
+from gpucomm.probes.limits import MAX_NODES
 from gpucomm.probes.topology import Topology
-from gpucomm.probes.units import busbw_factor, gbps_to_GBps, normalize_collective
+from gpucomm.probes.units import MAX_FABRIC_GBPS, busbw_factor, gbps_to_GBps, normalize_collective
 from gpucomm.planners.collectives import timing
-from gpucomm.planners.nccl.tuning import (ALGOS, SPEEDS_INTER, SPEEDS_INTRA, CommGraph, _ladder, allowed_algos,
-                                           nccl_choice, path_rank, tuning_table)
+from gpucomm.planners.nccl.names import BALANCED_TREE, PATTERN_NAMES, TREE
+from gpucomm.planners.nccl.search import speed_ladder
+from gpucomm.planners.nccl.tuning import ALGOS, CommGraph, allowed_algos, nccl_choice, path_rank, tuning_table
 
 # The calibrated constants live with the achievable layer (re-exported here).
 PCIE_RING_EFFICIENCY = timing.PCIE_RING_EFFICIENCY
@@ -200,7 +202,7 @@ def _nvls_graph(f: NodeFacts) -> tuple[int, float]:
         return 0, 0.0
     link = min(f.nvs_bw.get(i, 0.0) for i in f.ids)
     nch = min(32, n)
-    s = _ladder_pick(link / (n + 1), _ladder(SPEEDS_INTRA, f.cc))
+    s = _ladder_pick(link / (n + 1), speed_ladder(f.cc, False))
     return (nch, s) if s else (0, 0.0)
 
 
@@ -225,17 +227,17 @@ def graphs(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[i
     """NCCL's graphs of ``nodes`` identical copies of ``doc``'s node and the hardware figures the
     achievable layer reads (the expensive part of :func:`summarize`, independent of any profile).
 
-    Ring and tree graphs: :func:`gpucomm.planners.nccl.search.nccl_reference` (NCCL's search
+    Ring and tree graphs: :func:`gpucomm.planners.nccl.comm.nccl_reference` (NCCL's search
     reproduced; across nodes when the topology has NICs).  NVLS graph: :func:`_nvls_graph`.
     Multi-node: NICs from the topology (rate -- or the view's named default --, count, GPU<->NIC path
     type).  ``fabric_gbps`` is what one NIC delivers (Gb/s): it sets the achievable network
     bandwidth, and NCCL's graph rate only for NICs without a rate (a NIC's link rate is what NCCL
     itself sees and chooses algorithms by); with no NIC in the topology it stands for one NIC per node.
     Raises TopologyError when several nodes are asked for and there is no network to use."""
-    if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1 or nodes > 1_000_000:
-        raise InputError(f"--nodes {nodes!r}: must be a positive integer")
+    if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1 or nodes > MAX_NODES:
+        raise InputError(f"--nodes {nodes!r}: must be a positive integer", expected=f"1 to {MAX_NODES}")
     if fabric_gbps is not None and (isinstance(fabric_gbps, bool) or not isinstance(fabric_gbps, (int, float))
-                                    or not math.isfinite(fabric_gbps) or fabric_gbps <= 0 or fabric_gbps > 1e6):
+                                    or not math.isfinite(fabric_gbps) or fabric_gbps <= 0 or fabric_gbps > MAX_FABRIC_GBPS):
         raise InputError(f"--fabric-gbps {fabric_gbps!r}: must be a positive number of Gb/s")
     topo = Topology.of(doc)
     n_doc = len(topo.gpus)
@@ -271,8 +273,7 @@ def graphs(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[i
         nic_bw = per_nic
 
     # ---- NCCL's graphs
-    from gpucomm.planners.nccl.comm import nccl_comm, reference_dict
-    from gpucomm.planners.nccl.search import nccl_reference
+    from gpucomm.planners.nccl.comm import nccl_comm, nccl_reference, reference_dict
     from gpucomm.planners.nccl.settings import NcclSettings
 
     settings = NcclSettings.from_env()
@@ -283,6 +284,10 @@ def graphs(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[i
     if ref.get("fallback"):
         notes.append("NCCL's search finds no ring here and falls back to 1 channel at 0.1 GB/s")
     used = {n for r in ref.get("rings") or [] if isinstance(r, dict) for n in r.get("nets") or []}
+    if multi_ref and fabric_gbps is not None:
+        # --fabric-gbps says what each NIC delivers, not which NICs carry the job: the same ones as without it
+        top = max(r for _, r, _ in f.nics)
+        n_nics = len(used) if used else len([r for _, r, _ in f.nics if r >= top / 2])
     if multi_ref and used and fabric_gbps is None:
         n_nics = len(used)   # the NICs NCCL's rings leave and enter the node through
         nic_bw = min(r for name, r, _ in f.nics if name in used) if any(nm in used for nm, _, _ in f.nics) else nic_bw
@@ -306,14 +311,14 @@ def graphs(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[i
     type_intra = str(ref.get("type_intra") or ("LOC" if g == 1 else "SYS")).upper()
     type_inter = str(ref.get("type_inter") or "PIX").upper()
     tree = ref.get("tree") if isinstance(ref.get("tree"), dict) and not ref["tree"].get("fallback") else None
-    tree_pattern = "TREE" if g == 1 else "BALANCED_TREE"
-    if tree and str(tree.get("pattern", "")).lower() == "tree":
-        tree_pattern = "TREE"
+    tree_pattern = PATTERN_NAMES[TREE if g == 1 else BALANCED_TREE]
+    if tree and str(tree.get("pattern", "")).upper() == PATTERN_NAMES[TREE]:
+        tree_pattern = PATTERN_NAMES[TREE]
     pcie_min = min(f.pcie_bw[i] for i in f.ids)
     if nodes > 1 and not multi_ref:
         # No NIC in the topology (fabric_gbps only): NCCL's inter-node ring leaves/enters every node
         # through a NIC at a ladder speed <= min(NIC, GPU PCIe), one channel per NIC (connect.cc).
-        speed = _ladder_pick(min(nic_bw, pcie_min), _ladder(SPEEDS_INTER, f.cc)) or 0.12
+        speed = _ladder_pick(min(nic_bw, pcie_min), speed_ladder(f.cc, True)) or 0.12
         nch = max(1, min(n_nics, int((nch * bw_intra if g > 1 else speed) // speed) or 1))
         bw_intra = bw_inter = speed
         type_inter = "PHB"
@@ -359,7 +364,7 @@ def graphs(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[i
         # no NIC in the topology (--fabric-gbps): NCCL's search never ran across nodes; the single-node
         # NVLS graph with bwInter at the NIC's ladder speed
         nvls_ch, nvls_bw = _nvls_graph(f)
-        nvls_inter = (_ladder_pick(min(nic_bw, pcie_min), _ladder(SPEEDS_INTER, f.cc)) or 0.0) if nvls_ch else 0.0
+        nvls_inter = (_ladder_pick(min(nic_bw, pcie_min), speed_ladder(f.cc, True)) or 0.0) if nvls_ch else 0.0
     # NCCL's node count: a node it splits into NIC-joined domains (ncclTopoCheckNet) counts as several
     tune_nodes = int(ref.get("nccl_nodes") or 1) * (1 if (nodes == 1 or multi_ref) else nodes)
     graph = CommGraph(

@@ -1,7 +1,7 @@
 """NCCL's own debug log beside our model: ``gpucomm rings/trees --compare LOG``.
 
 A log parsed by :mod:`gpucomm.probes.formats.nccllog` is put next to our rings/trees (``plan``) and our
-model of NCCL (:func:`gpucomm.planners.nccl.search.nccl_reference`): which GPU each rank was (by PCI
+model of NCCL (:func:`gpucomm.planners.nccl.comm.nccl_reference`): which GPU each rank was (by PCI
 bus id, else CUDA device), NCCL's graphs against the model's, the pairs where NCCL had no P2P
 (SHM transport) and what the model gives without them, path types from NCCL's topology dump
 against ours.  :func:`compare_rings` and :func:`compare_trees` write the verdict the CLI prints.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
-from gpucomm.probes.formats.nccllog import TREE_PATTERNS, nccl_bus_id
+from gpucomm.probes.formats.nccllog import PATH_TYPES, TREE_PATTERNS, nccl_bus_id
 
 
 def _fmt(x: Any) -> str:
@@ -126,8 +126,10 @@ def _node_chain(order: list, L: int, node: int = 0) -> Optional[list]:
 
 def _paths_vs_ours(log: dict, doc: dict) -> dict:
     """NCCL's GPU->GPU path types (its path print, for the first host that printed one) next to our
-    model's (gpucomm.planners.nccl.paths, NCCL rule), matched by PCI bus id."""
-    from gpucomm.planners.nccl.paths import RANK, compute_path_set
+    model's (NCCL's system of the node, :func:`gpucomm.planners.nccl.sysview.node_system`), matched by
+    PCI bus id."""
+    from gpucomm.planners.nccl.names import path_rank
+    from gpucomm.planners.nccl.sysview import node_system
 
     rows = [p for p in log.get("paths") or [] if p["from"].startswith("GPU/") and p["to"].startswith("GPU/")
             and p["from"] != p["to"]]
@@ -136,7 +138,8 @@ def _paths_vs_ours(log: dict, doc: dict) -> dict:
     host = rows[0]["host"]
     gpus = _doc_gpus(doc)
     by_bus = {b: i for i, b in gpus.items()}
-    ps = compute_path_set(doc)   # the plan was built from this document, so it has valid paths
+    ns = node_system(doc)   # the plan was built from this document, so NCCL's model runs on it
+    by_node = {ns.nodes[g]["bus"]: g for g in ns.gpus}
     compared = same = 0
     differ, off = [], []
     for p in rows:
@@ -145,7 +148,7 @@ def _paths_vs_ours(log: dict, doc: dict) -> dict:
         a, b = nccl_bus_id(p["from"].split("/", 1)[1]), nccl_bus_id(p["to"].split("/", 1)[1])
         if a not in by_bus or b not in by_bus:
             continue
-        ours = ps.get(a, b)
+        ours = ns.path(by_node[a], by_node[b]) if a in by_node and b in by_node else None
         if ours is None:
             continue
         compared += 1
@@ -153,7 +156,7 @@ def _paths_vs_ours(log: dict, doc: dict) -> dict:
             same += 1
             continue
         differ.append({"from": by_bus[a], "to": by_bus[b], "nccl": p["type"], "ours": ours.type})
-        if RANK.get(p["type"], 0) >= RANK["PHB"] > RANK[ours.type]:
+        if p["type"] in PATH_TYPES and path_rank(p["type"]) >= path_rank("PHB") > path_rank(ours.type):
             off.append(tuple(sorted((by_bus[a], by_bus[b]))))
     differ.sort(key=lambda d: (d["from"], d["to"]))
     return {"compared": compared, "same": same, "differ": differ, "p2p_off": sorted(set(off)), "host": host}
@@ -179,7 +182,7 @@ def _adjusted_reference(doc: dict, pairs: list, nodes: int, gpus: list) -> Optio
 
     from gpucomm.probes.errors import GpucommError
 
-    from gpucomm.planners.nccl.search import nccl_reference
+    from gpucomm.planners.nccl.comm import nccl_reference
 
     d2 = copy.deepcopy(doc)
     bus = _doc_gpus(d2)
@@ -306,7 +309,7 @@ def _p2p_note(log: dict, doc: dict, mapping: dict, nodes: int, gpus: list,
 def compare_rings(log: dict, plan: dict, ref: Optional[dict], doc: dict, nodes: int) -> dict:
     """The ``nccl_log`` section of ``gpucomm rings --compare``: what NCCL did per the log (channels,
     ring graph, per-channel orders, transports) next to our model of NCCL (``ref``, the full
-    :func:`gpucomm.planners.nccl.search.nccl_reference` dict) and our rings (``plan``, gpucomm.rings/v1),
+    :func:`gpucomm.planners.nccl.comm.nccl_reference` dict) and our rings (``plan``, gpucomm.rings/v1),
     with a one-line verdict."""
     gpus = list(plan.get("gpus") or [])
     sec, mapping, warns = _base_section(log, nodes, gpus, doc)
@@ -607,3 +610,32 @@ def compare_trees(log: dict, plan: dict, ref: Optional[dict], doc: dict, nodes: 
     sec["notes"] = notes + [n for n in _version_note(log, diffs) if n not in notes]
     sec["warnings"] = warns
     return sec
+
+
+def rings_with_log(doc, log: dict, gpus: Optional[list] = None, channels: str = "auto", nodes: int = 1) -> dict:
+    """``gpucomm rings --compare LOG``: our rings (gpucomm.rings/v1) with the ``nccl_log`` section of
+    :func:`compare_rings` (``log``: a parsed NCCL debug log)."""
+    from gpucomm.probes.topology import Topology
+
+    from gpucomm.planners.collectives.rings import search_rings
+
+    topo = Topology.of(doc)
+    plan = search_rings(topo, gpus=gpus, channels=channels, nodes=nodes)
+    out = plan.to_dict()
+    out["nccl_log"] = compare_rings(log, out, plan.nccl_reference, topo.doc, nodes)
+    return out
+
+
+def trees_with_log(doc, log: dict, nodes: int = 1, gpus_per_node: Optional[int] = None,
+                   gpus: Optional[list] = None) -> dict:
+    """``gpucomm trees --compare LOG``: our trees (gpucomm.trees/v1) with the ``nccl_log`` section of
+    :func:`compare_trees`."""
+    from gpucomm.probes.topology import Topology
+
+    from gpucomm.planners.collectives.trees import build_trees
+
+    topo = Topology.of(doc)
+    plan = build_trees(topo, nodes=nodes, gpus_per_node=gpus_per_node, gpus=gpus)
+    out = plan.to_dict()
+    out["nccl_log"] = compare_trees(log, out, plan.nccl_reference, topo.doc, nodes)
+    return out

@@ -8,7 +8,7 @@ connect.cc ``ncclTopoPreset``/``connectTrees``).
 * :func:`dtree` is ``ncclGetDtree``: tree 0 is the btree; tree 1 is its **mirror** (``n-1-x``) when
   n is even, or the btree **shifted** by one (``(x-1+n) % n`` then ``+1``) when n is odd.
 * Within a node each channel is a chain of its GPUs (NCCL's tree graph order, from our model of
-  NCCL's tree search, :func:`gpucomm.planners.nccl.search.nccl_reference`): ``up`` is the
+  NCCL's tree search, :func:`gpucomm.planners.nccl.comm.nccl_reference`): ``up`` is the
   previous GPU, ``down[0]`` the next.  Between nodes, by the pattern NCCL's tree search settled on:
   ``BALANCED_TREE`` -- the node's first GPU faces the parent node and takes child 1, the second GPU
   takes child 0 (``treeToParent = intra[0]``, ``treeToChild0 = intra[1]``, ``treeToChild1 =
@@ -23,12 +23,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
-from gpucomm.probes.errors import InputError, PlanInfeasible
+from gpucomm.probes.errors import InputError, NothingToDo, PlanInfeasible
+from gpucomm.probes.topology import Topology
 
 from gpucomm.planners.collectives.validate import validate_tree
 from gpucomm.planners.nccl import comm as nccl_comm
+from gpucomm.planners.nccl.names import BALANCED_TREE, PATTERN_NAMES, SPLIT_TREE, TREE
 
-TREE_PATTERNS = ("balanced_tree", "tree", "split_tree")
+TREE_PATTERNS = tuple(PATTERN_NAMES[p].lower() for p in (BALANCED_TREE, TREE, SPLIT_TREE))
 NCCL_MAX_TREE_ARITY = 3
 """Children a rank may have in NCCL's tree (device.h ``down[NCCL_MAX_TREE_ARITY]``): with the ``tree``
 pattern a node's first GPU takes its local child and both remote children."""
@@ -216,21 +218,19 @@ def build_trees(doc: Any, nodes: int = 1, gpus_per_node: Optional[int] = None, *
     channel orders of :func:`gpucomm.planners.collectives.rings.search_rings` on the same GPUs, with
     ``pattern`` (default ``balanced_tree``).  Every tree is validated (one root, one parent per other
     rank, at most :data:`NCCL_MAX_TREE_ARITY` children, every rank once)."""
-    from gpucomm.planners.nccl.graph import gpu_nodes
-    from gpucomm.planners.nccl.search import nccl_reference, restrict_gpus
-    from gpucomm.planners.nccl.paths import as_graph
+    from gpucomm.planners.nccl.comm import nccl_reference
     from gpucomm.planners.collectives.rings import search_rings
 
     if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
         raise InputError(f"--nodes {nodes!r} is out of range", expected="an integer >= 1")
-    G = as_graph(doc)
-    allg = gpu_nodes(G)
+    if isinstance(doc, dict) and not isinstance(doc.get("gpus", []), list):
+        raise InputError("not a topology document", expected="a gpucomm.topology/v1 mapping")
+    topo = Topology.of(doc)
+    allg = sorted(g.index for g in topo.gpus)
     if not allg:
-        from gpucomm.probes.errors import NothingToDo
-
         raise NothingToDo("topology has no GPUs")
     if gpus is not None:
-        _, sel = restrict_gpus(G, list(gpus))
+        sel = sorted(_known_gpus(list(gpus), allg))
     else:
         sel = allg
     if gpus_per_node is not None:
@@ -239,12 +239,12 @@ def build_trees(doc: Any, nodes: int = 1, gpus_per_node: Optional[int] = None, *
         if gpus_per_node > len(sel):
             raise PlanInfeasible(f"--gpus-per-node {gpus_per_node} but the topology has {len(sel)} GPUs")
         sel = sel[:gpus_per_node]
-    idx = [G.nodes[g]["index"] for g in sel]
+    idx = list(sel)
     gpn = len(idx)
     ref = None
     warnings: list = []
     if reference and (nodes > 1 or gpn > 1):
-        ref = nccl_reference(G, nodes=nodes, gpus=idx)
+        ref = nccl_reference(topo, nodes=nodes, gpus=idx)
     if chains is None and ref is not None:
         chains, nccl_pattern = nccl_tree_chains(ref, idx)
         pattern = pattern or nccl_pattern
@@ -252,9 +252,9 @@ def build_trees(doc: Any, nodes: int = 1, gpus_per_node: Optional[int] = None, *
         if gpn == 1 and nodes == 1:
             chains = [[0]]
         else:
-            plan = search_rings(G, gpus=idx, nodes=nodes, reference=False)
+            plan = search_rings(topo, gpus=idx, nodes=nodes, reference=False)
             pos = {g: k for k, g in enumerate(sel)}
-            chains = [[pos[g] for g in ch.gpus] for ch in plan.channels]
+            chains = [[pos[plan.ns.nodes[g]["index"]] for g in ch.gpus] for ch in plan.channels]
             warnings.extend(plan.warnings)
             # identical chains make identical trees: keep each distinct order once
             uniq = []
@@ -266,7 +266,20 @@ def build_trees(doc: Any, nodes: int = 1, gpus_per_node: Optional[int] = None, *
     chans = connect_trees(nodes, [list(c) for c in chains], pattern)
     validate_trees(chans, nodes * gpn)
     return TreePlan(nodes, gpn, idx, [list(c) for c in chains], pattern, chans, ref, warnings,
-                    list(G.graph.get("assumptions") or []))
+                    topo.all_assumptions())
+
+
+def _known_gpus(want: list, have: list) -> list:
+    """``want`` (GPU indices), each once and each in ``have``; InputError naming the first that is not."""
+    from gpucomm.probes.model import format_cpulist
+
+    if len(set(want)) != len(want):
+        dup = sorted({x for x in want if want.count(x) > 1})
+        raise InputError(f"GPU {dup[0]} listed twice", expected="distinct GPU indices")
+    for x in want:
+        if x not in have:
+            raise InputError(f"no GPU {x} in topology (has {format_cpulist(have) or 'none'})")
+    return want
 
 
 def nccl_tree_chains(ref: dict, idx: list) -> tuple:
@@ -287,17 +300,8 @@ def nccl_tree_chains(ref: dict, idx: list) -> tuple:
     return out, tree["pattern"]
 
 
-def trees_report(doc, nodes: int = 1, gpus_per_node: Optional[int] = None, gpus: Optional[list] = None,
-                 log: Optional[dict] = None) -> dict:
-    """The ``gpucomm.trees/v1`` document of ``gpucomm trees``; with ``log`` (a parsed NCCL debug log)
-    it gains an ``nccl_log`` section (:func:`gpucomm.planners.collectives.logcompare.compare_trees`)."""
-    from gpucomm.planners.collectives.logcompare import compare_trees
-    from gpucomm.probes.topology import Topology
-
-    topo = Topology.of(doc)
-    plan = build_trees(topo, nodes=nodes, gpus_per_node=gpus_per_node, gpus=gpus)
-    out = plan.to_dict()
-    if log is not None:
-        out["nccl_log"] = compare_trees(log, out, plan.nccl_reference, topo.doc, nodes)
-    return out
+def trees_report(doc, nodes: int = 1, gpus_per_node: Optional[int] = None, gpus: Optional[list] = None) -> dict:
+    """The ``gpucomm.trees/v1`` document of ``gpucomm trees`` (with an NCCL log:
+    :func:`gpucomm.planners.collectives.logcompare.trees_with_log`)."""
+    return build_trees(doc, nodes=nodes, gpus_per_node=gpus_per_node, gpus=gpus).to_dict()
 

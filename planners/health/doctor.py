@@ -23,7 +23,12 @@ cpu-affinity-...    GPU CPU affinity outside its own NUMA node's CPUs
 measured-bw-low     ``measured_bw_GBps`` / ``measured.p2p`` below 60% of the expected bandwidth
 mig-enabled         MIG mode on (info: no P2P, NVLS or MNNVL for MIG instances, nccl#1716)
 matrix-asymmetric   matrix[a][b] != matrix[b][a] (seen with MIG, capture 20)
+gpu-driver          NVIDIA GPUs on the PCI bus while neither NVML nor nvidia-smi answered (the
+                    probe's ``sources``): no driver loaded, or a broken one
 ==================  ============================================================================
+
+A rule whose input is absent could not run: it is reported in ``not_checked`` with the reason
+(:data:`NEEDS`), never counted as checked -- a driverless node's NVLinks are unknown, not healthy.
 
 Sources for the "why" in each message are the GitHub issues cited in each message and NCCL's
 troubleshooting guide (ACS, IOMMU).
@@ -702,10 +707,97 @@ def check_asymmetric(doc: dict) -> list:
     return out
 
 
-# the software path's rules: planners/health/path_rules.py
+_DRIVER_SOURCES = ("nvml", "smi")   # the probe sources that only answer through the NVIDIA driver
+
+
+def _nvidia_gpus(doc: dict) -> list:
+    return [g for g in doc.get("gpus", []) if str(g.get("vendor") or "nvidia").lower() == "nvidia"]
+
+
+def driver_silent(doc: dict) -> bool:
+    """True when the document was probed (it lists its sources), has NVIDIA GPUs, and neither NVML
+    nor nvidia-smi answered for them."""
+    status = {s.get("name"): s.get("status") for s in doc.get("sources") or [] if isinstance(s, dict)}
+    if not _nvidia_gpus(doc) or not any(n in status for n in _DRIVER_SOURCES):
+        return False
+    return all(status.get(n) != "ok" for n in _DRIVER_SOURCES)
+
+
+@rule("gpu-driver")
+def check_driver(doc: dict) -> list:
+    if not driver_silent(doc):
+        return []
+    gpus = _nvidia_gpus(doc)
+    status = {s.get("name"): s for s in doc.get("sources") or [] if isinstance(s, dict)}
+    why = "; ".join(f"{n}: {status[n].get('detail') or status[n].get('status')}" for n in _DRIVER_SOURCES if n in status)
+    return [finding(
+        "gpu-driver", "error", "node",
+        f"{len(gpus)} NVIDIA GPU(s) on the PCI bus, but neither NVML nor nvidia-smi answered ({why}): no working "
+        "driver, so CUDA and NCCL cannot use them; NVLink, MIG and P2P state are unknown",
+        "Check `nvidia-smi`, `lsmod | grep nvidia` and `dmesg | grep -i -e NVRM -e Xid`; load or reinstall the driver "
+        "(matching the kernel), and on NVSwitch systems start nvidia-fabricmanager. Re-probe afterwards.")]
+
+
+def _no_driver(doc: dict) -> Optional[str]:
+    return "neither NVML nor nvidia-smi answered (no driver)" if driver_silent(doc) else None
+
+
+def _has_gpus(doc: dict) -> Optional[str]:
+    return None if doc.get("gpus") else "no GPUs in the input"
+
+
+def _needs_nvlink_state(doc: dict) -> Optional[str]:
+    if not _nvidia_gpus(doc):
+        return "no NVIDIA GPUs in the input"
+    return _no_driver(doc)
+
+
+def _needs_rdma_ports(doc: dict) -> Optional[str]:
+    if any(nic_is_rdma(n) and n.get("ports") for n in doc.get("nics", []) if isinstance(n, dict)):
+        return None
+    return "no RDMA NIC ports in the input"
+
+
+def _needs_measurements(doc: dict) -> Optional[str]:
+    if (doc.get("measured") or {}).get("p2p") or any("measured_bw_GBps" in l for l in doc.get("links", [])):
+        return None
+    return "no measured bandwidth in the input (gpucomm bench p2p --save TOPO records it)"
+
+
+def _needs_matrix(doc: dict) -> Optional[str]:
+    return None if doc.get("matrix") else "no topology matrix in the input"
+
+
+# What each rule needs to run; None = it can.  A rule with a reason is reported as not checked.
+NEEDS: dict = {
+    "pcie-downtrained": _has_gpus,
+    "nvlink-inactive": _needs_nvlink_state,
+    "ib-port-down": _needs_rdma_ports,
+    "ib-rate-low": _needs_rdma_ports,
+    "nic-numa-mismatch": lambda doc: _has_gpus(doc) or (None if doc.get("nics") else "no NICs in the input"),
+    "p2p-blocked": _has_gpus,
+    "cpu-affinity-mismatch": _has_gpus,
+    "measured-bw-low": _needs_measurements,
+    "mig-enabled": _needs_nvlink_state,
+    "matrix-asymmetric": _needs_matrix,
+}
+
+
+# the software path's rules: planners/health/path_rules.py; they read the probe's ``software`` section,
+# which inputs other than a live probe or a recent snapshot do not have
 from gpucomm.planners.health import path_rules as _path_rules  # noqa: E402
 
+_BEFORE_PATH_RULES = set(RULES)
 _path_rules.register(rule, finding)
+
+
+def _needs_software(doc: dict) -> Optional[str]:
+    return None if doc.get("software") else ("no software path in the input (NCCL library, driver, plugins, GDR: "
+                                             "a live probe or a snapshot records it)")
+
+
+for _name in set(RULES) - _BEFORE_PATH_RULES:
+    NEEDS.setdefault(_name, _needs_software)
 
 
 # --------------------------------------------------------------------------------------------
@@ -994,23 +1086,29 @@ def check_mnnvl_settings(doc: dict) -> list:
 # --------------------------------------------------------------------------------------------
 def run_doctor(doc: dict, rules: Optional[list] = None, env: Optional[dict] = None) -> dict:
     """Run the rules (all by default) over a document; returns the ``gpucomm.doctor/v1`` report
-    with findings sorted by severity, rule and subject.  ``env``: the environment a job would run with
-    (the command's own): its NCCL_MNNVL_* and NCCL_CUMEM_ENABLE settings are judged with the document
-    (``mnnvl-settings``)."""
+    with findings sorted by severity, rule and subject; ``checked`` names the rules that ran,
+    ``not_checked`` those whose input was absent, with the reason.  ``env``: the environment a job
+    would run with (the command's own): its NCCL_MNNVL_* and NCCL_CUMEM_ENABLE settings are judged
+    with the document (``mnnvl-settings``)."""
     names = list(RULES) if not rules else list(rules)
     doc = Topology.of(doc).doc   # the cleaned document: every field has the schema's type
     run_env = {k: str(v) for k, v in (env or {}).items()
                if isinstance(k, str) and (k.startswith("NCCL_MNNVL_") or k == "NCCL_CUMEM_ENABLE")}
     if run_env:
         doc["nccl"] = dict(doc.get("nccl") or {}, run_env=run_env)
-    findings = []
+    findings, checked, not_checked = [], [], []
     for name in names:
+        why = NEEDS[name](doc) if name in NEEDS else None
+        if why:
+            not_checked.append({"rule": name, "reason": why})
+            continue
+        checked.append(name)
         findings.extend(RULES[name](doc))
     order = {s: i for i, s in enumerate(SEVERITIES)}
     findings.sort(key=lambda f: (order[f["severity"]], f["rule"], _natural(f["subject"]), f["message"]))
     counts = {s: sum(1 for f in findings if f["severity"] == s) for s in SEVERITIES}
-    return {"schema": SCHEMA, "findings": findings, "checked": names, "counts": counts,
-            "degraded": bool(counts["error"] or counts["warning"])}
+    return {"schema": SCHEMA, "findings": findings, "checked": checked, "not_checked": not_checked,
+            "counts": counts, "degraded": bool(counts["error"] or counts["warning"])}
 
 
 
@@ -1025,7 +1123,8 @@ DOCTOR_VOLATILE_KEYS = ("hostname", "collected_at", "uuid")
 
 
 def _findings_key(report: dict) -> str:
-    return repr([(f["severity"], f["rule"], f["subject"], f["message"], f["fix"]) for f in report["findings"]])
+    return repr([(f["severity"], f["rule"], f["subject"], f["message"], f["fix"]) for f in report["findings"]]
+                + [(n["rule"], n["reason"]) for n in report.get("not_checked") or []])
 
 
 def doctor_fleet(items, rules: Optional[list] = None, env: Optional[dict] = None) -> dict:

@@ -23,11 +23,14 @@ from typing import Dict, List, Optional, Tuple
 
 from gpucomm.probes.model import format_cpulist, gpu_id, nic_id, parse_cpulist
 
+from gpucomm.planners.nccl.names import PATH_NAMES
 from gpucomm.planners.placement.layout import NodeView, SMI_TO_NCCL_LEVEL, _natural, nic_has_device_name
 
 DEFAULT_TOPO_FILE = "/etc/gpucomm/nccl-topo.xml"
+# Megatron-LM asks for CUDA_DEVICE_MAX_CONNECTIONS=1 with TP or CP on GPUs before Blackwell (sm 100)
+MEGATRON_ANY_CONNECTIONS_SM = 100
 _CONSUMER_RE = re.compile(r"GeForce|\bRTX\s*[2-5]0[5-9]0|\bGTX\b|TITAN", re.I)
-_PATH_ORDER = ["LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS"]
+_PATH_ORDER = PATH_NAMES
 
 
 def _set(env: dict, name: str, value: str, reason: str) -> None:
@@ -47,9 +50,12 @@ def cuda_indices(view: NodeView) -> Dict[int, int]:
 def flat_pcie(view: NodeView) -> bool:
     """True when the visible PCIe tree hides the GPU/NIC pairing, as in VMs: no PCIe switch is
     visible, no GPU is PIX/PXB to any NIC, and either there are several GPUs and NICs (real HGX-class
-    boards always have switches) or sysfs reports NUMA node -1."""
+    boards always have switches) or sysfs reports NUMA node -1.  Never for GPUs on C2C (Grace
+    Hopper/Blackwell): each hangs off its own CPU, which is the real tree, not a VM's flattening."""
     topo = view.topo
     if not view.nics or view.gpu_count < 2:
+        return False
+    if any(topo.gpu(i).rec.get("c2c") for i in view.index):
         return False
     if any(s.kind == "pcie" for s in topo.switches.values()):
         return False
@@ -120,10 +126,54 @@ def topo_skeleton(view: NodeView) -> dict:
 
 
 def topo_file_text(view: NodeView) -> Optional[str]:
-    """The skeleton as NCCL topology XML (:func:`gpucomm.probes.formats.nccl_xml.export_nccl_xml`)."""
+    """The skeleton as NCCL topology XML (:func:`gpucomm.probes.formats.nccl_xml.export_nccl_xml`),
+    with a comment saying why NCCL needs it."""
     from gpucomm.probes.formats.nccl_xml import export_nccl_xml
 
-    return export_nccl_xml(topo_skeleton(view))
+    return xml_comment(
+        "gpucomm: the topology NCCL should load on this host (NCCL_TOPO_FILE). NCCL would NOT find it on its "
+        "own: the visible PCIe tree is flat (a VM), so NCCL could not tell which NIC is next to which GPU; here "
+        "each GPU and its NIC share a bridge, so NCCL uses GPUDirect RDMA and the right NIC per GPU.") \
+        + export_nccl_xml(topo_skeleton(view))
+
+
+def xml_comment(text: str) -> str:
+    """An XML comment line NCCL's parser skips (xml.cc xmlSkipComment) and XML allows: no ``--``
+    inside, no tabs (NCCL skips only spaces and newlines before a tag)."""
+    body = " ".join(text.replace("--", "- -").split())
+    return f"<!-- {body} -->\n"
+
+
+def pinned_topo_xml(view: NodeView) -> str:
+    """The topology XML NCCL itself detects on the host of ``view`` (:func:`gpucomm.planners.nccl.pinning.pin`:
+    every value NCCL reads from the host written in), with a comment saying that NCCL finds the same
+    on its own and which values were assumed.  InputError when the GPUs' PCI bus ids are unknown
+    (an ``nvidia-smi topo -m`` capture): NCCL matches a topology file's GPUs by bus id."""
+    from gpucomm.planners.nccl.pinning import pin
+    from gpucomm.probes.errors import InputError
+
+    topo = view.topo
+    if any(not g.pci_bus_id for g in topo.gpus):
+        raise InputError("the input has no PCI bus ids for its GPUs (an nvidia-smi topo -m capture prints none), "
+                         "and NCCL matches the GPUs of a topology file by bus id: no NCCL_TOPO_FILE can be written",
+                         expected="a snapshot (gpucomm snapshot), a live probe on the node, or an NCCL topology dump")
+    from gpucomm.probes.formats.nccl_xml import STATIC_SKELETON
+
+    text = pin(topo)
+    assumed = list(topo.assumptions)
+    if any(isinstance(s, dict) and s.get("name") == "nccl-xml" and STATIC_SKELETON in str(s.get("detail"))
+           for s in topo.doc.get("sources") or []):
+        note = ("gpucomm: the topology NCCL should load on this host, from a static topology file (NCCL_TOPO_FILE) "
+                "as cloud providers ship for VMs, values NCCL reads from the host written in. NCCL would NOT find "
+                "this on its own: such a VM shows NCCL a flat PCIe tree; keep NCCL_TOPO_FILE pointing at a file "
+                "like this one.")
+    else:
+        note = ("gpucomm: the topology NCCL detects by itself on this host (its PCIe tree, GPUs and NICs, values "
+                "NCCL reads from the host written in). NCCL would find the same on its own: NCCL_TOPO_FILE is not "
+                "needed here; the file pins what NCCL sees (for ncclsim, or to keep it when the host changes).")
+    if assumed:
+        note += " Assumed where the input did not say: " + "; ".join(assumed) + "."
+    return xml_comment(note) + text
 
 
 def build_env(plan: dict, view: NodeView, *, topo_file_path: str = DEFAULT_TOPO_FILE, nccl_graph: bool = False) -> dict:
@@ -146,6 +196,16 @@ def build_env(plan: dict, view: NodeView, *, topo_file_path: str = DEFAULT_TOPO_
     _set(env, "CUDA_VISIBLE_DEVICES", cvd,
          "every rank sees all of the node's plan GPUs (keeps CUDA IPC/P2P, nccl#1066) in local-rank order, "
          "so cuda:LOCAL_RANK is the GPU the plan chose")
+
+    # ---- Megatron-LM: TP/CP overlap relies on one CUDA work queue before Blackwell
+    par = plan.get("parallelism") or {}
+    if par.get("tp", 1) > 1 or par.get("cp", 1) > 1:
+        sms = [view.topo.gpu(g).sm for g in local_gpus]
+        if not sms or any(sm is None or sm < MEGATRON_ANY_CONNECTIONS_SM for sm in sms):
+            _set(env, "CUDA_DEVICE_MAX_CONNECTIONS", "1",
+                 "tensor/context parallelism: one hardware work queue keeps communication kernels in issue order "
+                 "so they overlap with compute; Megatron-LM refuses TP or CP without it before Blackwell "
+                 "(validate_args)")
 
     # ---- network
     used = []
@@ -198,6 +258,15 @@ def build_env(plan: dict, view: NodeView, *, topo_file_path: str = DEFAULT_TOPO_
             _set(env, "NCCL_CROSS_NIC", "0",
                  "rail-aligned plan: local rank i uses the same-rail NIC on every node, so rings and trees "
                  "can stay on one rail (nccl#1591)")
+            dual = dual_port_cards(view, rdma_used)
+            if dual:
+                warnings.append(
+                    "NCCL_CROSS_NIC=0 does not hold on dual-port cards (" + ", ".join(dual[:4])
+                    + (" ..." if len(dual) > 4 else "") + "; ConnectX-7/BlueField-3 with both ports cabled): NCCL "
+                    "fuses the ports of one card into one virtual NIC (NCCL_IB_MERGE_NICS, default on) and spreads "
+                    "channels over both, so traffic crosses rails whenever the two ports sit on different rails; "
+                    "cable both ports of a card to the same rail, or set NCCL_IB_MERGE_NICS=0")
+        roce_gid_index(env, warnings, view, rdma_used)
         front = _front_end_netdev(view, set(used), warnings)
         if front:
             _set(env, "NCCL_SOCKET_IFNAME", "=" + front,
@@ -290,6 +359,61 @@ def build_env(plan: dict, view: NodeView, *, topo_file_path: str = DEFAULT_TOPO_
     plan["files"] = files
     plan["warnings"] = list(dict.fromkeys(warnings))
     return plan
+
+
+def dual_port_cards(view: NodeView, names: List[str]) -> List[str]:
+    """The plan's RDMA NICs that are one port of a card with two or more active ports: a device with
+    several active ports, or devices sharing a ``sys_image_guid`` (one ASIC, one device per port, as
+    ConnectX-7 and BlueField-3 show them) -- what NCCL fuses into one virtual NIC."""
+    by_card: Dict[str, List[str]] = {}
+    out = []
+    for name in view.nics:
+        n = view.topo.nic(name)
+        if not n.rdma:
+            continue
+        if len(n.active_ports) > 1 and name in names:
+            out.append(name)
+        card = n.rec.get("sys_image_guid")
+        if card:
+            by_card.setdefault(card, []).append(name)
+    for members in by_card.values():
+        if len(members) > 1:
+            out += [m for m in members if m in names and m not in out]
+    return sorted(out, key=_natural)
+
+
+def roce_gid_index(env: dict, warnings: List[str], view: NodeView, names: List[str]) -> None:
+    """NCCL_IB_GID_INDEX for the plan's RoCE NICs: the index NCCL's own choice gives on each active
+    port (:func:`gpucomm.planners.nccl.gid.nccl_gid_index`: RoCE v2, IPv4-mapped), set when every
+    port agrees so that all ranks use the same one; a warning when they differ or the GID tables are
+    unknown."""
+    picks: Dict[str, int] = {}
+    unknown = []
+    for name in names:
+        n = view.nics.get(name) or {}
+        for p in n.get("ports") or []:
+            if not isinstance(p, dict) or p.get("link_layer") != "Ethernet" or str(p.get("state")).upper() != "ACTIVE":
+                continue
+            if p.get("gids"):
+                from gpucomm.planners.nccl.gid import nccl_gid_index   # RoCE ports only
+
+                picks[f"{name}:{p.get('port')}"] = nccl_gid_index(p["gids"])
+            else:
+                unknown.append(name)
+    if picks and len(set(picks.values())) == 1:
+        idx = next(iter(picks.values()))
+        _set(env, "NCCL_IB_GID_INDEX", str(idx),
+             f"RoCE: GID {idx} is the RoCE v2 IPv4-mapped entry of every plan NIC's GID table, the one NCCL's own "
+             "choice finds (net_ib ncclIbGetGidIndex); pinned so every rank uses it, also where a container does "
+             "not map the whole table")
+    elif picks:
+        first = ", ".join(f"{k}: {v}" for k, v in sorted(picks.items())[:4])
+        warnings.append(f"RoCE GID tables differ between the plan's NICs ({first}): NCCL_IB_GID_INDEX is one number "
+                        "for every NIC, so it is not set; give each port its RoCE v2 IPv4 address at the same index")
+    if unknown:
+        warnings.append("RoCE NIC(s) " + ", ".join(sorted(set(unknown), key=_natural)[:4]) + " without a GID table in "
+                        "this topology: NCCL_IB_GID_INDEX not set (NCCL picks RoCE v2 IPv4 itself); probe or snapshot "
+                        "the node to read ports/N/gids, or check with show_gids")
 
 
 GRAPH_GAIN = 1.05   # NCCL_GRAPH_FILE only for at least 5% more ring bandwidth than NCCL's own search

@@ -104,7 +104,14 @@ def node_labels(doc) -> Dict[str, str]:
         put("nvlink.domains", sum(1 for d in doms if len(d) > 1))
         per_gpu = sorted({round(view.nvlink_bw_per_gpu(i), 1) for i in view.index})
         if per_gpu and per_gpu[0] > 0:
-            put("nvlink.gpu-GBps", f"{per_gpu[0]:g}")   # NCCL's NVLink bandwidth of the slowest GPU, one direction
+            # NCCL's model of the slowest GPU's NVLinks (what its search uses), one direction ...
+            put("nvlink.gpu-nccl-GBps", f"{per_gpu[0]:g}")
+            # ... and the data sheet's figure for as many links (450 on an H100 SXM), one direction
+            sm = min((g.sm for g in gpus if g.sm), default=None)
+            spec = facts.nvlink_spec_GBps_per_link(sm)
+            links = round(per_gpu[0] / facts.nvlink_bw_per_link(sm))
+            if spec and links:
+                put("nvlink.gpu-spec-GBps", f"{spec * links:g}")
         put("nvswitch", "true" if fab.nvswitch else "false")
         nvs = [s for s in topo.switches.values() if s.kind == "nvswitch"]
         if nvs and fab.nvswitch:

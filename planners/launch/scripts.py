@@ -36,6 +36,8 @@ def _header(plan: dict) -> List[str]:
         f" tp={p['tp']} cp={p['cp']} ep={p['ep']} dp={p['dp']} pp={p['pp']} (Megatron order {p['order']})",
         f"# {plan['mesh']['device_mesh']['code']}",
     ]
+    if plan.get("forced"):
+        lines.append(f"# WARNING: planned with --force although it does not fit: {plan['forced']}")
     return lines
 
 
@@ -103,7 +105,7 @@ def wrapper_script(plan: dict) -> str:
         '  elif command -v taskset >/dev/null 2>&1 && taskset -c "$GPUCOMM_CPUS" true >/dev/null 2>&1; then',
         '    exec taskset -c "$GPUCOMM_CPUS" "$@"',
         "  fi",
-        f'  if command -v numactl >/dev/null 2>&1 || command -v taskset >/dev/null 2>&1; then',
+        '  if command -v numactl >/dev/null 2>&1 || command -v taskset >/dev/null 2>&1; then',
         f'    echo "{WRAPPER_NAME}: local rank $LR: CPUs $GPUCOMM_CPUS (NUMA node ${{GPUCOMM_MEMS:-?}}) of the plan are not '
         f'usable on $(hostname 2>/dev/null || echo this node); running unbound" >&2',
         "  else",
@@ -184,14 +186,14 @@ def torchrun_script(plan: dict, command: str = "train.py", port: int = 29500,
         lines.append("exec torchrun " + " ".join(args) + " --numa-binding=exclusive " + quoted + ' "$@"')
     elif _torchrun_numa_ok(plan):
         have = f"the torch here is {torch_version}" if torch_version else "no torch is installed where this plan was made"
-        lines.append(f"# CPU binding by the per-rank wrapper (gpucomm plan ... --emit wrapper > {WRAPPER_NAME}): it works with")
+        lines.append(f"# CPU binding by the per-rank wrapper (gpucomm plan ... --emit wrapper -o {WRAPPER_NAME}): it works with")
         lines.append(f"# every torchrun. torchrun --numa-binding=exclusive gives the same CPU sets but needs torch >= {need}")
         lines.append(f"# with CUDA ({have}).")
         lines.append("exec torchrun " + " ".join(args) + f" --no-python ./{WRAPPER_NAME} python " + quoted + ' "$@"')
     elif any(b.get("cpus") for b in plan.get("binding") or []):
         # torch would bind by the GPU's own NUMA node (memory-only on GB200/GH200, or unknown):
         # the wrapper applies the plan's CPU sets instead.
-        lines.append(f"# CPU binding by the per-rank wrapper (gpucomm plan ... --emit wrapper > {WRAPPER_NAME}),")
+        lines.append(f"# CPU binding by the per-rank wrapper (gpucomm plan ... --emit wrapper -o {WRAPPER_NAME}),")
         lines.append("# because torchrun --numa-binding would read the GPU's own NUMA node, which has no CPUs here.")
         lines.append("exec torchrun " + " ".join(args) + f" --no-python ./{WRAPPER_NAME} python " + quoted + ' "$@"')
     else:
@@ -202,7 +204,7 @@ def torchrun_script(plan: dict, command: str = "train.py", port: int = 29500,
 
 def compress_hostlist_ordered(hosts: List[str]) -> str:
     """Order-preserving Slurm hostlist: consecutive numbered hosts become ``pfx[a-b]``."""
-    from gpucomm.planners.placement.cluster import compress_hostlist
+    from gpucomm.probes.formats.slurm_topology import compress_hostlist
 
     return compress_hostlist(hosts, keep_order=True)
 
@@ -291,7 +293,8 @@ def rankfile(plan: dict, all_cpus: Optional[List[int]] = None, command: str = "t
         + ("" if hosts else " Hosts +n<i> are relative: they need an allocation (Slurm/PBS/LSF); else plan with --hosts."),
         f"#   Open MPI 4: mpirun -np {n} --rankfile THIS_FILE --report-bindings {env_flags} ./{WRAPPER_NAME} python {cmd}",
         f"#   Open MPI 5: mpirun -np {n} --map-by rankfile:file=THIS_FILE --report-bindings {env_flags} ./{WRAPPER_NAME} python {cmd}",
-        "# (gpucomm-rank.sh: gpucomm plan ... --emit wrapper; GPUCOMM_CPU_BIND=none because the rankfile binds.)",
+        f"# ({WRAPPER_NAME}: gpucomm plan ... --emit wrapper -o {WRAPPER_NAME}, written executable; GPUCOMM_CPU_BIND=none "
+        "because the rankfile binds.)",
     ]
     gpn = plan["gpus_per_node"]
     for r in range(n):
@@ -379,7 +382,7 @@ def gres_conf(view, plan: Optional[dict] = None) -> str:
     hosts = (plan or {}).get("hosts")
     prefix = ""
     if hosts:
-        from gpucomm.planners.placement.cluster import compress_hostlist
+        from gpucomm.probes.formats.slurm_topology import compress_hostlist
 
         prefix = f"NodeName={compress_hostlist(sorted(hosts))} "
     gpus = [view.topo.gpu(i) for i in sorted(view.index)]

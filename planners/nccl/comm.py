@@ -18,24 +18,19 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Union
 
-from gpucomm.probes.errors import InputError, NothingToDo, PlanInfeasible, TopologyError
+from gpucomm.probes.errors import PlanInfeasible
 from gpucomm.probes.topology import Topology
 
 from gpucomm.planners.nccl import ncclxml as X
-from gpucomm.planners.nccl.search import (BALANCED_TREE, NVLS, PATTERN_NAMES, RING, SPLIT_TREE, TREE, TGraph,
-                                          compute)
+from gpucomm.planners.nccl.ncclxml import NcclFailed
+from gpucomm.planners.nccl.names import (BALANCED_TREE, MAXCHANNELS, NVLS, PATH_NAMES, PATTERN_NAMES, RING, SPLIT_TREE,
+                                         TREE)
+from gpucomm.planners.nccl.pinning import distinct_gpus, nccl_inputs, pin
+from gpucomm.planners.nccl.search import TGraph, compute
 from gpucomm.planners.nccl.settings import NcclSettings
-from gpucomm.planners.nccl.system import (CPU, GPU, NET, NVS, PATH_NAMES, Topo, f32, system_from_xml)
+from gpucomm.planners.nccl.system import CPU, GPU, NET, NVS, Topo, f32, system_from_xml
 
-MAXCHANNELS = 64
-ALGO_NAMES = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
-PROTO_NAMES = ("LL", "LL128", "Simple")
-FUNC_NAMES = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")
 DEFAULT_SIZES = tuple(8 << (2 * i) for i in range(17))      # 8 B .. 32 GiB by 4x; callers pass their own
-
-
-class NcclFailed(PlanInfeasible):
-    """NCCL itself would fail to initialise on this topology (its WARN message)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -43,10 +38,8 @@ class NcclFailed(PlanInfeasible):
 def pinned_xml(doc: Union[Topology, dict]) -> str:
     """The document as the NCCL topology XML that NCCL would build on the host, with every value
     NCCL reads from the host written in (see :func:`gpucomm.planners.nccl.pinning.pin`)."""
-    from gpucomm.planners.nccl.pinning import pin
-
     topo = Topology.of(doc)
-    return topo.derived("nccl-pinned-xml", lambda: pin(topo))
+    return topo.derived("nccl-pinned-xml", lambda: pin(topo))   # a view does not change: pinned once
 
 
 # --------------------------------------------------------------------------------------------
@@ -341,34 +334,11 @@ def run(xml_text: str, gpus: Optional[list], nodes: int, s: NcclSettings, defaul
         nic_speed_mbps: int = 100000) -> CommResult:
     """The whole communicator on ``nodes`` identical nodes of the machine ``xml_text`` describes;
     ``gpus``: NVML indices of the local ranks in rank order (default: all, by index)."""
-    xml = X.parse(xml_text)
-    machine = X.Machine(xml, default_sm=default_sm, nic_speed_mbps=nic_speed_mbps, merge=True)
-    if not machine.gpus:
-        raise NothingToDo("topology has no GPUs")
-    if gpus is None:
-        local = list(machine.gpus)
-    else:
-        local = []
-        for i in gpus:
-            g = next((x for x in machine.gpus if x.dev == i), None)
-            if g is None:
-                raise InputError(f"no GPU {i} in topology (has {', '.join(str(x.dev) for x in machine.gpus)})")
-            local.append(g)
+    machine, local, xml = X.machine_gpus(xml_text, gpus, default_sm, nic_speed_mbps)
     G = len(local)
     NR = G * nodes
-    cpu_fill = {"affinity": "", "arch": "x86_64"}
-    rank_xmls = []
     try:
-        copies = X.RankCopies(xml, machine)
-        for l, g in enumerate(local):
-            bus = X.int_to_bus(X.bus_to_int(g.bus))
-            x = copies.copy_for(bus)
-            rx = X.RankXml(x, machine, cpu_fill, s.merge_level, s.force_merge)
-            rx.fill_gpu(bus, l)
-            rx.process_net()
-            rx.trim()
-            rank_xmls.append(x)
-        fused = X.fuse(rank_xmls)
+        fused = X.fuse_ranks(xml, machine, local, s.merge_level, s.force_merge)
         states: dict = {}
         per_rank: list = []
         # Ranks of one domain see the same system (ncclTopoTrimSystem keeps the rank's domain);
@@ -610,45 +580,8 @@ def nccl_comm(doc: Union[Topology, dict, str], nodes: int = 1, gpus: Optional[It
     (indices, rank order; default all).  ``doc`` may also be an NCCL topology XML text (used as it is).
     Cached per (XML, GPUs, nodes, settings).  Raises TopologyError (no NIC for several nodes),
     InputError (unknown GPU), NothingToDo (no GPU), NcclFailed (NCCL itself would fail)."""
-    s = settings if settings is not None else NcclSettings.from_env()
-    if isinstance(doc, str):
-        text = doc
-    else:
-        topo = Topology.of(doc)
-        if topo.doc.get("nccl_graph"):
-            # an NCCL graph file (NCCL_GRAPH_FILE / NCCL_GRAPH_DUMP_FILE) names channels, not the machine:
-            # NCCL cannot load it as a topology (ncclTopoGetSystem), so neither does its model
-            raise InputError("an NCCL graph file (<graphs>) is not a topology: NCCL's model needs the machine",
-                             expected="an NCCL topology XML (<system>), a snapshot or a topology document")
-        if not topo.gpus:
-            raise NothingToDo("topology has no GPUs")
-        if nodes > 1 and not topo.nics:
-            raise TopologyError(f"topology has no NICs: --nodes {nodes} needs a network between nodes")
-        text = pinned_xml(topo)
-        if not s.p2p_blocked:
-            blocked = _p2p_blocked(topo)
-            if blocked:
-                s = s.replace(p2p_blocked=blocked)
-    g = tuple(gpus) if gpus is not None else None
-    if g is not None and len(set(g)) != len(g):
-        dup = sorted({x for x in g if g.count(x) > 1})
-        raise InputError(f"GPU {dup[0]} listed twice", expected="distinct GPU indices")
-    return _run_cached(text, g, int(nodes), s.key(), s)
-
-
-def _p2p_blocked(topo: Topology) -> frozenset:
-    """NVML's P2P status NCCL reads from the driver (``ncclTopoCheckP2p``: nvmlDeviceGetP2PStatus read
-    and write must be OK): the (index, index) pairs whose recorded status (``gpus[].p2p``) is not OK."""
-    from gpucomm.probes.model import normalize_bus_id
-
-    by_bus = {normalize_bus_id(g.pci_bus_id): g.index for g in topo.gpus if g.pci_bus_id}
-    out = set()
-    for g in topo.gpus:
-        for bus, status in (g.p2p or {}).items():
-            other = by_bus.get(normalize_bus_id(bus))
-            if other is not None and other != g.index and str(status).upper() != "OK":
-                out.update({(g.index, other), (other, g.index)})
-    return frozenset(out)
+    text, s = nccl_inputs(doc, nodes, settings)
+    return _run_cached(text, distinct_gpus(gpus), int(nodes), s.key(), s)
 
 
 def label_index(label: Any) -> Optional[int]:
@@ -659,7 +592,7 @@ def label_index(label: Any) -> Optional[int]:
 
 
 def reference_dict(res: CommResult, tree: bool = True) -> dict:
-    """The summary :func:`gpucomm.planners.nccl.search.nccl_reference` returns."""
+    """The summary :func:`gpucomm.planners.nccl.comm.nccl_reference` returns."""
     r0 = res.rank0
     sys = r0.topo.sys
     ring = r0.graphs["ring"]
@@ -709,4 +642,36 @@ def reference_dict(res: CommResult, tree: bool = True) -> dict:
     return out
 
 
-__all__ = ["nccl_comm", "run", "pinned_xml", "CommResult", "reference_dict", "NcclFailed", "dtree", "btree"]
+def nccl_reference(doc: Union[Topology, dict, str], nodes: int = 1, gpus: Optional[Iterable[int]] = None, *,
+                   cross_nic: Optional[int] = None, tree: bool = True, settings: Optional[NcclSettings] = None) -> dict:
+    """What NCCL 2.30.7 decides on this topology (stable interface, used by the cost model, our ring
+    and tree searches and the CLI): :func:`nccl_comm` summarised (:func:`reference_dict`).
+
+    ``doc``: topology document or view; ``nodes``: identical nodes; ``gpus``: GPU indices of the
+    communicator on each node (default all); ``cross_nic``: NCCL_CROSS_NIC (default: the settings'
+    value, from the environment); ``settings``: :class:`gpucomm.planners.nccl.settings.NcclSettings`.
+    Returns::
+
+        {"channels": nChannels after ncclTopoPostset, "search_channels": ring graph channels,
+         "bw_intra", "bw_inter": GB/s per ring channel, "type_intra", "type_inter", "pattern": "ring",
+         "total_bw": search_channels x (bw_intra if NCCL's node count <= 2 else bw_inter) -- NCCL's ring busBw,
+         "max_bw", "sys_total_bw": ncclTopoSearchInit values, "cc_min", "nodes", "nccl_nodes" (nNodes as
+         NCCL counts them: a node split into NIC-joined domains counts several), "gpus": [labels],
+         "rings": [{"gpus": [...], "nets": [in, out]}], "ring0": the GPU order of ring 0 after setup,
+         "tree": {same keys for the tree graph} | None, "nvls": {channels, bw_intra, bw_inter} | None,
+         "fallback": bool, "settings": the NCCL_* values used,
+         "domain_rings": [[{"gpus", "nets"}] per domain] -- only where NCCL splits the node into
+         NIC-joined domains: each domain's ring channels, NET to NET, in domain order}
+    Raises TopologyError (no NICs for nodes > 1), InputError (unknown GPU), PlanInfeasible."""
+    if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
+        raise PlanInfeasible(f"--nodes must be >= 1 (got {nodes})")
+    s = settings if settings is not None else NcclSettings.from_env()
+    if cross_nic is not None and cross_nic != s.cross_nic:
+        s = s.replace(cross_nic=cross_nic)
+    res = nccl_comm(doc, nodes=nodes, gpus=gpus, settings=s)
+    return reference_dict(res, tree=tree)
+
+
+
+__all__ = ["nccl_comm", "nccl_reference", "run", "pinned_xml", "CommResult", "reference_dict", "NcclFailed",
+           "dtree", "btree"]

@@ -13,21 +13,17 @@ from typing import Optional
 
 from gpucomm.probes.errors import InputError
 from gpucomm.planners.nccl import ncclxml as X
+from gpucomm.planners.nccl.names import GRAPH_LINK_TYPES, RING, kv
 from gpucomm.planners.nccl.ncclxml import NcclFailure
 from gpucomm.planners.nccl.system import GPU, f32, topo_id
 
 MAX_GRAPH_BYTES = 4 * 1024 * 1024
-PATTERN_RING = 4
-# kvDictLinkType (search.cc): C2C, NET and DIS are not in it
-LINK_TYPES = {"LOC": 0, "NVL": 1, "NVB": 2, "PIX": 4, "PXB": 5, "P2C": 6, "PXN": 7, "PHB": 8, "SYS": 9}
+LINK_TYPES = dict(GRAPH_LINK_TYPES)     # kvDictLinkType (search.cc)
 
 
 def _kv(s: str) -> int:
     """``kvConvertToInt`` with kvDictLinkType: the first entry that is a prefix of ``s``, else 0."""
-    for k, v in LINK_TYPES.items():
-        if s.startswith(k):
-            return v
-    return 0
+    return kv(s, GRAPH_LINK_TYPES, 0)
 
 
 def read_graph_xml(path: str) -> X.Xml:
@@ -116,7 +112,7 @@ def ring_graph_xml(channels: list, bw_intra: float, type_intra: str, gpu_dev: Op
     root = xml.add_node(None, "graphs")
     root.set_int("version", 1)
     gr = xml.add_node(root, "graph")
-    for k, v in (("id", 0), ("pattern", PATTERN_RING), ("crossnic", 0), ("nchannels", len(channels))):
+    for k, v in (("id", 0), ("pattern", RING), ("crossnic", 0), ("nchannels", len(channels))):
         gr.set_int(k, v)
     gr.set("speedintra", "%g" % bw_intra)
     gr.set("speedinter", "%g" % bw_intra)

@@ -23,15 +23,15 @@ import re
 from dataclasses import dataclass, field
 from typing import AbstractSet, Iterable, Optional
 
-from gpucomm.probes.errors import InputError
+from gpucomm.probes.errors import InputError, NothingToDo, PlanInfeasible
+
+from gpucomm.planners.nccl.names import (NCCL_NET_MAX_DEVS_PER_NIC, NIC_PATH_LEVELS, PATH_DIS, PATH_LOC, PATH_PHB,
+                                         PATH_PIX, PATH_PORT, PATH_PXB, PATH_SYS, kv)
 
 NODE_NONE, NODE_OPEN = 0, 1
 MAX_ATTR_COUNT = 16           # xml.h: extra attributes are ignored by NCCL's parser
-PATH_LOC, PATH_PORT, PATH_PIX, PATH_PXB, PATH_P2C, PATH_PXN, PATH_PHB, PATH_SYS, PATH_DIS = 0, 1, 4, 5, 6, 7, 8, 9, 11
-NCCL_NET_MAX_DEVS_PER_NIC = 8  # net_v12.h
 PCI_BRIDGE_CLASS = "0x060400"
 NVSWITCH_CLASS = "0x068000"
-NIC_PATH_LEVELS = {"LOC": 0, "PORT": 1, "PIX": 4, "PXB": 5, "P2C": 6, "PXN": 7, "PHB": 8, "SYS": 9}  # nicPathKvList
 
 
 # --------------------------------------------------------------------------------------------
@@ -186,6 +186,11 @@ class XNode:
 
 class NcclFailure(Exception):
     """NCCL itself would stop here (an ``NCCLCHECK`` failing): the message is NCCL's WARN text."""
+
+
+class NcclFailed(PlanInfeasible):
+    """NCCL itself would fail to initialise on this topology (its WARN message): what the model's
+    entry points raise for an :class:`NcclFailure` (exit 4)."""
 
 
 class Xml:
@@ -924,11 +929,47 @@ def _find_node(parent: XNode, search: XNode) -> Optional[XNode]:
     return None
 
 
+# --------------------------------------------------------------------------------------------
+# A communicator's XML
+def machine_gpus(xml_text: str, gpus: Optional[list], default_sm: int = 80, nic_speed_mbps: int = 100000) -> tuple:
+    """(the host NCCL talks to, its GPUs of the communicator in rank order, the parsed XML) for ``xml_text``;
+    ``gpus``: NVML indices (default: all, by index)."""
+    xml = parse(xml_text)
+    machine = Machine(xml, default_sm=default_sm, nic_speed_mbps=nic_speed_mbps, merge=True)
+    if not machine.gpus:
+        raise NothingToDo("topology has no GPUs")
+    if gpus is None:
+        return machine, list(machine.gpus), xml
+    local = []
+    for i in gpus:
+        g = next((x for x in machine.gpus if x.dev == i), None)
+        if g is None:
+            raise InputError(f"no GPU {i} in topology (has {', '.join(str(x.dev) for x in machine.gpus)})")
+        local.append(g)
+    return machine, local, xml
+
+
+def fuse_ranks(xml: Xml, machine: Machine, local: list, merge_level: int = PATH_PORT,
+               force_merge: Optional[str] = None) -> Xml:
+    """The XML every local rank builds (its copy, its GPU filled in, the network devices with
+    NCCL_NET_MERGE_LEVEL / NCCL_NET_FORCE_MERGE, trimmed), fused in rank order: what
+    ``ncclTopoGetSystem`` hands to ``ncclTopoGetSystemFromXml``."""
+    cpu_fill = {"affinity": "", "arch": "x86_64"}
+    rank_xmls = []
+    copies = RankCopies(xml, machine)
+    for l, g in enumerate(local):
+        bus = int_to_bus(bus_to_int(g.bus))
+        x = copies.copy_for(bus)
+        rx = RankXml(x, machine, cpu_fill, merge_level, force_merge)
+        rx.fill_gpu(bus, l)
+        rx.process_net()
+        rx.trim()
+        rank_xmls.append(x)
+    return fuse(rank_xmls)
+
+
 def merge_level(value: Optional[str]) -> int:
     """NCCL_NET_MERGE_LEVEL (``ncclTopoGetFusionEnv``: prefix match in nicPathKvList, default PORT)."""
     if value is None:
         return PATH_PORT
-    for k, v in NIC_PATH_LEVELS.items():
-        if value.startswith(k):
-            return v
-    return 0
+    return kv(value, NIC_PATH_LEVELS, 0)

@@ -20,22 +20,25 @@ view (``topo.assume``):
   network device gets the socket transport's Ethernet port NCCL always has;
 * PCI devices without a class and without children (skeleton leaves NCCL would trim) are dropped.
 
-A document without a PCI tree (a bare ``nvidia-smi topo -m`` matrix) is written from the tree
-:func:`gpucomm.planners.nccl.graph.graph_from_matrix` rebuilds, with made-up bus ids.
+A document without a PCI tree (a bare ``nvidia-smi topo -m`` matrix) is written from the smallest
+PCI tree consistent with its codes (:func:`_matrix_tree`), with made-up bus ids.
 """
 from __future__ import annotations
 
+import re
+from typing import Iterable, Optional, Union
 
 from gpucomm.probes import facts
-from gpucomm.probes.errors import TopologyError
-from gpucomm.probes.model import cpulist_to_mask, normalize_bus_id
-from gpucomm.probes.topology import Topology
+from gpucomm.probes.errors import InputError, NothingToDo, TopologyError
+from gpucomm.probes.model import cpu_id, cpulist_to_mask, normalize_bus_id
+from gpucomm.probes.topology import NVS_ID, Topology
 
 from gpucomm.planners.nccl import ncclxml as X
+from gpucomm.planners.nccl.names import kv
+from gpucomm.planners.nccl.settings import NcclSettings
 
 _VENDOR_CPUID = {"intel": "GenuineIntel", "amd": "AuthenticAMD", "zhaoxin": "CentaurHauls"}
 _GEN_SPEED = facts.PCI_GEN_SPEED                                # the link_speed text NCCL writes
-_KNOWN_SPEEDS = tuple(k for k, _lane in facts.NCCL_PCI_GEN_SPEEDS)   # the ones NCCL's table knows
 SOCKET_NIC_MBPS = facts.nic_speed_mbps(facts.SOCKET_NIC_GBPS)   # NCCL's socket default
 
 
@@ -147,7 +150,7 @@ class _Pinner:
             gen, width = self.gen_of_bw[bus]
             node.set("link_speed", _GEN_SPEED[gen])
             node.set_int("link_width", width)
-        elif speed is None or not any(speed.startswith(k) for k in _KNOWN_SPEEDS):
+        elif speed is None or not kv(speed, facts.NCCL_PCI_GEN_SPEEDS, 0):
             gen = facts.default_pcie_gen(topo.sm_hint)
             if gpu is not None and gpu.pcie is not None and (gpu.pcie.gen or gpu.pcie.max_gen):
                 gen = gpu.pcie.gen or gpu.pcie.max_gen
@@ -248,82 +251,188 @@ class _Pinner:
 
 
 # --------------------------------------------------------------------------------------------
-def _xml_from_matrix(topo: Topology) -> str:
-    """An NCCL XML from the PCI tree :func:`graph_from_matrix` rebuilds (made-up bus ids)."""
-    from gpucomm.planners.nccl.graph import graph_from_matrix
+class _UF:
+    """Union-find over the matrix's devices (the smaller key names a group)."""
 
-    G = graph_from_matrix(topo)
+    def __init__(self, items):
+        self.p = {i: i for i in items}
+
+    def find(self, x):
+        while self.p[x] != x:
+            self.p[x] = self.p[self.p[x]]
+            x = self.p[x]
+        return x
+
+    def union(self, a, b):
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            if str(rb) < str(ra):
+                ra, rb = rb, ra
+            self.p[rb] = ra
+
+    def groups(self):
+        out: dict = {}
+        for i in self.p:
+            out.setdefault(self.find(i), []).append(i)
+        return out
+
+
+def _matrix_tree(topo: Topology) -> tuple:
+    """The smallest PCI tree consistent with an ``nvidia-smi topo -m`` matrix: PIX -> same switch, PXB
+    -> switches under a common switch, PHB/NODE -> same CPU, SYS -> different CPUs (NVLinked pairs hide
+    their PCI relation: their groups merge where nothing says SYS and their NUMA nodes agree).  Returns
+    (children: {parent id: [child ids]} from the CPUs ``CPU<numa>`` down, kinds: {id: GPU|NIC|PCI},
+    GPUs: {id: (index, sm)})."""
+    matrix = topo.matrix
+    by_key = {g.key: g.id for g in topo.gpus}
+    gpus = {g.id: (g.index, g.sm) for g in topo.gpus}
+    nic_by_name = {n.name: n for n in topo.nics}
+    devs = [k for k in matrix if k in by_key or k in nic_by_name]
+    for k in matrix:      # GPUs only the matrix knows
+        if re.match(r"^GPU\d+$", k) and k not in by_key:
+            by_key[k] = k
+            gpus[k] = (int(k[3:]), None)
+            if k not in devs:
+                devs.append(k)
+    gid_of = {k: (by_key[k] if k in by_key else nic_by_name[k].id) for k in devs}
+    numa_of = {}
+    for k in devs:
+        g = topo.gpu_by_key(k) if k in by_key else None
+        numa_of[k] = (g.numa_node if g else None) if k in by_key else nic_by_name[k].numa_node
+
+    def rel(a: str, c: str) -> str:
+        v = (matrix.get(a) or {}).get(c) or (matrix.get(c) or {}).get(a) or "N/A"
+        return "SYS" if v == "SOC" else v
+
+    pix, pxb, cpu_uf = _UF(devs), _UF(devs), _UF(devs)
+    for i, a in enumerate(devs):
+        for c in devs[i + 1:]:
+            r = rel(a, c)
+            if r == "PIX":
+                pix.union(a, c)
+            if r in ("PIX", "PXB"):
+                pxb.union(a, c)
+            if r in ("PIX", "PXB", "PHB", "NODE"):
+                cpu_uf.union(a, c)
+    comps = sorted(cpu_uf.groups().values(), key=lambda g: min(devs.index(x) for x in g))
+    groups: list = []
+    for comp in comps:
+        numas = {numa_of[x] for x in comp if numa_of[x] is not None}
+        for grp in groups:
+            if any(rel(x, y) == "SYS" for x in comp for y in grp["devs"]):
+                continue
+            if numas and grp["numas"] and not (numas & grp["numas"]):
+                continue
+            grp["devs"].extend(comp)
+            grp["numas"] |= numas
+            break
+        else:
+            groups.append({"devs": list(comp), "numas": set(numas)})
+    edges: list = []      # (child, parent)
+    kinds = {gid_of[k]: ("GPU" if k in by_key else "NIC") for k in devs}
+    used_numa: set = set()
+    all_numas = {x for g2 in groups for x in g2["numas"]}
+    for grp in groups:
+        numa = min(grp["numas"]) if grp["numas"] else None
+        if numa is None or numa in used_numa:
+            numa = 0
+            while numa in used_numa or numa in all_numas:
+                numa += 1
+        used_numa.add(numa)
+        cpu = cpu_id(numa)
+        kinds[cpu] = "CPU"
+        pxb_groups: dict = {}
+        for x in grp["devs"]:
+            pxb_groups.setdefault(pxb.find(x), []).append(x)
+        for _root, pg in sorted(pxb_groups.items(), key=lambda kv: min(devs.index(x) for x in kv[1])):
+            if len(pg) == 1:
+                edges.append((gid_of[pg[0]], cpu))
+                continue
+            pix_groups: dict = {}
+            for x in pg:
+                pix_groups.setdefault(pix.find(x), []).append(x)
+            top = f"SW:{min(pg, key=devs.index)}"
+            kinds[top] = "PCI"
+            edges.append((top, cpu))
+            if len(pix_groups) == 1:
+                edges.extend((gid_of[x], top) for x in pg)
+                continue
+            for _proot, xg in sorted(pix_groups.items(), key=lambda kv: min(devs.index(x) for x in kv[1])):
+                leaf = f"SW:{min(xg, key=devs.index)}/leaf"
+                kinds[leaf] = "PCI"
+                edges.append((leaf, top))
+                edges.extend((gid_of[x], leaf) for x in xg)
+    children: dict = {}
+    for child, parent in edges:
+        children.setdefault(parent, []).append(child)
+    return {p: sorted(c) for p, c in children.items()}, kinds, gpus
+
+
+def _xml_from_matrix(topo: Topology) -> str:
+    """An NCCL XML for a document without a PCI tree (a bare ``nvidia-smi topo -m`` matrix): the tree
+    :func:`_matrix_tree` rebuilds, with made-up bus ids, NCCL's default PCIe speed of the GPU
+    generation (a named assumption), the NVLinks of the view's fabric."""
+    children, kinds, gpus = _matrix_tree(topo)
+    gen = facts.default_pcie_gen(topo.sm_hint)
+    if len(kinds) > len([k for k in kinds if kinds[k] == "CPU"]):
+        topo.assume(f"topology matrix only (no PCI tree): PCIe links assumed Gen{gen} x16 "
+                    f"({facts.pcie_bw_GBps(gen, 16):g} GB/s), tree rebuilt from the PIX/PXB/PHB/NODE/SYS codes")
+    fab = topo.nvlink
+    nvl: dict = {}      # GPU id -> [(target id, links, GB/s)] in target order
+    for (x, y), (count, bw, _m) in fab.pairs.items():
+        if x in gpus and y in gpus:
+            nvl.setdefault(x, []).append((y, count, bw))
+            nvl.setdefault(y, []).append((x, count, bw))
+    for g, (count, bw, _m) in fab.nvs.items():
+        if g in gpus:
+            nvl.setdefault(g, []).append((NVS_ID, count, bw))
     bus: dict = {}
     counter = [0x10]
 
     def bus_of(n: str) -> str:
         if n not in bus:
-            a = G.nodes[n]
-            b = normalize_bus_id(str(a.get("pci_bus_id") or "")) if a.get("type") == "GPU" else None
-            if not b:
-                b = "0000:%02x:00.0" % counter[0]
-                counter[0] += 1
-            bus[n] = b
+            bus[n] = "0000:%02x:00.0" % counter[0]
+            counter[0] += 1
         return bus[n]
 
-    children: dict = {}
-    seen = set()
-    frontier = sorted(n for n, a in G.nodes(data=True) if a.get("type") == "CPU")
-    seen.update(frontier)
-    while frontier:      # the PCI tree, breadth first from the CPUs
-        nxt = []
-        for v in frontier:
-            for u in sorted(G.successors(v)):
-                if u in seen or G.edges[v, u].get("type") != "PCI" or G.nodes[u].get("type") not in ("PCI", "GPU", "NIC"):
-                    continue
-                seen.add(u)
-                children.setdefault(v, []).append(u)
-                if G.nodes[u].get("type") == "PCI":
-                    nxt.append(u)
-        frontier = nxt
+    nic_names = {n.id: n.name for n in topo.nics}
     net_dev = [0]
-    gen = facts.default_pcie_gen(topo.sm_hint)
     lines = ['<system version="1">']
+    speed = _GEN_SPEED[gen]
 
     def emit(n: str, depth: int) -> None:
-        a = G.nodes[n]
         pad = "  " * depth
-        t = a.get("type")
+        t = kinds.get(n)
         if t == "PCI":
-            lines.append(f'{pad}<pci busid="{bus_of(n)}" class="0x060400" link_speed="{_GEN_SPEED[gen]}" link_width="16">')
+            lines.append(f'{pad}<pci busid="{bus_of(n)}" class="0x060400" link_speed="{speed}" link_width="16">')
             for c in sorted(children.get(n, []), key=bus_of):
                 emit(c, depth + 1)
             lines.append(f"{pad}</pci>")
         elif t == "GPU":
-            g = topo.gpu_by_id(n) or topo.gpu_by_key(n)
-            idx = a.get("index")
-            sm = (g.sm if g is not None else None) or facts.DEFAULT_SM
-            lines.append(f'{pad}<pci busid="{bus_of(n)}" class="0x030200" link_speed="{_GEN_SPEED[gen]}" link_width="16">')
+            idx, sm = gpus[n]
+            sm = sm or facts.DEFAULT_SM
+            lines.append(f'{pad}<pci busid="{bus_of(n)}" class="0x030200" link_speed="{speed}" link_width="16">')
             lines.append(f'{pad}  <gpu dev="{idx}" sm="{sm}" rank="{idx}">')
-            for _u, v, e in G.out_edges(n, data=True):
-                if e.get("type") != "NVL":
-                    continue
-                vt = G.nodes[v].get("type")
-                count = max(1, int(round(e.get("nominal_bw", e["bw"]) / facts.nvlink_bw_per_link(sm))))
-                if vt == "GPU":
-                    lines.append(f'{pad}    <nvlink target="{bus_of(v)}" count="{count}" tclass="0x030200"/>')
-                elif vt == "NVS":
+            for v, links, bw in sorted(nvl.get(n, [])):
+                # the links the topology counts; a link known by its bandwidth only (rocm-smi's xGMI
+                # estimate) as that bandwidth in NCCL's per-link units of the GPU's generation
+                count = max(1, int(links or 0), int(round(bw / facts.nvlink_bw_per_link(sm))))
+                if v == NVS_ID:
                     lines.append(f'{pad}    <nvlink target="fffffff:ffff:ff" count="{count}" tclass="0x068000"/>')
+                else:
+                    lines.append(f'{pad}    <nvlink target="{bus_of(v)}" count="{count}" tclass="0x030200"/>')
             lines.append(f"{pad}  </gpu>")
             lines.append(f"{pad}</pci>")
         elif t == "NIC":
-            names = a.get("names") or [a.get("label")]
-            lines.append(f'{pad}<pci busid="{bus_of(n)}" class="0x020700" link_speed="{_GEN_SPEED[gen]}" link_width="16">')
+            lines.append(f'{pad}<pci busid="{bus_of(n)}" class="0x020700" link_speed="{speed}" link_width="16">')
             lines.append(f"{pad}  <nic>")
-            for name in names:
-                lines.append(f'{pad}    <net name="{name}" dev="{net_dev[0]}"/>')
-                net_dev[0] += 1
+            lines.append(f'{pad}    <net name="{nic_names.get(n, n)}" dev="{net_dev[0]}"/>')
+            net_dev[0] += 1
             lines.append(f"{pad}  </nic>")
             lines.append(f"{pad}</pci>")
 
-    for c in sorted(n for n, a in G.nodes(data=True) if a.get("type") == "CPU"):
-        numa = c[3:] if c.startswith("CPU") else "0"
-        lines.append(f'  <cpu numaid="{numa}">')
+    for c in sorted(k for k, t in kinds.items() if t == "CPU"):
+        lines.append(f'  <cpu numaid="{c[3:]}">')
         for ch in sorted(children.get(c, []), key=bus_of):
             emit(ch, 2)
         lines.append("  </cpu>")
@@ -331,4 +440,54 @@ def _xml_from_matrix(topo: Topology) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["pin"]
+# --------------------------------------------------------------------------------------------
+# What NCCL's model runs on
+def nccl_inputs(doc: Union[Topology, dict, str], nodes: int = 1, settings: Optional[NcclSettings] = None) -> tuple:
+    """(the XML NCCL loads, the settings it runs with) for ``doc`` (a topology or an NCCL XML text used
+    as it is): the pinned XML (:func:`pin`) and ``settings`` (default: the environment's) with NVML's
+    P2P status of the document (:func:`p2p_blocked`).  Raises InputError (an NCCL graph file),
+    NothingToDo (no GPU), TopologyError (no NIC for several nodes)."""
+    s = settings if settings is not None else NcclSettings.from_env()
+    if isinstance(doc, str):
+        return doc, s
+    topo = Topology.of(doc)
+    if topo.doc.get("nccl_graph"):
+        # an NCCL graph file (NCCL_GRAPH_FILE / NCCL_GRAPH_DUMP_FILE) names channels, not the machine:
+        # NCCL cannot load it as a topology (ncclTopoGetSystem), so neither does its model
+        raise InputError("an NCCL graph file (<graphs>) is not a topology: NCCL's model needs the machine",
+                         expected="an NCCL topology XML (<system>), a snapshot or a topology document")
+    if not topo.gpus:
+        raise NothingToDo("topology has no GPUs")
+    if nodes > 1 and not topo.nics:
+        raise TopologyError(f"topology has no NICs: --nodes {nodes} needs a network between nodes")
+    text = pin(topo)
+    if not s.p2p_blocked:
+        blocked = p2p_blocked(topo)
+        if blocked:
+            s = s.replace(p2p_blocked=blocked)
+    return text, s
+
+
+def distinct_gpus(gpus: Optional[Iterable[int]]) -> Optional[tuple]:
+    """``gpus`` as a tuple (None: all); InputError when one is listed twice."""
+    g = tuple(gpus) if gpus is not None else None
+    if g is not None and len(set(g)) != len(g):
+        dup = sorted({x for x in g if g.count(x) > 1})
+        raise InputError(f"GPU {dup[0]} listed twice", expected="distinct GPU indices")
+    return g
+
+
+def p2p_blocked(topo: Topology) -> frozenset:
+    """NVML's P2P status NCCL reads from the driver (``ncclTopoCheckP2p``: nvmlDeviceGetP2PStatus read
+    and write must be OK): the (index, index) pairs whose recorded status (``gpus[].p2p``) is not OK."""
+    by_bus = {normalize_bus_id(g.pci_bus_id): g.index for g in topo.gpus if g.pci_bus_id}
+    out = set()
+    for g in topo.gpus:
+        for bus, status in (g.p2p or {}).items():
+            other = by_bus.get(normalize_bus_id(bus))
+            if other is not None and other != g.index and str(status).upper() != "OK":
+                out.update({(g.index, other), (other, g.index)})
+    return frozenset(out)
+
+
+__all__ = ["pin", "nccl_inputs", "p2p_blocked", "distinct_gpus"]

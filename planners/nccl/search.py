@@ -1,7 +1,7 @@
 """NCCL's channel search, reproduced exactly (src/graph/search.cc of NCCL 2.30.7:
 ``ncclTopoSearchInit``, ``ncclTopoCompute`` and the recursive ``ncclTopoSearchRec*``), run on the
-system of :mod:`gpucomm.planners.nccl.system`; :func:`nccl_reference` is the stable entry point
-(the whole communicator, :mod:`gpucomm.planners.nccl.comm`).
+system of :mod:`gpucomm.planners.nccl.system`; :func:`gpucomm.planners.nccl.comm.nccl_reference` is the
+stable entry point (the whole communicator, :mod:`gpucomm.planners.nccl.comm`).
 
 Everything is NCCL's: the speed ladders per architecture, the start speed (``maxBw``/``totalBw``),
 the order GPUs and NICs are tried in (PCI order first, replay of the previous channel, GPU scores,
@@ -15,35 +15,28 @@ tree on sm90, typeIntra, typeInter, cross-NIC, lower speeds while ``> 0.49`` of 
 bwInter) and the fallback (1 channel at 0.1 GB/s).  NCCL_CROSS_NIC and NCCL_GRAPH_FILE are read as
 NCCL does (through the settings object).
 
-Also here: the speed ladders and :class:`Capacity`, the link-capacity book-keeping of our own ring
-search (:mod:`gpucomm.planners.collectives.rings`), and :func:`nvswitch_document`.
+The speed ladders (:func:`speed_ladder`, :func:`channel_cap`) and what ``followPath`` takes on each
+link of a path (:func:`follow_amounts`) are also read by our own ring search
+(:mod:`gpucomm.planners.collectives.ringsearch`).
 """
 from __future__ import annotations
 
 import math
 import random
 import sys as _pysys
-from typing import Any, Callable, Iterable, Optional
+from typing import Callable, Iterable, Optional
 
-from gpucomm.probes.errors import PlanInfeasible
-from gpucomm.probes.model import PathType
-
-from gpucomm.planners.nccl.graph import gpu_nodes, net_nodes
+from gpucomm.planners.nccl.names import BALANCED_TREE, COLLNET_DIRECT, MAXCHANNELS, NVLS, RING, SPLIT_TREE, TREE
 from gpucomm.planners.nccl.ncclxml import NcclFailure
-from gpucomm.planners.nccl.paths import PathSet, path_loads
 from gpucomm.planners.nccl.system import (CPU, DEV, GPU, LINK_LOC, LINK_NVL, LINK_PCI, NET, NVS, PATH_DIS, PATH_PIX,
                                           PATH_PXN, PATH_SYS, ARCH_POWER, ARCH_X86, VENDOR_AMD, VENDOR_INTEL, Topo,
                                           f32, get_local)
 
-MAXCHANNELS = 64
 RING_MAX_CHANNELS = MAXCHANNELS // 2
 NCCL_MAX_NVLS_ARITY = 32
 NCCL_MAX_DIRECT_ARITY = 7
 EPS = 1e-6
 
-# graph.h patterns
-BALANCED_TREE, SPLIT_TREE, TREE, RING, NVLS, COLLNET_DIRECT = 1, 2, 3, 4, 5, 6
-PATTERN_NAMES = {1: "BALANCED_TREE", 2: "SPLIT_TREE", 3: "TREE", 4: "RING", 5: "NVLS", 6: "COLLNET_DIRECT"}
 
 SEARCH_GLOBAL_TIMEOUT = 1 << 19
 SEARCH_TIMEOUT = 1 << 14
@@ -288,6 +281,25 @@ def _rev_amount(fw: float, kind: int) -> float:
     if kind & 2:
         rb = f32(rb + fw)
     return rb
+
+
+def follow_amounts(path, start) -> list:
+    """What ``followPath`` takes on each link of ``path`` (a ``PathL`` from node ``start``) per GB/s of a
+    channel, as ``[(link, amount)]`` in path order (a link may come twice): 6/5 on the PCI links of a
+    PHB path from a GPU through an Intel x86 CPU (``INTEL_P2P_OVERHEAD``), and on the reverse link
+    1/8 of that when a non-GPU sends into a GPU before Ampere, the whole amount on an NVLink into a
+    POWER CPU.  Real numbers (no float rounding): the book-keeping of our own ring search."""
+    overhead, _simple, _links, _pcis, steps = path.fast or _steps(path, start)
+    pci = 6.0 / 5.0 if overhead else 1.0
+    out = []
+    for link, is_pci, rev, kind in steps:
+        fw = pci if is_pci else 1.0
+        out.append((link, fw))
+        if kind & 1:
+            out.append((rev, fw / 8.0))
+        if kind & 2:
+            out.append((rev, fw))
+    return out
 
 
 def _follow(path, start, max_steps: int, bw: float) -> int:
@@ -1437,170 +1449,4 @@ def compute(topo: Topo, graph: TGraph) -> TGraph:
     return graph
 
 
-# --------------------------------------------------------------------------------------------
-# Our own ring search's capacity model (over the path graph of gpucomm.planners.nccl.paths)
-class Capacity:
-    """Residual bandwidth of every directed link (and NET port) while channels are placed."""
-
-    def __init__(self, G, ps: PathSet, net_ports: bool = True):
-        self.G = G
-        self.ps = ps
-        self.res = {(u, v): float(a["bw"]) for u, v, a in G.edges(data=True)}
-        self._loads: dict = {}
-        # NCCL decrements net.bw on every NET with the same asic+port (virtual NICs of one port).
-        self.port_of: dict = {}
-        self.port_res: dict = {}
-        if net_ports:
-            for n in net_nodes(G):
-                a = G.nodes[n]
-                key = (str(a.get("asic")), str(a.get("port")))
-                self.port_of[n] = key
-                self.port_res[key] = max(self.port_res.get(key, 0.0), float(a.get("bw") or 0.0))
-
-    def loads(self, src: str, dst: str) -> Optional[list]:
-        key = (src, dst)
-        if key not in self._loads:
-            p = self.ps.get(src, dst)
-            self._loads[key] = None if p is None else sorted(path_loads(self.G, p).items())
-        return self._loads[key]
-
-    def take(self, src: str, dst: str, speed: float) -> bool:
-        """Reserve ``speed`` along src->dst if every link has room; False (and no change) otherwise."""
-        ld = self.loads(src, dst)
-        if ld is None:
-            return False
-        res = self.res
-        for e, f in ld:
-            if res[e] + EPS < f * speed:
-                return False
-        for e, f in ld:
-            res[e] = round(res[e] - f * speed, 6)
-        return True
-
-    def give(self, src: str, dst: str, speed: float) -> None:
-        for e, f in self.loads(src, dst) or []:
-            self.res[e] = round(self.res[e] + f * speed, 6)
-
-    def bottleneck(self, src: str, dst: str) -> float:
-        """Largest speed src->dst could still take (links only)."""
-        ld = self.loads(src, dst)
-        if not ld:
-            return 0.0 if ld is None else float("inf")
-        return min(self.res[e] / f for e, f in ld)
-
-
-def restrict_gpus(G, gpus: Optional[Iterable[int]]):
-    """Sub-graph with only the chosen GPU indices (NCCL trims GPUs outside the communicator).
-    Raises InputError naming a missing GPU."""
-    from gpucomm.probes.errors import InputError
-
-    all_g = gpu_nodes(G)
-    if gpus is None:
-        return G, all_g
-    want = list(gpus)
-    by_idx = {G.nodes[g]["index"]: g for g in all_g}
-    if len(set(want)) != len(want):
-        dup = sorted({x for x in want if want.count(x) > 1})
-        raise InputError(f"GPU {dup[0]} listed twice", expected="distinct GPU indices")
-    for x in want:
-        if x not in by_idx:
-            from gpucomm.planners.nccl.paths import _index_list
-
-            raise InputError(f"no GPU {x} in topology (has {_index_list(G)})")
-    keep = [by_idx[x] for x in want]
-    drop = [g for g in all_g if g not in keep]
-    if drop:
-        H = G.copy()
-        H.remove_nodes_from(drop)
-        H.graph = dict(G.graph)
-        return H, sorted(keep, key=lambda g: H.nodes[g]["index"])
-    return G, sorted(keep, key=lambda g: G.nodes[g]["index"])
-
-
-def nccl_reference(doc: Any, nodes: int = 1, gpus: Optional[Iterable[int]] = None, *, cross_nic: Optional[int] = None,
-                   tree: bool = True, settings: Any = None) -> dict:
-    """What NCCL 2.30.7 decides on this topology (stable interface, used by the cost model, our ring
-    and tree searches and the CLI): :func:`gpucomm.planners.nccl.comm.nccl_comm` summarised.
-
-    ``doc``: topology document or view; ``nodes``: identical nodes; ``gpus``: GPU indices of the
-    communicator on each node (default all); ``cross_nic``: NCCL_CROSS_NIC (default: the settings'
-    value, from the environment); ``settings``: :class:`gpucomm.planners.nccl.settings.NcclSettings`.
-    Returns::
-
-        {"channels": nChannels after ncclTopoPostset, "search_channels": ring graph channels,
-         "bw_intra", "bw_inter": GB/s per ring channel, "type_intra", "type_inter", "pattern": "ring",
-         "total_bw": search_channels x (bw_intra if NCCL's node count <= 2 else bw_inter) -- NCCL's ring busBw,
-         "max_bw", "sys_total_bw": ncclTopoSearchInit values, "cc_min", "nodes", "nccl_nodes" (nNodes as
-         NCCL counts them: a node split into NIC-joined domains counts several), "gpus": [labels],
-         "rings": [{"gpus": [...], "nets": [in, out]}], "ring0": the GPU order of ring 0 after setup,
-         "tree": {same keys for the tree graph} | None, "nvls": {channels, bw_intra, bw_inter} | None,
-         "fallback": bool, "settings": the NCCL_* values used,
-         "domain_rings": [[{"gpus", "nets"}] per domain] -- only where NCCL splits the node into
-         NIC-joined domains: each domain's ring channels, NET to NET, in domain order}
-    Raises TopologyError (no NICs for nodes > 1), InputError (unknown GPU), PlanInfeasible."""
-    from gpucomm.planners.nccl.comm import nccl_comm, reference_dict
-    from gpucomm.planners.nccl.settings import NcclSettings
-
-    if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
-        raise PlanInfeasible(f"--nodes must be >= 1 (got {nodes})")
-    if hasattr(doc, "nodes") and hasattr(doc, "graph"):     # a path graph of build_graph: its view
-        if doc.graph.get("topology") is None:
-            raise PlanInfeasible("NCCL's model needs the topology document, not a bare graph")
-        doc = doc.graph["topology"]
-    s = settings if settings is not None else NcclSettings.from_env()
-    if cross_nic is not None and cross_nic != s.cross_nic:
-        s = s.replace(cross_nic=cross_nic)
-    res = nccl_comm(doc, nodes=nodes, gpus=gpus, settings=s)
-    return reference_dict(res, tree=tree)
-
-
-# --------------------------------------------------------------------------------------------
-def nvswitch_document(ngpus: int = 8, sm: int = 90, nvlinks: int = 18, name: Optional[str] = None, nics: int = 0,
-                      nic_gbps: float = 400.0, pcie_gen: Optional[int] = None, cpu_vendor: str = "GenuineIntel",
-                      cpu_model: str = "Intel(R) Xeon(R) Platinum 8480+", numa_nodes: int = 2) -> dict:
-    """A topology document for an NVSwitch machine -- the channel counts of connect.cc ncclTopoPostset (HGX A100
-    ``sm=80, nvlinks=12``, HGX H100 ``sm=90, nvlinks=18``, DGX B200 ``sm=100, nvlinks=18``, NVL72 domain
-    ``ngpus=72, sm=100``): ``ngpus`` GPUs each under its own PCIe switch (with ``nics`` NICs spread
-    over the switches, one per switch first), half of the switches on each NUMA node, every GPU with
-    ``nvlinks`` links to one NVSwitch.  Built with gpucomm.probes.model builders, so it is a real document."""
-    from gpucomm.probes.facts import default_pcie_gen, nvlink_bw_per_link, pcie_bw_GBps
-    from gpucomm.probes.model import finalize, gpu_record, link_record, new_document, nic_record, switch_record
-
-    gen = pcie_gen or default_pcie_gen(sm)
-    doc = new_document("json")
-    doc["host"]["cpu_vendor"] = cpu_vendor
-    doc["host"]["cpu_model"] = cpu_model
-    doc["host"]["cpu_arch"] = "x86_64"
-    gname = name or {80: "NVIDIA A100-SXM4-80GB", 90: "NVIDIA H100 80GB HBM3", 100: "NVIDIA B200"}.get(sm, "GPU")
-    nps = max(1, numa_nodes)
-    per_numa = -(-ngpus // nps)
-    doc["numa_nodes"] = [{"id": i, "cpus": None, "memory_bytes": None, "distances": None} for i in range(nps)]
-    doc["switches"].append(switch_record("NVS", kind="nvswitch"))
-    pbw = pcie_bw_GBps(gen, 16)
-    for i in range(ngpus):
-        numa = min(i // per_numa, nps - 1)
-        bus = 0x18 + i * 0x10 if ngpus <= 14 else 0x10 + i
-        sw = f"0000:{bus - 2:02x}:00.0" if ngpus <= 14 else f"{0x1000 + i:04x}:00:00.0"
-        gid = f"0000:{bus:02x}:00.0" if ngpus <= 14 else f"{0x2000 + i:04x}:01:00.0"
-        doc["switches"].append(switch_record(sw, kind="pcie", pci_bus_id=sw, parent=f"CPU{numa}", numa_node=numa))
-        doc["links"].append(link_record(sw, f"CPU{numa}", "pcie", pbw, gen=gen, width=16))
-        doc["gpus"].append(gpu_record(i, name=gname, pci_bus_id=gid, compute_capability=f"{sm // 10}.{sm % 10}",
-                                      numa_node=numa, parent=sw,
-                                      pcie={"gen": gen, "width": 16, "max_gen": gen, "max_width": 16}))
-        doc["links"].append(link_record(gid, sw, "pcie", pbw, gen=gen, width=16))
-        doc["links"].append(link_record(gid, "NVS", "nvlink", nvlinks * nvlink_bw_per_link(sm), count=nvlinks))
-    for k in range(nics):
-        i = k % ngpus
-        sw = doc["gpus"][i]["parent"]
-        numa = doc["gpus"][i]["numa_node"]
-        bus = f"{0x3000 + k:04x}:00:00.0"
-        doc["nics"].append(nic_record(f"mlx5_{k}", pci_bus_id=bus, numa_node=numa, parent=sw, link_layer="InfiniBand",
-                                      ports=[{"port": 1, "state": "ACTIVE", "rate_gbps": nic_gbps}],
-                                      guid=f"0x{k + 1:016x}"))
-        doc["links"].append(link_record(bus, sw, "pcie", pbw, gen=gen, width=16))
-    # no smp links: the graph takes NCCL's inter-socket bandwidth for the host's CPU (facts.inter_cpu_bw)
-    return finalize(doc)
-
-
-__all__ = ["nccl_reference", "speed_ladder", "channel_cap", "Capacity", "nvswitch_document", "restrict_gpus",
-           "compute", "TGraph", "PathType", "gpu_nodes"]
+__all__ = ["speed_ladder", "channel_cap", "follow_amounts", "compute", "TGraph"]

@@ -14,9 +14,10 @@ import os
 from dataclasses import dataclass, field, fields, replace
 from typing import Mapping, Optional
 
+from gpucomm.planners.nccl.names import PATH_NAMES, PATH_SYS
 from gpucomm.planners.nccl.ncclxml import merge_level, strtol
 
-PATH_TYPE_NAMES = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS")
+PATH_TYPE_NAMES = PATH_NAMES[:PATH_SYS + 1]     # the names ncclGetLevel accepts
 _OLD_LEVELS = (0, 4, 5, 8, 9, 9)   # levelsOldToNew (paths.cc)
 
 ENV_NAMES = ("NCCL_CROSS_NIC", "NCCL_NET_DISABLE_INTRA", "NCCL_P2P_LEVEL", "NCCL_P2P_DISABLE", "NCCL_NVLS_ENABLE",

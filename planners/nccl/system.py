@@ -24,24 +24,22 @@ from typing import Optional
 from gpucomm.probes import facts
 from gpucomm.probes.facts import (AMD_BW, ARM_BW, BDW_QPI_BW, ERP_QPI_BW, LOC_BW, P9_BW, SKL_QPI_BW, SRP_QPI_BW,
                                   YONGFENG_ZPI_BW, ZPI_BW)
+from gpucomm.probes.model import NCCL_PCI_CLASSES
+
+from gpucomm.planners.nccl.names import (LINK_C2C, LINK_LOC, LINK_NET, LINK_NVL, LINK_PCI, LINK_SYS, MAXCHANNELS,
+                                         PATH_C2C, PATH_DIS, PATH_LOC, PATH_NAMES, PATH_NET, PATH_NVB, PATH_NVL,
+                                         PATH_P2C, PATH_PHB, PATH_PIX, PATH_PXB, PATH_PXN, PATH_SYS, kv)
 from gpucomm.planners.nccl.ncclxml import NcclFailure, XNode, Xml, bus_to_int, c_int, strtol
 
 # node types (topo.h)
 GPU, PCI, NVS, CPU, NIC, NET, GIN, RMA, DEV, CXB = range(10)
 NODE_TYPES = ("GPU", "PCI", "NVS", "CPU", "NIC", "NET", "GIN", "RMA", "DEV", "CXB")
-# link types
-LINK_LOC, LINK_NVL, LINK_C2C, LINK_PCI, LINK_SYS, LINK_NET = 0, 1, 3, 4, 9, 10
-# path types (graph.h)
-PATH_LOC, PATH_NVL, PATH_NVB, PATH_C2C, PATH_PIX, PATH_PXB, PATH_P2C, PATH_PXN, PATH_PHB, PATH_SYS, PATH_NET, \
-    PATH_DIS = range(12)
-PATH_NAMES = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS", "NET", "DIS")
 
 MLOPART_LOC_BW = 2618.0
 ARCH_X86, ARCH_POWER, ARCH_ARM = 1, 2, 3
 VENDOR_INTEL, VENDOR_AMD, VENDOR_ZHAOXIN = 1, 2, 3
 MODEL_BDW, MODEL_SKL, MODEL_SRP, MODEL_ERP = 1, 2, 3, 4
 MODEL_YONGFENG = 1
-MAXCHANNELS = 64
 UNDEF = -1
 ID_MASK = 0x00FFFFFFFFFFFFFF
 
@@ -226,18 +224,10 @@ def _attached(sys, kind: int, nid: int, peer: Node, type_: int, bw: float) -> No
 
 # --------------------------------------------------------------------------------------------
 # ncclTopoGetSystemFromXml
-_PCI_CLASS = (("0x060400", PCI), ("0x080100", PCI), ("0x068000", NVS), ("0x068001", CPU), ("0x03", GPU), ("0x02", NIC))
+_PCI_CLASS = tuple((k, NODE_TYPES.index(t)) for k, t in NCCL_PCI_CLASSES)
 _ARCHS = (("x86_64", ARCH_X86), ("arm64", ARCH_ARM), ("ppc64", ARCH_POWER))
 _VENDORS = (("GenuineIntel", VENDOR_INTEL), ("AuthenticAMD", VENDOR_AMD), ("CentaurHauls", VENDOR_ZHAOXIN),
             ("  Shanghai  ", VENDOR_ZHAOXIN))
-
-
-def kv(s: str, table: tuple, default: int) -> int:
-    """``kvConvertToInt``: first key that is a prefix of ``s``."""
-    for k, v in table:
-        if s.startswith(k):
-            return v
-    return default
 
 
 def _int_device(x: XNode) -> int:
@@ -879,12 +869,7 @@ class Topo:
             if node.type == DEV:
                 inter_rank = sys.dev_to_rank(node.dev)
                 inter_index = sys.rank_to_index(inter_rank)
-        level = PATH_PXB
-        c0 = sys.nodes[CPU][0]
-        if c0.arch == ARCH_X86 and c0.vendor == VENDOR_AMD and len(sys.nodes[DEV]) <= 2:
-            level = PATH_SYS
-        if s.p2p_level is not None:
-            level = s.p2p_level
+        level = self.p2p_level()
         p2p = 1 if path.type <= level else 0
         gpu2 = sys.nodes[GPU][g2]
         if p2p and s.ignore_disabled_p2p != 2 and gpu1.parent is not gpu2.parent and s.p2p_blocked:
@@ -895,6 +880,18 @@ class Topo:
                         raise NcclFailure(f"P2P is disabled between NVLINK connected GPUs {a} and {b}.")
                     p2p = 0
         return p2p, inter_rank
+
+    def p2p_level(self) -> int:
+        """The worst path type ncclTopoCheckP2p allows P2P over: NCCL_P2P_LEVEL, default PXB (SYS on
+        AMD x86 with at most 2 devices)."""
+        sys = self.sys
+        level = PATH_PXB
+        c0 = sys.nodes[CPU][0]
+        if c0.arch == ARCH_X86 and c0.vendor == VENDOR_AMD and len(sys.nodes[DEV]) <= 2:
+            level = PATH_SYS
+        if self.s.p2p_level is not None:
+            level = self.s.p2p_level
+        return level
 
     def check_net(self, rank1: int, rank2: int) -> int:
         """``ncclTopoCheckNet``: 1 when both GPUs reach a NIC (<= PXB) faster than each other."""

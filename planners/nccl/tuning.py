@@ -16,6 +16,8 @@ from typing import Optional, Sequence
 
 from gpucomm.probes.errors import InputError
 
+from gpucomm.planners.nccl.names import BALANCED_TREE, PATH_NAMES, PATTERN_NAMES, TREE
+
 ALGOS = ("tree", "ring", "nvls", "nvls_tree", "pat")   # NCCL order minus CollNet (tuning.cc ncclTopoTuneModel)
 
 PROTOS = ("LL", "LL128", "Simple")
@@ -70,28 +72,12 @@ TREE_CORRECTION = (
 # nBytes/(nChannels*nRanks) >= 64 ("plateau effect", ncclTopoGetAlgoTime, tuning.cc:630-655).
 RING_PLATEAU = (1.9, 1.4)
 
-PATH_ORDER = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS", "NET", "DIS")
-
-# Speed ladders of ncclTopoCompute (search.cc ncclTopoCompute speedArray), GB/s per channel.
-SPEEDS_INTRA = {80: (40, 30, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3),
-                90: (60, 50, 40, 30, 24, 20, 15, 12, 11, 6, 3),
-                100: (90, 80, 70, 60, 50, 45, 40, 30, 24, 20, 19, 18)}
-
-SPEEDS_INTER = {80: (48, 30, 28, 24, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3, 2.4, 1.2, 0.24, 0.12),
-                90: (48, 45, 42, 40, 30, 24, 22, 20, 17.5, 15, 12, 6, 3, 2.4, 1.2, 0.24, 0.12),
-                100: (96, 86, 80, 48, 45.1, 42, 40, 30, 24, 22, 20, 17.5, 15, 12, 6, 3, 2.4, 1.2, 0.24, 0.12)}
-
-MAX_RING_CHANNELS = 32  # ring graph maxChannels = MAXCHANNELS/2 (graph.h MAXCHANNELS)
+PATH_ORDER = PATH_NAMES
 
 def compcap_index(cc: int) -> int:
     """Volta 0 / Ampere 1 / Hopper 2 / Blackwell 3 by minimum compute capability (tuning.cc ncclTopoTuneModel)."""
     return 3 if cc >= 100 else 2 if cc >= 90 else 1 if cc >= 80 else 0
 
-def _ladder(table: dict, cc: int) -> tuple:
-    return table[100] if cc >= 100 else table[90] if cc >= 90 else table[80]
-
-def _log2i(x: int) -> int:
-    return int(x).bit_length() - 1 if x > 0 else 0
 
 def path_rank(t: Optional[str]) -> int:
     try:
@@ -134,7 +120,7 @@ class CommGraph:
     tree_channels: Optional[int] = None
     tree_bw_intra: Optional[float] = None
     tree_bw_inter: Optional[float] = None
-    tree_pattern: str = "BALANCED_TREE"
+    tree_pattern: str = PATTERN_NAMES[BALANCED_TREE]
     nvls_channels: int = 0
     nvls_bw_intra: float = 0.0
     nvls_bw_inter: float = 0.0
@@ -328,7 +314,7 @@ def _bus_bw(g, coll, a, pi, nch, bw_intra, bw_inter, achievable, ll_max, per_tre
             bus = min(bus / 3.8, ll_max)
         if p == "LL128":
             bus = min(bus * (7.0 / 9.0 if nn == 1 else 120.0 / 128.0), nch * per_tree_ll128)
-        if g.tree_pattern == "TREE" and not achievable:
+        if g.tree_pattern == PATTERN_NAMES[TREE] and not achievable:
             # NCCL's discount for a tree whose NET in is its NET out: it steers the choice (kept there),
             # but the achievable layer books each node's NIC load itself (timing.apply: the same per
             # node, whichever NIC a channel leaves by), so the time does not take it twice.  Chosen after
@@ -425,6 +411,15 @@ def nccl_choice(g: CommGraph, coll: str, nbytes: int, allowed: Sequence[str] = A
     NCCL's pick is not among ``cells`` (the caller times it from them)."""
     cells = tuning_table(g, coll) if cells is None else cells
     best = _exact_choice(g, coll, nbytes, allowed) if g.nccl_tuning is not None and coll in _FUNC else None
+    if best is None and g.nccl_tuning is not None and coll in _FUNC:
+        s = g.nccl_tuning.get("settings")
+        if s is not None and (s.algo or s.proto) and _exact_choice(g, coll, nbytes, ALGOS) is None:
+            from gpucomm.probes.errors import PlanInfeasible
+
+            # NCCL accepts the setting and stops at the first collective (enqueue.cc topoGetAlgoInfo)
+            raise PlanInfeasible(f"NCCL finds no algorithm/protocol for {coll}: NCCL_ALGO={s.algo or '(unset)'} "
+                                 f"NCCL_PROTO={s.proto or '(unset)'} leave none (NCCL stops with 'No "
+                                 "algorithm/protocol available')")
     if best is None or (best[1], best[2]) not in cells:
         best = choose(g, coll, nbytes, cells, allowed)
     return best
@@ -470,7 +465,7 @@ def _exact_tables(g: CommGraph) -> "TuneTables":
 COLLS = ("broadcast", "reduce", "all_gather", "reduce_scatter", "all_reduce")   # NCCL_NUM_FUNCTIONS order
 _FUNC = {"broadcast": 0, "reduce": 1, "all_gather": 2, "reduce_scatter": 3, "all_reduce": 4}
 _ALGO_STR = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
-_PROTO_STR = ("LL", "LL128", "Simple")
+_PROTO_STR = PROTOS
 _FUNC_STR = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")
 A_TREE, A_RING, A_CD, A_CC, A_NVLS, A_NVLS_TREE, A_PAT = range(7)
 P_LL, P_LL128, P_SIMPLE = range(3)
@@ -658,7 +653,7 @@ def tune_model(ct: CommTuning) -> TuneTables:
                         bus = _f(min(bus * 1.0 / 3.8, ll_max))
                     if a == A_TREE and p == P_LL128:
                         bus = _f(min(bus * (7.0 / 9.0 if nn == 1 else 120.0 / 128.0), g.n_channels * pc_tree_ll128))
-                    if a == A_TREE and ct.max_tree_pattern == 3:
+                    if a == A_TREE and ct.max_tree_pattern == TREE:
                         bus = _f(bus * .85)
                     if a == A_PAT:
                         bus = _f(bus * .75)

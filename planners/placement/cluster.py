@@ -37,7 +37,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from gpucomm.probes.errors import InputError, PlanInfeasible
 from gpucomm.probes.fabric import SwitchTree, TreeSwitch, parse_topology_conf, tree_from_records
-from gpucomm.probes.formats.slurm_topology import compress_hostlist, count_hostlist, expand_hostlist  # noqa: F401 - re-exported
+from gpucomm.probes.formats.slurm_topology import compress_hostlist, expand_hostlist
 from gpucomm.probes.limits import MAX_HOSTS
 from gpucomm.probes.model import natural_key as _natural
 
@@ -514,8 +514,8 @@ def synth_cluster(nodes: int, topology: str, levels: int = 3, nodes_per_leaf: in
     ``levels``-level fat tree: leaves of ``nodes_per_leaf`` nodes, spines of ``leaves_per_spine``
     leaves, one core above the spines (levels=3); levels=2 puts every leaf under one core;
     levels=1 is a single switch."""
-    if nodes < 1 or nodes > 100_000:
-        raise InputError(f"--nodes {nodes} is out of range", expected="1..100000")
+    if nodes < 1 or nodes > MAX_HOSTS:
+        raise InputError(f"--nodes {nodes} is out of range", expected=f"1..{MAX_HOSTS}")
     if levels not in (1, 2, 3):
         raise InputError(f"--fat-tree {levels}", expected="1, 2 or 3 levels")
     if nodes_per_leaf < 1 or leaves_per_spine < 1:
@@ -559,8 +559,8 @@ def synth_ibnetdiscover(nodes: int, levels: int = 3, nodes_per_leaf: int = 32, l
     switch (1).  Switch descriptions ``MF0;leaf01:MQM9700/U1`` name them as the topology.conf does."""
     from gpucomm.probes.formats.ibnet import write_ibnetdiscover
 
-    if nodes < 1 or nodes > 100_000:
-        raise InputError(f"--nodes {nodes} is out of range", expected="1..100000")
+    if nodes < 1 or nodes > MAX_HOSTS:
+        raise InputError(f"--nodes {nodes} is out of range", expected=f"1..{MAX_HOSTS}")
     width_n = max(2, len(str(nodes)))
     names = [f"{prefix}{i:0{width_n}d}" for i in range(1, nodes + 1)]
     switches: List[dict] = []

@@ -10,8 +10,9 @@ Three layers, each a pure function over plain data:
    every group of ranks that differ only in the masked coordinates (multi-axis tokens such as
    ``'tp-pp'`` mask several axes).
 2. :class:`NodeView` -- what placement needs to know about one node: pair bandwidth between GPUs
-   (from the ``nvidia-smi topo -m`` matrix: NV#, PIX, PXB, PHB, NODE, SYS), NVLink domains, the
-   nearest NIC(s) of each GPU (PIX < PXB < PHB < NODE < SYS, ties broken by rail = same position),
+   (NCCL's path between them in NCCL's system of the node, planners/nccl/sysview.py, weighed by its
+   type), the nvidia-smi code of each pair (NV#, PIX, PXB, PHB, NODE, SYS), NVLink domains, the
+   nearest NIC(s) of each GPU (by NCCL's path from the NIC, ties broken by rail = same position),
    and the NUMA-local CPUs.
 3. :func:`build_plan` -- launchers give a node the contiguous block of ranks
    ``[node*G, (node+1)*G)`` (torchrun ``RANK = GROUP_RANK*LOCAL_WORLD_SIZE + LOCAL_RANK``; srun block
@@ -52,6 +53,8 @@ from gpucomm.probes.errors import InputError, NothingToDo, PlanInfeasible
 from gpucomm.probes.model import canonical_cpulist, format_cpulist, gpu_id, parse_cpulist
 from gpucomm.probes.model import natural_key as _natural
 from gpucomm.probes.topology import Topology
+
+from gpucomm.planners.nccl import names as nccl_names
 
 AXES = ("tp", "cp", "ep", "dp", "pp")
 # Every group Megatron-LM's initialize_model_parallel builds, by our key: (generator, token given to
@@ -300,11 +303,17 @@ def megatron_generators(axes: Dict[str, int], order: str = DEFAULT_ORDER) -> Tup
 
 # ============================================================================================
 # 2. The node: pair bandwidths, NVLink domains, NICs, CPUs
-# Relative cost of PCIe-level paths for ranking GPU sets (not a prediction; the cost model does
-# timing).  NCCL uses direct P2P up to PXB by default (NCCL_P2P_LEVEL default PXB, paths.cc), so PIX
-# and PXB run at the PCIe link rate; PHB/NODE go through host memory (SHM transport), and SYS adds
-# the CPU-CPU link (NCCL's QPI/UPI constants are 6-40 GB/s, topo.h).
-LEVEL_BW_FACTOR = {"PIX": 1.0, "PXB": 0.9, "PHB": 0.6, "NODE": 0.5, "SYS": 0.35, "N/A": 0.3}
+# Relative cost of the paths NCCL takes between two GPUs, by NCCL's path type, for ranking GPU sets
+# (not a prediction; the cost model does timing): NVLink (NVL) and C2C at NCCL's bandwidth; NVB (NCCL
+# relays through a third GPU, over two NVLinks the relay's own traffic needs too) at half; P2P over
+# PCIe (NCCL_P2P_LEVEL default PXB, paths.cc) at the link rate, a little less through a switch
+# hierarchy; PHB/SYS go through host memory (NCCL routes them through the CPU: SHM), SYS also over
+# the CPU-CPU link (already NCCL's path bandwidth); pairs NCCL connects through the NICs (PATH_NET)
+# and anything else least.
+_N = nccl_names
+PATH_BW_FACTOR = {_N.PATH_LOC: 1.0, _N.PATH_NVL: 1.0, _N.PATH_NVB: 0.5, _N.PATH_C2C: 1.0, _N.PATH_PIX: 1.0,
+                  _N.PATH_PXB: 0.9, _N.PATH_P2C: 0.9, _N.PATH_PXN: 0.9, _N.PATH_PHB: 0.6, _N.PATH_SYS: 0.35,
+                  _N.PATH_NET: 0.3, _N.PATH_DIS: 0.0}
 NIC_LEVEL_RANK = {"X": 0, "PIX": 1, "PXB": 2, "PHB": 3, "NODE": 4, "SYS": 5}
 # For NCCL_NET_GDR_LEVEL: nvidia-smi code -> NCCL path name (NODE is PHB for NCCL, nvmlGpuTopologyLevel_t vs paths.cc).
 SMI_TO_NCCL_LEVEL = {"PIX": "PIX", "PXB": "PXB", "PHB": "PHB", "NODE": "PHB", "SYS": "SYS"}
@@ -344,13 +353,14 @@ def compute_nics(nics: Dict[str, dict]) -> Dict[str, dict]:
 
 @dataclass
 class NodeView:
-    """Placement's view of one node: GPU pair bandwidths and levels, NVLink domains, each GPU's
-    NICs, the CPUs of each NUMA node -- all derived from the typed Topology (``topo``)."""
+    """Placement's view of one node: GPU pair bandwidths (from NCCL's paths) and nvidia-smi levels,
+    NVLink domains, each GPU's NICs, the CPUs of each NUMA node -- derived from the typed Topology
+    (``topo``) and NCCL's system of it."""
 
     topo: Topology
     gpus: List[dict]                       # usable GPU records (cleaned), by index
     index: List[int]                       # their NVML indices
-    bw: Dict[Tuple[int, int], float]       # (gpu index a, gpu index b) -> relative GB/s
+    bw: Dict[Tuple[int, int], float]       # (gpu index a, gpu index b) -> relative GB/s (PATH_BW_FACTOR)
     level: Dict[Tuple[int, int], str]      # matrix code between two GPUs (NV#, PIX, ..., SYS)
     nvlink_domains: List[List[int]]        # connected components of NVLink, by GPU index
     nvswitch: bool                         # GPUs meet on NVSwitch(es): uniform all-to-all NVLink
@@ -417,46 +427,19 @@ def _matrix_code(doc: dict, a: str, b: str) -> Optional[str]:
     return v
 
 
-def _switch_chain(parent: Optional[str], switches: Dict[str, dict]) -> List[str]:
-    chain, cur, seen = [], parent, set()
-    while cur and cur not in seen:
-        seen.add(cur)
-        chain.append(cur)
-        cur = (switches.get(cur) or {}).get("parent")
-    return chain
-
-
-def _pci_level_from_tree(doc: dict, da: dict, db: dict) -> Optional[str]:
-    """nvidia-smi level between two devices from the PCI tree (``parent`` chains), without the
-    NVLink override; used where the matrix shows NV# but the PCIe relation is wanted too."""
-    switches = {s["id"]: s for s in doc.get("switches") or [] if isinstance(s, dict) and s.get("id")}
-    ca, cb = _switch_chain(da.get("parent"), switches), _switch_chain(db.get("parent"), switches)
-    if not ca or not cb:
-        na, nb = da.get("numa_node"), db.get("numa_node")
-        if na is not None and nb is not None and na >= 0 and nb >= 0:
-            return "NODE" if na == nb else "SYS"
-        return None
-    common = next((c for c in ca if c in set(cb)), None)
-    if common is None:
-        na, nb = da.get("numa_node"), db.get("numa_node")
-        if na is not None and nb is not None and na != nb:
-            return "SYS"
-        return "NODE"
-    kind = (switches.get(common) or {}).get("kind")
-    if kind == "pcie":
-        below = [c for c in ca[:ca.index(common)] + cb[:cb.index(common)] if (switches.get(c) or {}).get("kind") == "pcie"]
-        return "PIX" if not below else "PXB"
-    if kind == "host_bridge":
-        return "PHB"
-    return "NODE" if common.startswith("CPU") else "PHB"
-
-
 def pcie_level(doc: dict, a: dict, b: dict) -> Optional[str]:
-    """PCIe-level relation of two GPUs even when NVLink hides it in the matrix."""
+    """nvidia-smi's PCIe-level code between two GPUs even when NVLink hides it in the matrix (NVML's
+    view, what go-gpuallocator scores): the matrix's code, else the PCI tree's (probes/matrix.py,
+    the one definition of nvidia-smi's levels); None when the tree does not place them."""
     code = _matrix_code(doc, f"GPU{a['index']}", f"GPU{b['index']}")
     if code and not _nv_count(code) and code not in ("X",):
         return code
-    return _pci_level_from_tree(doc, a, b)
+    from gpucomm.probes.matrix import ancestors, pci_level
+
+    switches = {s["id"]: s for s in doc.get("switches") or [] if isinstance(s, dict) and s.get("id")}
+    level = pci_level(ancestors(a.get("parent"), switches, a.get("numa_node")),
+                      ancestors(b.get("parent"), switches, b.get("numa_node")), switches)
+    return None if level == "N/A" else level
 
 
 def node_view(doc, gpu_subset: Optional[Iterable[int]] = None) -> NodeView:
@@ -494,26 +477,20 @@ def node_view(doc, gpu_subset: Optional[Iterable[int]] = None) -> NodeView:
             key = tuple(sorted((g["index"], o["index"])))
             if key not in p2p_disabled:
                 p2p_disabled.append(key)
+    ns = _nccl_system(topo, index, notes)
     for a in gpus:
         for b in gpus:
             if a is b:
                 continue
             ia, ib = a["index"], b["index"]
-            code = _matrix_code(doc, f"GPU{ia}", f"GPU{ib}") or pcie_level(doc, a, b) or "N/A"
-            level[(ia, ib)] = code
-            nvbw = fab.pair_bw(gpu_id(a), gpu_id(b))
-            n = _nv_count(code)
-            if nvbw > 0:
-                val = nvbw
-            elif n:   # a matrix NV# the NVLink records do not explain: count x NCCL's per-link bw
-                sa, sb = topo.gpu(ia).sm, topo.gpu(ib).sm
-                val = n * min(facts.nvlink_bw_per_link(sa), facts.nvlink_bw_per_link(sb))
-            else:
-                pcie = min(_pcie_bw(topo, ia), _pcie_bw(topo, ib))
-                val = pcie * LEVEL_BW_FACTOR.get(code, 0.3)
-            if tuple(sorted((ia, ib))) in p2p_disabled or ia in mig or ib in mig:
-                # No P2P: NCCL falls back to SHM through host memory (PHB-like at best).
-                val = min(val, _pcie_bw(topo, ia) * LEVEL_BW_FACTOR["NODE"])
+            level[(ia, ib)] = _matrix_code(doc, f"GPU{ia}", f"GPU{ib}") or pcie_level(doc, a, b) or "N/A"
+            # the path NCCL takes between the two (P2P, NVB through a peer, or through the CPU where
+            # P2P is not possible), at its bandwidth (measured where the topology has it)
+            p = ns.path(ns.gpu_of_index(ia), ns.gpu_of_index(ib))
+            val = p.bw * PATH_BW_FACTOR[nccl_names.path_rank(p.type)] if p is not None else 0.0
+            if ia in mig or ib in mig:
+                # No P2P between MIG slices (NCCL does not know MIG): SHM through host memory at best.
+                val = min(val, _pcie_bw(topo, ia) * PATH_BW_FACTOR[nccl_names.PATH_PHB])
             bw[(ia, ib)] = round(val, 4)
     # NVLink domains (connected components over NVLink, MIG GPUs left out).
     ids = [gpu_id(g) for g in gpus if g["index"] not in mig]
@@ -526,11 +503,30 @@ def node_view(doc, gpu_subset: Optional[Iterable[int]] = None) -> NodeView:
     down = sorted((n.name for n in topo.nics if not n.up), key=_natural)
     if down:
         notes.append("NIC(s) with no ACTIVE port left out: " + ", ".join(down))
-    gpu_nics, gpu_nic_level = _nearest_nics(doc, gpus, compute_nics(nics))
+    gpu_nics, gpu_nic_level = _nearest_nics(doc, gpus, compute_nics(nics), ns)
     return NodeView(topo=topo, gpus=gpus, index=index, bw=bw, level=level, nvlink_domains=domains,
                     nvswitch=nvswitch, gpu_nics=gpu_nics, gpu_nic_level=gpu_nic_level, nics=nics,
                     numa_cpus=numa_cpus, all_cpus=all_cpus, p2p_disabled=sorted(p2p_disabled), mig=mig,
                     notes=notes)
+
+
+def _nccl_system(topo: Topology, index: List[int], notes: List[str]):
+    """NCCL's system of the view's GPUs (planners/nccl/sysview.py: the system and paths predict's model
+    of NCCL runs on).  Where NCCL would refuse to start (P2P disabled between NVLinked GPUs), the system
+    NCCL_IGNORE_DISABLED_P2P=1 gives (P2P off there), with a note."""
+    from gpucomm.planners.nccl.ncclxml import NcclFailed
+    from gpucomm.planners.nccl.settings import NcclSettings
+    from gpucomm.planners.nccl.sysview import node_system
+
+    s = NcclSettings.from_env()
+    gpus = None if sorted(index) == sorted(g.index for g in topo.gpus) else index   # the whole node: as it is
+    try:
+        return node_system(topo, gpus, s)
+    except NcclFailed as e:
+        if s.ignore_disabled_p2p:
+            raise
+        notes.append(f"{e}; GPU pairs ranked as with NCCL_IGNORE_DISABLED_P2P=1 (no P2P there)")
+        return node_system(topo, gpus, s.replace(ignore_disabled_p2p=1))
 
 
 def _pcie_bw(topo: Topology, index: int) -> float:
@@ -543,19 +539,24 @@ def _nic_signature(nic: dict) -> tuple:
     return (str(nic.get("link_layer") or "").lower() or None, facts.nic_rate_gbps(nic))
 
 
-def _nearest_nics(doc: dict, gpus: List[dict], nics: Dict[str, dict]) -> Tuple[Dict[int, List[str]], Dict[int, str]]:
-    """Each GPU's nearest NIC(s).  Closest matrix level wins (PIX < PXB < PHB < NODE < SYS); when
-    several GPUs share the same closest set (two GPUs behind one switch with two NICs, or all
-    GPUs of a NUMA node equidistant from its NICs) they are dealt out in order -- the k-th GPU gets
-    the k-th NIC, and more than one each only when they divide evenly -- which is the rail
-    assignment NCCL's rail-optimised networks expect (NCCL_CROSS_NIC, nccl#1591).  A GPU that
-    alone owns several NICs keeps those with the same link layer and rate as its first (a second
-    HCA of the rail), not a storage NIC."""
+def _nearest_nics(doc: dict, gpus: List[dict], nics: Dict[str, dict], ns) -> Tuple[Dict[int, List[str]], Dict[int, str]]:
+    """Each GPU's nearest NIC(s): the best type of NCCL's path from the NIC (its network device in
+    NCCL's system ``ns``; the ports NCCL fuses share theirs) to the GPU wins (PIX < PXB < PHB < SYS,
+    a NIC without GPUDirect RDMA through the CPU, as NCCL routes it); when several GPUs share the
+    same closest set (two GPUs behind one switch with two NICs, or all GPUs of a NUMA node
+    equidistant from its NICs) they are dealt out in order -- the k-th GPU gets the k-th NIC, and
+    more than one each only when they divide evenly -- which is the rail assignment NCCL's
+    rail-optimised networks expect (NCCL_CROSS_NIC, nccl#1591).  A GPU that alone owns several NICs
+    keeps those with the same link layer and rate as its first (a second HCA of the rail), not a
+    storage NIC.  The level reported per GPU is nvidia-smi's code to its first NIC (the matrix's, else
+    by NUMA node)."""
     if not nics:
         return {g["index"]: [] for g in gpus}, {}
     names = sorted(nics, key=_natural)
+    net_of = {part: n for n in ns.nets for part in ns.nodes[n]["name"].split("+")}
     best: Dict[int, Tuple[int, List[str], str]] = {}
     for g in gpus:
+        gid = ns.gpu_of_index(g["index"])
         ranked = []
         for n in names:
             code = _matrix_code(doc, f"GPU{g['index']}", n)
@@ -565,7 +566,8 @@ def _nearest_nics(doc: dict, gpus: List[dict], nics: Dict[str, dict]) -> Tuple[D
                     code = "NODE" if gn == nn else "SYS"
                 else:
                     code = "SYS"
-            ranked.append((NIC_LEVEL_RANK[code], n, code))
+            p = ns.path(net_of[n], gid) if n in net_of and gid is not None else None
+            ranked.append((nccl_names.path_rank(p.type) if p is not None else len(nccl_names.PATH_NAMES), n, code))
         top = min(r[0] for r in ranked)
         tie = [r[1] for r in ranked if r[0] == top]
         code = next(r[2] for r in ranked if r[0] == top)

@@ -43,14 +43,20 @@ from gpucomm.probes.errors import InputError, PlanInfeasible
 
 # --------------------------------------------------------------------------------------------
 # Presets: Meta Llama 3.1 model cards / params.json [recalled; the notes do not list them].
+# Every preset is a Llama 3.1 decoder: RoPE with base 500000 and Llama 3.1's scaling (factor 8),
+# untied input/output embeddings, SwiGLU, RMSNorm (eps 1e-5), GQA with 8 KV heads, no biases, no dropout.
+LLAMA31 = {"rope_base": 500000, "rope_scaling": 8.0, "norm_eps": 1e-5}
 PRESETS: Dict[str, dict] = {
     "llama-8b": {"layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "ffn": 14336, "vocab": 128256,
-                 "params": 8.03e9},
+                 "params": 8.03e9, **LLAMA31},
     "llama-70b": {"layers": 80, "hidden": 8192, "heads": 64, "kv_heads": 8, "ffn": 28672, "vocab": 128256,
-                  "params": 70.6e9},
+                  "params": 70.6e9, **LLAMA31},
     "llama-405b": {"layers": 126, "hidden": 16384, "heads": 128, "kv_heads": 8, "ffn": 53248, "vocab": 128256,
-                   "params": 405.9e9},
+                   "params": 405.9e9, **LLAMA31},
 }
+# A custom model (key=value) is the same Llama-style decoder with Megatron's own defaults for what
+# --model does not set (RoPE base 10000, no scaling, RMSNorm eps 1e-5).
+CUSTOM_SHAPE = {"rope_base": 10000, "rope_scaling": None, "norm_eps": 1e-5}
 PRESET_ALIASES = {"llama3-8b": "llama-8b", "llama3-70b": "llama-70b", "llama3-405b": "llama-405b",
                   "llama-3.1-8b": "llama-8b", "llama-3.1-70b": "llama-70b", "llama-3.1-405b": "llama-405b"}
 # Training-run defaults applied to presets and custom specs alike (overridable in --model).
@@ -138,6 +144,10 @@ def parse_model_spec(text: Optional[str]) -> Optional[dict]:
             raise InputError(f"--model: {k} must be > 0")
     if model["heads"] % model["kv_heads"]:
         raise InputError(f"--model: heads={model['heads']} is not a multiple of kv_heads={model['kv_heads']}")
+    if model["hidden"] % model["heads"]:   # Megatron: kv_channels = hidden / heads (validate_args)
+        raise InputError(f"--model: hidden={model['hidden']} is not a multiple of heads={model['heads']}")
+    for k, v in CUSTOM_SHAPE.items():
+        model.setdefault(k, v)
     if model["experts"] and not (1 <= model["topk"] <= model["experts"]):
         raise InputError(f"--model: topk={model['topk']} must be 1..experts={model['experts']}")
     if "params" not in model:
@@ -427,19 +437,93 @@ def _divisors(n: int) -> List[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
 
+def pipeline_split(layers: int, pp: int, vpp: Optional[int] = None) -> Optional[Tuple[int, int, int]]:
+    """``(first, middle, last)`` layers per pipeline stage (``middle``: each of the ``pp - 2`` middle
+    stages) for Megatron: ``layers/pp`` each when it divides, else the most balanced uneven split
+    Megatron takes (``--decoder-first/last-pipeline-num-layers``; the middle stages even; every stage
+    at least one layer; with ``vpp``, every stage's count a multiple of it), None when there is none.
+
+    >>> pipeline_split(80, 4), pipeline_split(80, 3), pipeline_split(126, 16)
+    ((20, 20, 20), (27, 26, 27), (7, 8, 7))
+    """
+    v = vpp if vpp and vpp > 1 else 1
+    if pp < 1 or layers < pp * v:
+        return None
+    if layers % pp == 0:
+        q = layers // pp
+        return (q, q, q) if q % v == 0 else None
+    if pp == 2:
+        splits = [(f, 0, layers - f) for f in range(1, layers)]
+    else:
+        splits = []
+        for mid in {layers // pp, -(-layers // pp)}:
+            rest = layers - mid * (pp - 2)
+            if mid >= 1 and rest >= 2:
+                splits += [(f, mid, rest - f) for f in range(1, rest)]
+    splits = [s for s in splits if all(x % v == 0 for x in s)]
+    if not splits:
+        return None
+    # the least loaded busiest stage; then first and last as even as they can be, the smaller first
+    # (the first stage holds the embedding too)
+    return min(splits, key=lambda s: (max(s), abs(s[0] - s[2]), s[0] > s[2]))
+
+
+def megatron_refusal(model: dict, axes: Dict[str, int], vpp: Optional[int] = None) -> Optional[str]:
+    """Why Megatron-LM (``megatron/training/arguments.py`` validate_args), Megatron-Core
+    (TransformerConfig, the tensor-parallel layers' ``divide``) or ``parallel_state`` would refuse
+    ``model`` laid out as ``axes``; None when they accept it.  The checks, in their words:
+
+    * heads a multiple of tp; query groups (KV heads) a multiple or a divisor of tp;
+    * the MLP width (and the experts' width) a multiple of tp (etp): ColumnParallelLinear divides it;
+    * layers over pp: evenly, or an uneven split with first/last stages (:func:`pipeline_split`),
+      each stage a multiple of the virtual stages with interleaving (vpp needs pp > 2);
+    * context parallelism: seq a multiple of 2*cp; sequence parallelism (every tp > 1 here, and
+      required with MoE): seq/cp a multiple of tp;
+    * experts a multiple of ep, ep > 1 only with experts; etp*ep | tp*cp*dp (the expert layout);
+    * the global batch a multiple of micro-batch * dp."""
+    tp, cp, dp, pp, ep = axes["tp"], axes["cp"], axes["dp"], axes["pp"], axes["ep"]
+    etp = axes.get("etp") or tp
+    heads, groups, seq = model["heads"], model["kv_heads"], model["seq"]
+    if heads % tp:
+        return f"{heads} attention heads are not a multiple of tp={tp}"
+    if groups % tp and tp % groups:
+        return f"{groups} query groups (KV heads) are neither a multiple nor a divisor of tp={tp}"
+    if model["ffn"] % tp:
+        return f"the MLP width {model['ffn']} is not a multiple of tp={tp}"
+    if model.get("experts") and model["ffn"] % etp:
+        return f"the experts' MLP width {model['ffn']} is not a multiple of etp={etp}"
+    if vpp is not None and vpp > 1 and pp <= 2:
+        return f"--vpp {vpp} (interleaved pipeline) needs pp > 2 (pp={pp}; with --overlap-p2p-comm pp > 1)"
+    if pipeline_split(model["layers"], pp, vpp) is None:
+        if vpp is not None and vpp > 1:
+            return (f"{model['layers']} layers over pp={pp} do not split into {vpp} equal virtual stages per "
+                    "pipeline rank")
+        return f"{model['layers']} layers do not split over pp={pp} (every stage needs a layer)"
+    if cp > 1 and seq % (2 * cp):
+        return f"seq={seq} is not a multiple of 2*cp = {2 * cp} (context parallelism)"
+    if tp > 1 and (seq // cp) % tp:
+        return f"seq/cp = {seq // cp} is not a multiple of tp={tp} (sequence parallelism)"
+    if model.get("experts"):
+        if model["experts"] % ep:
+            return f"{model['experts']} experts are not a multiple of ep={ep}"
+    elif ep > 1:
+        return f"ep={ep} without experts (--num-experts)"
+    if (tp * cp * dp) % (etp * ep):
+        return f"etp*ep = {etp * ep} does not divide tp*cp*dp = {tp * cp * dp} (expert layout)"
+    if model["gbs"] % (model["mbs"] * dp):
+        return f"gbs={model['gbs']} is not a multiple of mbs*dp = {model['mbs'] * dp}"
+    return None
+
+
 def candidate_axes(model: dict, total: int, gpn: int, fixed: Dict[str, Optional[int]],
                    uneven_pp: bool = False) -> List[Dict[str, int]]:
-    """Every (tp, cp, ep, dp, pp) with ``tp*cp*dp*pp = total`` and ``ep | dp*cp`` that Megatron accepts for ``model``:
-    tp divides the GPUs per node and the heads and KV groups, pp divides the layers (or, with
-    ``uneven_pp``, leaves every stage at least one layer: Megatron's
-    --decoder-first/last-pipeline-num-layers), cp keeps 2*cp | seq (load-balanced causal CP), ep
-    divides the experts (1 for dense models), integer micro-batches.  Axes in ``fixed``
-    (non-None) are kept as given."""
+    """Every (tp, cp, ep, dp, pp) with ``tp*cp*dp*pp = total`` and ``ep | dp*cp`` that Megatron accepts for ``model``
+    (:func:`megatron_refusal`), tp dividing the GPUs per node; pp divides the layers, or, with
+    ``uneven_pp`` or an explicit --pp, splits them unevenly as Megatron's
+    --decoder-first/last-pipeline-num-layers do.  Axes in ``fixed`` (non-None) are kept as given."""
     out = []
     for tp in _divisors(gpn):
         if fixed.get("tp") and tp != fixed["tp"]:
-            continue
-        if model["heads"] % tp or (model["kv_heads"] % tp and tp % model["kv_heads"]):
             continue
         rest_tp = total // tp if total % tp == 0 else None
         if rest_tp is None:
@@ -447,20 +531,16 @@ def candidate_axes(model: dict, total: int, gpn: int, fixed: Dict[str, Optional[
         for pp in _divisors(rest_tp):
             if fixed.get("pp") and pp != fixed["pp"]:
                 continue
-            if model["layers"] % pp and not fixed.get("pp") and not (uneven_pp and pp <= model["layers"]):
-                continue  # an explicit --pp may split layers unevenly (Megatron --decoder-first/last-...)
+            if model["layers"] % pp and not fixed.get("pp") and not uneven_pp:
+                continue
             rest_pp = rest_tp // pp
             for cp in _divisors(rest_pp):
                 if fixed.get("cp") and cp != fixed["cp"]:
                     continue
                 if not fixed.get("cp") and cp > 8:
                     continue
-                if cp > 1 and model["seq"] % (2 * cp):
-                    continue
                 dp = rest_pp // cp
                 if fixed.get("dp") and dp != fixed["dp"]:
-                    continue
-                if model["gbs"] % (model["mbs"] * dp):
                     continue
                 # Megatron carves the expert-parallel ranks out of dp*cp: etp*ep | tp*dp*cp.
                 etp = fixed.get("etp") or tp
@@ -469,9 +549,9 @@ def candidate_axes(model: dict, total: int, gpn: int, fixed: Dict[str, Optional[
                 for ep in eps:
                     if fixed.get("ep") and ep != fixed["ep"]:
                         continue
-                    if model.get("experts") and model["experts"] % ep:
-                        continue
-                    out.append({"tp": tp, "cp": cp, "ep": ep, "dp": dp, "pp": pp, "etp": etp})
+                    axes = {"tp": tp, "cp": cp, "ep": ep, "dp": dp, "pp": pp, "etp": etp}
+                    if megatron_refusal(model, axes) is None:
+                        out.append(axes)
     return out
 
 
@@ -510,10 +590,11 @@ def fit_suggestion(model: dict, gpn: int, nodes: int, capacity: Optional[int],
 
 def rank_factorizations(view, nodes: int, gpn: int, model: dict, order: str,
                         fixed: Optional[Dict[str, Optional[int]]] = None, top: int = 5,
-                        gpus: Optional[List[int]] = None) -> List[dict]:
+                        gpus: Optional[List[int]] = None, force: bool = False) -> List[dict]:
     """The ``top`` best candidates, best first: those that fit in memory by estimated step time
     (compute + bubble + exposed communication, every collective timed by predict's model,
-    :func:`collective_time`), then those that do not fit by memory need.
+    :func:`collective_time`), then those that do not fit by memory need (PlanInfeasible when none
+    fits, unless ``force``).
 
     Every candidate is ranked by that one model, but timed only as far as it takes to know it cannot
     be among the first ``top``: candidates go in order of their compute + bubble time, and one stops
@@ -554,10 +635,11 @@ def rank_factorizations(view, nodes: int, gpn: int, model: dict, order: str,
             why.append(f"tp={fixed['tp']} does not divide {model['heads']} heads")
         if fixed.get("dp") and model["gbs"] % (model["mbs"] * fixed["dp"]):
             why.append(f"gbs={model['gbs']} is not a multiple of mbs*dp = {model['mbs'] * fixed['dp']}")
-        raise PlanInfeasible(f"no factorization of {total} GPUs suits {model['name']}: "
+        raise PlanInfeasible(f"no factorization of {total} GPUs suits {model['name']} as Megatron-LM checks it: "
                              + ("; ".join(why) if why else
-                                f"needs tp | heads ({model['heads']}) and GPUs per node, pp | layers ({model['layers']}), "
-                                f"mbs*dp | gbs ({model['mbs']}, {model['gbs']})"))
+                                f"needs tp | heads ({model['heads']}), KV groups ({model['kv_heads']}), the MLP width "
+                                f"and GPUs per node, layers ({model['layers']}) split over pp, "
+                                f"tp*cp | seq ({model['seq']}), mbs*dp | gbs ({model['mbs']}, {model['gbs']})"))
 
     def shape(p: dict) -> Tuple:
         return (p["tp"] * p["pp"] * p["cp"] * p["ep"], p["tp"], p["pp"], p["cp"], p["ep"])
@@ -568,12 +650,10 @@ def rank_factorizations(view, nodes: int, gpn: int, model: dict, order: str,
         return (0 if fits in (True, None) else 1,
                 est["step_time_s"] if fits in (True, None) else est["memory"]["per_gpu_bytes"]) + shape(r["parallelism"])
 
-    if all(c["parts"]["fits"] is False for c in cands):
+    if all(c["parts"]["fits"] is False for c in cands) and not force:
         best = min(cands, key=lambda c: (c["parts"]["memory"]["total"],) + shape(c["parallelism"]))["parts"]
-        need, cap = best["memory"]["total"] / 2**30, best["capacity"] / 2**30
-        raise PlanInfeasible(f"{model['name']} does not fit on {total} GPUs: the leanest layout needs "
-                             f"{need:.1f} GiB per GPU, {cap:.1f} GiB available ({need - cap:.1f} GiB short); "
-                             + fit_suggestion(model, gpn, nodes, best["capacity"], fixed))
+        raise PlanInfeasible(does_not_fit(model, {"per_gpu_bytes": int(best["memory"]["total"]),
+                                                  "capacity_bytes": best["capacity"]}, gpn, nodes, fixed))
     top = max(1, top)
     lc = layout_cost(view)
     rows: List[dict] = []
@@ -619,12 +699,23 @@ def rank_factorizations(view, nodes: int, gpn: int, model: dict, order: str,
             rows.append({"parallelism": c["parallelism"], "local_gpus": c["local_gpus"], "estimate": est})
     for why in failed:
         view.notes.append(f"candidate factorizations with a group NCCL cannot run left out ({why})")
-    if not any(r["estimate"]["memory"]["fits"] is not False for r in rows):
+    if (fitting and not any(r["estimate"]["memory"]["fits"] is not False for r in rows)) or not rows:
         raise PlanInfeasible(f"no layout of {model['name']} on {total} GPUs that fits can run: NCCL would fail "
                              "to initialise a group of every one")
     for i, r in enumerate(rows, 1):
         r["rank"] = i
     return rows
+
+
+def does_not_fit(model: dict, memory: dict, gpn: int, nodes: int, fixed: Optional[Dict[str, Optional[int]]] = None,
+                 layout: Optional[str] = None) -> str:
+    """Why ``model`` does not fit (``memory``: a step estimate's memory, fits False): one sentence
+    for the ranked path (the leanest layout) and for sizes given explicitly (``layout``) alike."""
+    need, cap = memory["per_gpu_bytes"] / 2**30, memory["capacity_bytes"] / 2**30
+    what = f"as {layout}" if layout else "the leanest layout"
+    return (f"{model['name']} does not fit on {nodes * gpn} GPUs: {what} needs {need:.1f} GiB per GPU, "
+            f"{cap:.1f} GiB available ({need - cap:.1f} GiB short); "
+            + fit_suggestion(model, gpn, nodes, memory["capacity_bytes"], fixed))
 
 
 # --------------------------------------------------------------------------------------------
@@ -635,10 +726,14 @@ def megatron_arguments(parallelism: dict, model: Optional[dict] = None, vpp: Opt
 
     Megatron derives the data-parallel size (world / (tp*cp*pp)) and the expert data-parallel size
     itself; the order is ``tp-cp-ep-dp-pp`` unless ``--use-tp-pp-dp-mapping`` (``tp-cp-ep-pp-dp``,
-    which Megatron allows only without CP and EP).  MoE with TP needs ``--sequence-parallel``;
-    ``--num-experts`` must be a multiple of EP.  Interleaving (``vpp`` virtual stages per pipeline
-    rank) needs pp > 2 (without ``--overlap-p2p-comm``) and, with a model, layers/pp divisible by
-    vpp: then ``--num-layers-per-virtual-pipeline-stage``, else ``--num-virtual-stages-per-pipeline-rank``.
+    which Megatron allows only without CP and EP).  TP > 1 gets ``--sequence-parallel`` (MoE with TP
+    needs it; the memory estimate assumes it).  With a model, a layout Megatron would refuse
+    (:func:`megatron_refusal`) is PlanInfeasible; layers that do not divide by pp get
+    ``--decoder-first/last-pipeline-num-layers`` (:func:`pipeline_split`); interleaving (``vpp``
+    virtual stages per pipeline rank) needs pp > 2 and gives ``--num-layers-per-virtual-pipeline-stage``
+    for even stages, else ``--num-virtual-stages-per-pipeline-rank``; and the model's own shape
+    flags follow (RoPE, untied embeddings, SwiGLU, RMSNorm, GQA groups, widths, vocabulary, no
+    biases or dropout), since Megatron's defaults describe another model.
 
     >>> a = megatron_arguments({"tp": 2, "cp": 1, "ep": 4, "dp": 4, "pp": 1, "etp": 2, "edp": 1,
     ...                         "order": "tp-cp-ep-dp-pp"})
@@ -663,41 +758,56 @@ def megatron_arguments(parallelism: dict, model: Optional[dict] = None, vpp: Opt
     elif canonical != ["tp", "cp", "ep", "dp", "pp"]:
         notes.append(f"order {order}: Megatron's command line offers tp-cp-ep-dp-pp and --use-tp-pp-dp-mapping "
                      f"only; pass order={order!r} to megatron.core.parallel_state.initialize_model_parallel")
-    moe = e > 1 or bool(model and model.get("experts"))
-    if moe and t > 1:
-        args.append(["--sequence-parallel", None])   # Megatron: MoE + TP needs sequence parallelism
+    if t > 1:
+        # Megatron: MoE with TP needs sequence parallelism; for dense models it is what the memory
+        # estimate assumes (activations / tp) -- and Megatron-LM's own Llama recipes set it
+        args.append(["--sequence-parallel", None])
+    if model:
+        why = megatron_refusal(model, dict(p, etp=et), vpp)
+        if why:
+            raise PlanInfeasible(f"Megatron-LM would refuse {model['name']} with tp={t} cp={c} ep={e} pp={pp}"
+                                 + (f" vpp={vpp}" if vpp and vpp > 1 else "") + f": {why}")
     if model and model.get("experts"):
-        if model["experts"] % e:
-            raise PlanInfeasible(f"{model['experts']} experts are not a multiple of ep={e} (Megatron)")
         args += [["--num-experts", model["experts"]], ["--moe-router-topk", model["topk"]]]
     elif e > 1:
         notes.append(f"add --num-experts N (a multiple of ep={e}) for your MoE model"
                      + ("; Megatron-Core allows linear biases in MoE layers only with expert TP 1: "
                         "add --disable-bias-linear" if et > 1 else ""))
+    if vpp is not None and vpp < 1:
+        raise InputError(f"--vpp {vpp}", expected="an integer >= 1")
+    if vpp is not None and vpp > 1 and pp <= 2:
+        raise PlanInfeasible(f"--vpp {vpp} (interleaved pipeline) needs pp > 2 in Megatron (pp={pp}; with "
+                             "--overlap-p2p-comm pp > 1)")
+    split = pipeline_split(model["layers"], pp, vpp) if model else None
+    if split is not None and len(set(split)) > 1:
+        args += [["--decoder-first-pipeline-num-layers", split[0]], ["--decoder-last-pipeline-num-layers", split[2]]]
+        notes.append(f"{model['layers']} layers over pp={pp}: {split[0]} on the first stage, {split[1]} on each "
+                     f"middle one, {split[2]} on the last")
     if vpp is not None and vpp > 1:
-        if pp <= 2:
-            raise PlanInfeasible(f"--vpp {vpp} (interleaved pipeline) needs pp > 2 in Megatron (pp={pp}; with "
-                                 "--overlap-p2p-comm pp > 1)")
-        if model:
-            layers = model["layers"]
-            if layers % pp or (layers // pp) % vpp:
-                raise PlanInfeasible(f"--vpp {vpp}: {layers} layers over pp={pp} do not split into {vpp} equal "
-                                     "virtual stages per pipeline rank (Megatron)")
-            args.append(["--num-layers-per-virtual-pipeline-stage", layers // pp // vpp])
+        if split is not None and split[0] == split[1] == split[2]:
+            args.append(["--num-layers-per-virtual-pipeline-stage", split[1] // vpp])
         else:
             args.append(["--num-virtual-stages-per-pipeline-rank", vpp])
-    elif vpp is not None and vpp < 1:
-        raise InputError(f"--vpp {vpp}", expected="an integer >= 1")
     if model:
         args += [["--num-layers", model["layers"]], ["--hidden-size", model["hidden"]],
                  ["--ffn-hidden-size", model["ffn"]], ["--num-attention-heads", model["heads"]]]
         if model["kv_heads"] != model["heads"]:
             args += [["--group-query-attention", None], ["--num-query-groups", model["kv_heads"]]]
-        # the Llama-style decoder count_params() describes: SwiGLU MLP, RMSNorm, no linear biases
-        # (Megatron-Core also refuses MoE biases with expert TP > 1)
-        args += [["--swiglu", None], ["--normalization", "RMSNorm"], ["--disable-bias-linear", None]]
+        # the Llama-style decoder count_params() describes: RoPE, untied embeddings, SwiGLU MLP,
+        # RMSNorm, no linear biases (Megatron-Core also refuses MoE biases with expert TP > 1), no
+        # dropout; Megatron's defaults are learned absolute positions, tied embeddings, GeLU,
+        # LayerNorm, biases and 0.1 dropout
+        args += [["--position-embedding-type", "rope"], ["--rotary-base", model.get("rope_base") or 10000]]
+        if model.get("rope_scaling"):
+            args += [["--use-rope-scaling", None], ["--rope-scaling-factor", model["rope_scaling"]]]
+        args += [["--untie-embeddings-and-output-weights", None], ["--swiglu", None],
+                 ["--normalization", "RMSNorm"], ["--norm-epsilon", model.get("norm_eps") or 1e-5],
+                 ["--disable-bias-linear", None], ["--attention-dropout", 0.0], ["--hidden-dropout", 0.0]]
         args += [["--seq-length", model["seq"]], ["--max-position-embeddings", model["seq"]],
+                 ["--vocab-size", model["vocab"]],
                  ["--micro-batch-size", model["mbs"]], ["--global-batch-size", model["gbs"]]]
+        notes.append(f"--vocab-size {model['vocab']} is the model's; Megatron takes the vocabulary from the tokenizer "
+                     "(--tokenizer-type/--tokenizer-model) when one is given, and pads it to a multiple of 128*tp")
         if model["dtype"] in ("bf16", "bfloat16"):
             args.append(["--bf16", None])
         elif model["dtype"] in ("fp16", "float16"):
@@ -707,23 +817,37 @@ def megatron_arguments(parallelism: dict, model: Optional[dict] = None, vpp: Opt
     return {"args": args, "notes": notes}
 
 
-def deepspeed_config(parallelism: dict, model: Optional[dict] = None) -> dict:
+# DeepSpeed's PipelineEngine (deepspeed/runtime/pipe/engine.py) asserts a ZeRO stage below 2:
+# "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism".
+DEEPSPEED_PIPELINE_MAX_ZERO = 1
+
+
+def deepspeed_config(parallelism: dict, model: Optional[dict] = None, notes: Optional[List[str]] = None) -> dict:
     """A DeepSpeed config (``ds_config.json``) consistent with the plan: DeepSpeed's batch rule
     ``train_batch_size = train_micro_batch_size_per_gpu * gradient_accumulation_steps * data-parallel
     size`` with the plan's dp (DeepSpeed counts dp*cp ranks as data parallel when no sequence/context
     engine is used, so the plan's dp is what it divides by), ZeRO stage and precision from
-    ``--model`` (defaults: micro-batch 1, no accumulation, ZeRO-1, bf16)."""
+    ``--model`` (defaults: :data:`RUN_DEFAULTS`' global batch, micro-batch 1, ZeRO-1, bf16; without
+    a model the global batch is the default rounded up to a multiple of dp).  With pipeline
+    parallelism the ZeRO stage is at most 1 (DeepSpeed's pipeline engine refuses 2 and 3).
+    What was changed from the request is said in ``notes``."""
+    notes = notes if notes is not None else []
     dp = parallelism["dp"] * parallelism["cp"]
-    mbs = (model or {}).get("mbs", 1)
-    gbs = (model or {}).get("gbs", mbs * dp)
+    mbs = (model or {}).get("mbs", RUN_DEFAULTS["mbs"])
+    gbs = model["gbs"] if model is not None else -(-RUN_DEFAULTS["gbs"] // (mbs * dp)) * mbs * dp
     if gbs % (mbs * dp):
         raise PlanInfeasible(f"global batch {gbs} is not a multiple of micro-batch*dp = {mbs * dp}")
-    dtype = (model or {}).get("dtype", "bf16")
+    dtype = (model or {}).get("dtype", RUN_DEFAULTS["dtype"])
+    zero = min(3, (model or {}).get("zero", RUN_DEFAULTS["zero"]))
+    if parallelism["pp"] > 1 and zero > DEEPSPEED_PIPELINE_MAX_ZERO:
+        notes.append(f"DeepSpeed config: ZeRO stage {DEEPSPEED_PIPELINE_MAX_ZERO} instead of {zero}: DeepSpeed's "
+                     f"pipeline engine refuses ZeRO 2 and 3 with pipeline parallelism (pp={parallelism['pp']})")
+        zero = DEEPSPEED_PIPELINE_MAX_ZERO
     cfg = {
         "train_batch_size": gbs,
         "train_micro_batch_size_per_gpu": mbs,
         "gradient_accumulation_steps": gbs // (mbs * dp),
-        "zero_optimization": {"stage": min(3, (model or {}).get("zero", 1))},
+        "zero_optimization": {"stage": zero},
         "bf16": {"enabled": dtype in ("bf16", "bfloat16")},
         "fp16": {"enabled": dtype in ("fp16", "float16")},
         "gradient_clipping": 1.0,

@@ -58,23 +58,24 @@ from typing import Any, Optional
 from gpucomm.probes import facts
 from gpucomm.probes.errors import InputError, TopologyError
 from gpucomm.probes.facts import PCI_GT_TO_GEN, nvlink_bw_per_link, pcie_bw_GBps
-from gpucomm.probes.limits import MAX_GPUS, MAX_NICS
-from gpucomm.probes.model import (cpu_id, cpulist_to_mask, cpumask_to_list, finalize, format_cpulist, gpu_record, host_of,
-                                  is_sentinel_bus_id, link_record, new_document, nic_record, normalize_bus_id,
-                                  parse_cpulist, source_record, switch_record, warn)
+from gpucomm.probes.limits import MAX_GPUS, MAX_NICS, MAX_NVLINKS
+from gpucomm.probes.model import (NCCL_PCI_CLASSES, GraphPattern, cpu_id, cpulist_to_mask, cpumask_to_list, finalize,
+                                  format_cpulist, gpu_record, host_of, is_sentinel_bus_id, link_record, nccl_kv,
+                                  new_document, nic_record, normalize_bus_id, parse_cpulist, source_record,
+                                  switch_record, warn)
 
 # --------------------------------------------------------------------------------------------
 # NCCL constants (topo.h / topo.cc)
 LOC_BW = facts.LOC_BW    # LINK_LOC: pcilink, NIC directly under a CPU
 
 # kvDictPciClass (topo.cc): prefix match, first hit wins, anything else is a PCI node.
-_PCI_CLASS_TYPES = (("0x060400", "PCI"), ("0x068000", "NVS"), ("0x068001", "CPU"), ("0x03", "GPU"), ("0x02", "NIC"))
+_PCI_CLASS_TYPES = NCCL_PCI_CLASSES
 
 # Sentinel NCCL >= 2.30 writes for an NVLink peer it cannot see (older dumps: fffffff:ff:ff.0).
 NVS_SENTINEL = "fffffff:ffff:ff"
 
 # Graph files (graph.h): pattern numbers and graph ids.
-GRAPH_PATTERNS = {1: "BALANCED_TREE", 2: "SPLIT_TREE", 3: "TREE", 4: "RING", 5: "NVLS", 6: "COLLNET_DIRECT"}
+GRAPH_PATTERNS = {int(p): p.name for p in GraphPattern}
 GRAPH_IDS = {0: "ring", 1: "tree", 2: "collnet_chain", 3: "nvls", 4: "collnet_direct"}
 
 # NCCL's parser: names <= 254 chars, values <= 253 chars (MAX_STR_LEN 255 incl. terminator and quote,
@@ -139,7 +140,7 @@ class _Builder:
             limit = MAX_GPUS if tag == "gpu" else MAX_NICS
             if self.devices[tag] > limit:
                 raise InputError(f"more than {limit} <{tag}> devices, the limit per node", self.path, self._line(),
-                                 expected="NCCL's own bound, NCCL_TOPO_MAX_NODES (README: Limits)")
+                                 expected=f"at most {limit} per node (docs/LIMITS.md)")
         node = _Node(tag, {str(k): str(v) for k, v in dict(attrs).items()}, self._line())
         self.stack[-1].children.append(node)
         self.stack.append(node)
@@ -155,6 +156,9 @@ class _Builder:
     def close(self) -> _Node:
         return self.stack[0]
 
+
+# the source detail of an XML NCCL did not write itself (a provider's NCCL_TOPO_FILE for its VMs)
+STATIC_SKELETON = "static skeleton (NCCL_TOPO_FILE)"
 
 def _line_of(text: str, pos: int) -> int:
     return text.count("\n", 0, pos) + 1
@@ -259,11 +263,7 @@ def pci_class_type(cls: Optional[str]) -> Optional[str]:
     """NCCL's node type for a PCI class string (kvDictPciClass, prefix match): PCI, NVS, CPU, GPU, NIC."""
     if cls is None:
         return None
-    c = cls.strip().lower()
-    for prefix, kind in _PCI_CLASS_TYPES:
-        if c.startswith(prefix):
-            return kind
-    return "PCI"
+    return nccl_kv(cls.strip().lower(), _PCI_CLASS_TYPES, "PCI")
 
 
 def parse_link_speed(value: Optional[str]) -> tuple[Optional[int], bool]:
@@ -275,9 +275,9 @@ def parse_link_speed(value: Optional[str]) -> tuple[Optional[int], bool]:
     if value is None or not str(value).strip():
         return None, True
     s = str(value)
-    for key, lane in facts.NCCL_PCI_GEN_SPEEDS:
-        if s.startswith(key):
-            return facts.pcie_gen_of_lane(lane), True
+    lane = nccl_kv(s, facts.NCCL_PCI_GEN_SPEEDS, None)
+    if lane is not None:
+        return facts.pcie_gen_of_lane(lane), True
     m = re.match(r"\s*(\d+(?:\.\d+)?)\s*GT/s", s, re.I)
     if m:
         return PCI_GT_TO_GEN.get(float(m.group(1))), False
@@ -373,6 +373,10 @@ class _Ctx:
                 warn(self.doc, f"link_speed {raw!r} ({self.where(line)}) is not a PCIe speed; treated as unknown")
         width = _int(attrs.get("link_width"))
         if width is not None and width <= 0:
+            if "width" not in self.speed_warned:
+                self.speed_warned.add("width")
+                warn(self.doc, f"link_width {attrs.get('link_width')!r} ({self.where(line)}) is not a PCIe width "
+                               "(VMs report 0): NCCL counts it as x16; the width is unknown")
             width = None  # NCCL: width 0 (unknown) counts as x16
         return gen, width
 
@@ -457,7 +461,7 @@ def _one_host(root: _Node, system: _Node, path: Optional[str], flatten: bool, ma
     if ctx.unclassified:
         warn(doc, f"{ctx.unclassified} PCI device(s) have no class and no children: kept as untyped pci_devices "
                   "(NCCL fills the class from sysfs on the real host)")
-    kind = "dump (NCCL_TOPO_DUMP_FILE)" if ctx.dump else "static skeleton (NCCL_TOPO_FILE)"
+    kind = "dump (NCCL_TOPO_DUMP_FILE)" if ctx.dump else STATIC_SKELETON
     doc["sources"].append(source_record("nccl-xml", "ok", f"NCCL topology XML, {kind}"))
     if flatten:
         flatten_bcm(doc)
@@ -577,6 +581,9 @@ def _add_cpu(ctx: _Ctx, el: _Node) -> None:
     if numaid is None:
         warn(doc, f"<cpu> ({ctx.where(el.line)}) has no integer numaid; read as numaid -1")
         numaid = -1
+    elif numaid < 0:
+        warn(doc, f"<cpu numaid={numaid}> ({ctx.where(el.line)}): no NUMA node (NCCL writes -1 in VMs); the NUMA "
+                  "node of its GPUs and NICs is unknown")
     if a.get("host_hash"):
         ctx.host_hashes.add(a["host_hash"].strip().lower())
     cpus: Optional[list[int]] = None
@@ -834,6 +841,9 @@ def _add_nic_group(ctx: _Ctx, nic_el: Optional[_Node], bus: Optional[str], paren
         existing = next((r for r in group if r["name"] == name), None) if bus else \
             next((r for r in doc["nics"] if r["name"] == name and r["parent"] == parent and r["pci_bus_id"] is None), None)
         port = _net_port(na)
+        if na.get("speed") is not None and port["rate_gbps"] is None:
+            warn(doc, f"<net name={name!r}> ({ctx.where(net.line)}) speed {na['speed'][:40]!r} is not a positive "
+                      "number of Mb/s; its rate is unknown")
         if existing is not None:
             existing["ports"].append(port)
             continue
@@ -949,6 +959,10 @@ def _add_nvlinks_and_c2c(ctx: _Ctx) -> None:
             target_raw = (a.get("target") or "").strip().lower()
             if count is None or count <= 0:
                 warn(doc, f"GPU{rec['index']}: <nvlink> at line {el.line} has no positive count; ignored")
+                continue
+            if count > MAX_NVLINKS:
+                warn(doc, f"GPU{rec['index']}: <nvlink> at line {el.line} has count {count}, more than the "
+                          f"{MAX_NVLINKS} links a GPU can have; ignored")
                 continue
             sentinel = is_sentinel_bus_id(target_raw)
             tbus = None if sentinel else normalize_bus_id(target_raw)

@@ -48,13 +48,14 @@ import re
 from typing import Any, Optional
 
 from gpucomm.probes.errors import InputError
+from gpucomm.probes.model import GraphPattern, PathType
 
 SCHEMA = "gpucomm.nccllog/v1"
 
 # graph.h NCCL_TOPO_PATTERN_*.
-PATTERNS = {1: "balanced_tree", 2: "split_tree", 3: "tree", 4: "ring", 5: "nvls", 6: "collnet_direct"}
-TREE_PATTERNS = (1, 2, 3)
-PATH_TYPES = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS", "NET", "DIS")
+PATTERNS = {int(p): p.name.lower() for p in GraphPattern}
+TREE_PATTERNS = (int(GraphPattern.BALANCED_TREE), int(GraphPattern.SPLIT_TREE), int(GraphPattern.TREE))
+PATH_TYPES = tuple(t.name for t in PathType)
 MAX_WARNINGS = 50
 MAX_NCCL_WARNINGS = 20
 
@@ -67,7 +68,9 @@ _F = r"\d{1,12}(?:\.\d*)?"
 # NCCL formats each debug message into a 1024-byte buffer (debug.cc ncclDebugLog): a longer line,
 # such as "Trees" over 48+ channels, ends cut at 1023 characters.
 NCCL_LINE_MAX = 1023
-_PREFIX = re.compile(r"(?P<host>[^\s:\[\]]+):(?P<pid>" + _I + r"):(?P<tid>" + _I + r") \[(?P<dev>" + _N +
+# The host starts where its run of host characters starts (the look-behind): a search then crosses a
+# long run once, not once per character of it (linear in the line).
+_PREFIX = re.compile(r"(?<![^\s:\[\]])(?P<host>[^\s:\[\]]+):(?P<pid>" + _I + r"):(?P<tid>" + _I + r") \[(?P<dev>" + _N +
                      r")\] NCCL (?P<level>INFO|WARN|TRACE|ABORT)\b ?")
 _VERSION = re.compile(r"\bNCCL version (?P<v>" + _I + r"\." + _I + r"\." + _I + r"[\w.+-]*)")
 _TESTS_RANK = re.compile(
@@ -1063,7 +1066,7 @@ def log_document(parsed: dict, path: Optional[str] = None) -> dict:
     several; ``nccl``: the version, the ``NCCL_*`` settings and the MNNVL clique NCCL formed.  No PCI
     tree, NICs or NVLink links: a log does not describe them."""
     from gpucomm.probes import facts
-    from gpucomm.probes.limits import MAX_GPUS
+    from gpucomm.probes.limits import MAX_HOST_GPUS
     from gpucomm.probes.model import fabric_record, finalize, gpu_record, new_document, source_record, warn
 
     doc = new_document(provenance="nccl-log")
@@ -1095,9 +1098,9 @@ def log_document(parsed: dict, path: Optional[str] = None) -> dict:
         if (host, bus) not in used:
             entries.append((nxt, host, f["cuda_dev"], bus, None, f))
             nxt += 1
-    if len(entries) > MAX_GPUS * max(1, len(order)):
+    if len(entries) > MAX_HOST_GPUS * max(1, len(order)):
         raise InputError(f"{len(entries)} GPUs in the log, more than the limit", path,
-                         expected=f"at most {MAX_GPUS} GPUs per host")
+                         expected=f"at most {MAX_HOST_GPUS} GPUs per host")
     seen_bus: set = set()
     for idx, host, local, bus, name, f in entries:
         h = host_id.get(host, 0)

@@ -41,6 +41,7 @@ import re
 from typing import Optional
 
 from gpucomm.probes.errors import InputError
+from gpucomm.probes.formats.scan import HostPrefixed
 from gpucomm.probes.units import busbw_factor
 
 SCHEMA = "gpucomm.nccltests/v1"
@@ -76,16 +77,20 @@ _STARTING_RE = re.compile(r"^#\s*Collective test starting:\s*(?P<name>[A-Za-z0-9
 _VERSION_RE = re.compile(r"^#\s*[nr]ccl-tests version\s+(?P<v>\S+)(?P<rest>.*)$", re.I)
 _AVG_RE = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(?P<v>\S+)")
 _OOB_RE = re.compile(r"^#\s*Out of bounds values\s*:\s*(?P<v>\d+)")
-_PARAM_RE = re.compile(r"(?P<k>[A-Za-z][A-Za-z ]*?)\s*:?\s+(?P<v>-?\d+(?:\.\d+)?)(?:\((?P<unit>[a-z]+)\))?")
+# (a key is at most 40 characters: a long run of words is crossed in linear time)
+_PARAM_RE = re.compile(r"(?P<k>[A-Za-z][A-Za-z ]{0,40}?)\s*:?\s+(?P<v>-?\d+(?:\.\d+)?)(?:\((?P<unit>[a-z]+)\))?")
 _INT_RE = re.compile(r"^-?\d+$")
 # Launcher output labels: ``srun --label`` ("0: ", " 12: "), Open MPI ``--tag-output``
 # ("[1,0]<stdout>:"), Intel MPI / MPICH ``-prepend-rank`` ("[0] "), pdsh/clush host prefixes
 # ("node01: ").  Only stripped when an nccl-tests line follows (a ``#`` line or a result row).
 _LABEL_RE = re.compile(r"^\s*(?:\d+:\s|\[\d+,\d+\]<std(?:out|err)>:\s?|\[\d+\]\s|[A-Za-z][\w.-]*:\s)"
                        r"(?=\s*(?:#|\d+\s+\d))")
+# Open MPI's --tag-output tags every write, so a row printed in several writes carries the tag in
+# the middle too (before the time columns): removed wherever it is.
+_MPI_TAG_RE = re.compile(r"\[\d+,\d+\]<std(?:out|err)>:")
 # An NCCL debug line (``host:pid:tid [dev] NCCL INFO ...``, src/debug.cc), possibly glued to the end of
 # a result row another thread was printing (the row continues on a later line).
-_NCCL_LOG_RE = re.compile(r"[A-Za-z][\w.-]*:\d+:\d+ \[\d+\] NCCL (?:INFO|WARN|TRACE|ABORT)\b")
+_NCCL_LOG_RE = HostPrefixed(r"[A-Za-z]", r"[\w.-]", r":\d+:\d+ \[\d+\] NCCL (?:INFO|WARN|TRACE|ABORT)\b")
 _NUM_RE = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
 # NCCL's banner in its INFO lines (init.cc: "NCCL version 2.23.4+cuda12.6")
 _NCCL_VERSION_RE = re.compile(r"NCCL INFO NCCL version (\d+)\.(\d+)\.(\d+)")
@@ -164,6 +169,14 @@ def _clean(raw: str) -> str:
     return raw.replace("\x00", "").replace("\u200b", "").replace("\ufeff", "").replace("\u00a0", " ")
 
 
+def _unlabel(line: str) -> str:
+    """A line without its launcher label (and without Open MPI tags anywhere in it), stripped."""
+    line = _LABEL_RE.sub("", line)
+    if "]<std" in line:
+        line = _MPI_TAG_RE.sub("", line)
+    return line.strip()
+
+
 def _header_columns(line: str) -> Optional[list[str]]:
     """Column names from a ``#  size  count  type ...`` header line, or None."""
     toks = line.lstrip("#").split()
@@ -237,7 +250,7 @@ def _split_blocks(lines: list[tuple[int, str]]) -> list[list[tuple[int, str]]]:
     blocks: list[list[tuple[int, str]]] = [[]]
     has_rows = False
     for lineno, raw in lines:
-        line = _LABEL_RE.sub("", _clean(raw)).strip()
+        line = _unlabel(_clean(raw))
         m = _NCCL_LOG_RE.search(line)
         if m:
             line = line[:m.start()].strip()
@@ -334,7 +347,7 @@ def _parse_block(lines: list[tuple[int, str]], path: str, collective: Optional[s
     for lineno, raw in lines:
         # NBSP from web copies would glue device names; launcher labels hide the '#'.
         cleaned = _clean(raw)
-        line = _LABEL_RE.sub("", cleaned).strip()
+        line = _unlabel(cleaned)
         if len(line) != len(cleaned.strip()):
             b.labels += 1
         if not line:
@@ -360,6 +373,7 @@ def _parse_block(lines: list[tuple[int, str]], path: str, collective: Optional[s
         if not _INT_RE.match(toks[0]) and not (b.pending and _NUM_RE.match(toks[0])):
             hc = _header_columns(line) if toks[0].lower() in ("size", "bytes") else None
             if hc is not None:  # a header whose '#' was lost in a copy
+                _new_table(b, lineno)
                 b.cols = hc
             else:               # MPI chatter, prompts, launcher output
                 b.other += 1
@@ -445,7 +459,18 @@ def _comment_line(b: _Block, line: str, lineno: int) -> None:
         return
     hc = _header_columns(line)
     if hc is not None:
+        _new_table(b, lineno)
         b.cols = hc
+
+
+def _new_table(b: _Block, lineno: int) -> None:
+    """A column header after result rows with no run banner between them (``# nThread``, ``# nccl-tests
+    version``, ``# Collective test starting``): two tables merged into one, which no nccl-tests run
+    prints -- a document quoting tables (a README), not a run."""
+    if b.rows:
+        raise InputError("a second table starts here inside one run (no '# nThread' or '# Collective test "
+                         "starting' line before it): not one nccl-tests run", b.path, lineno,
+                         expected="nccl-tests/rccl-tests output, one table per run")
 
 
 def _result_row(b: _Block, cols: list[str], toks: list[str], lineno: int) -> Optional[dict]:

@@ -98,6 +98,8 @@ def _parse_matrix(rows: list[tuple[int, str]], kind: str, path: Optional[str], d
             continue
         for col, v in zip(header, vals):
             cells[(row, col)] = v
+    if header is not None and not cells:
+        warn(doc, f"{path or 'rocm-smi'}: the {kind} section has a header but no GPU rows")
     return cells
 
 
@@ -108,9 +110,15 @@ def parse_rocm_text(text: str, path: Optional[str] = None) -> dict:
     or a section is malformed beyond recovery; recoverable oddities become warnings."""
     if not isinstance(text, str):
         raise InputError("not text", path, expected="rocm-smi --showtopo output")
-    sections = _split_sections(_clean(text), path)
+    lines = _clean(text)
+    sections = _split_sections(lines, path)
 
     doc = new_document(provenance="rocm-smi")
+    first = min(rows[0][0] if rows else len(lines) for rows in sections.values()) - 1
+    stray = [i for i, line in enumerate(lines[:first], start=1) if re.match(r"^\s*GPU\d+\s+\S", line)]
+    if stray:   # a matrix pasted above its own header is not read: say so
+        warn(doc, f"{path or 'rocm-smi'}:{stray[0]}: {len(stray)} GPU row(s) before any rocm-smi section header; "
+                  "ignored")
     mats = {k: _parse_matrix(sections[k], k, path, doc) for k in ("weight", "hops", "type") if k in sections}
     numa_node, numa_aff = _parse_numa(sections.get("numa", []), path, doc)
 

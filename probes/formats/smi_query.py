@@ -45,7 +45,7 @@ from typing import Optional
 
 from gpucomm.probes import facts
 from gpucomm.probes.errors import InputError
-from gpucomm.probes.limits import MAX_GPUS
+from gpucomm.probes.limits import MAX_HOST_GPUS
 from gpucomm.probes.model import fabric_record, finalize, gpu_record, new_document, normalize_bus_id, source_record, warn
 
 EXPECTED = "`nvidia-smi -q` output: 'GPU <bus id>' blocks of 'Key : value' lines (a Fabric section for the NVLink fabric)"
@@ -110,8 +110,8 @@ def parse_smi_query(text: str, path: Optional[str] = None) -> dict:
             continue
         gm = _GPU.match(line.strip()) if _indent(line) == 0 else None
         if gm:
-            if len(gpus) >= MAX_GPUS:
-                raise InputError(f"more than {MAX_GPUS} GPU blocks", path, n, expected="at most one block per GPU")
+            if len(gpus) >= MAX_HOST_GPUS:
+                raise InputError(f"more than {MAX_HOST_GPUS} GPU blocks", path, n, expected="at most one block per GPU")
             cur = _Gpu(normalize_bus_id(gm.group("bus")), n)
             gpus.append(cur)
             stack = []

@@ -68,6 +68,7 @@ _TRAILING_TITLES = (
 )
 _GPU_COL = re.compile(r"^GPU(\d{1,6})$")
 _NIC_COL = re.compile(r"^NIC(\d{1,6})$")
+_GPU_LIKE = re.compile(r"^GPU[\W_]{0,3}(\d{1,6})$", re.I)
 _GLUED_COLS = re.compile(r"^(?:GPU\d+|NIC\d+){2,}$")
 _NIC_LEGEND = re.compile(r"^\s*NIC(\d{1,6})\s*:\s*(.*?)\s*$")
 _LEGEND_START = re.compile(r"^\s*(?:NIC\s+)?Legend\s*:", re.I)
@@ -434,6 +435,10 @@ def _column_keys(cols: list, header: str, h: int, legend: dict, doc: dict) -> tu
             continue
         seen[label] = pos
         g, n = _GPU_COL.match(label), _NIC_COL.match(label)
+        if not g and not n and _GPU_LIKE.match(label):   # "GPU-1", "gpu1": a GPU, not a NIC named so
+            g = _GPU_LIKE.match(label)
+            warn(doc, f"line {h + 1}: column {label!r} is not spelled GPU<n>; read as GPU{int(g.group(1))}")
+            partial = True
         key = f"GPU{int(g.group(1))}" if g else label
         if n and int(n.group(1)) in legend:
             value, lno = legend[int(n.group(1))]
@@ -529,7 +534,7 @@ def _read_rows(lines: list, h: int, end: int, label_pos: dict, col_keys: list, n
             warn(doc, f"line {i + 1}: second row for {label}; ignored")
             partial = True
             continue
-        is_gpu = bool(_GPU_COL.match(label))
+        is_gpu = bool(_GPU_COL.match(key))
         cells, rest, glued = _split_row(toks[1:], ncols)
         if glued:
             glued_lines.append(i + 1)

@@ -17,6 +17,9 @@ from gpucomm.probes.model import new_document, nic_record, source_record, warn
 from gpucomm.probes.sources.sysfs import PciTree, merge_switch, nearest_bdf
 
 IB_CLASS = "/sys/class/infiniband"
+MAX_GIDS = 1024   # entries of one port's GID table read (ConnectX: 255; RoCE with many VLANs/IPs more)
+_ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
+_GID_RE = re.compile(r"^[0-9a-fA-F]{4}(:[0-9a-fA-F]{4}){7}$")
 
 _STATE_RE = re.compile(r"^\s*(\d+)\s*:\s*([A-Za-z_][A-Za-z_ ]*?)\s*$")
 _WORD_RE = re.compile(r"^\s*([A-Za-z_][A-Za-z_]*)\s*$")
@@ -59,6 +62,22 @@ def parse_guid(text: Optional[str]) -> Optional[str]:
     if not _GUID_RE.match(t) or set(t) <= {"0", ":"}:
         return None
     return t
+
+
+def read_gids(host: Host, port_dir: str) -> list:
+    """A port's GID table: ``[{index, gid, type}]`` for the non-zero GIDs of ``ports/N/gids/I``
+    with their ``gid_attrs/types/I`` (``IB/RoCE v1``, ``RoCE v2``; None where unreadable, as in
+    containers that do not map every entry).  What NCCL's RoCE GID choice walks
+    (:mod:`gpucomm.planners.nccl.gid`)."""
+    out = []
+    names = sorted((n for n in host.listdir(f"{port_dir}/gids") if n.isdigit()), key=int)[:MAX_GIDS]
+    for n in names:
+        gid = (host.read_text(f"{port_dir}/gids/{n}") or "").strip().lower()
+        if not _GID_RE.match(gid) or gid == _ZERO_GID:
+            continue
+        typ = (host.read_text(f"{port_dir}/gid_attrs/types/{n}") or "").strip() or None
+        out.append({"index": int(n), "gid": gid, "type": typ[:32] if typ else None})
+    return out
 
 
 def parse_link_layer(text: Optional[str]) -> Optional[str]:
@@ -121,11 +140,15 @@ def collect(host: Host) -> dict:
             port_netdev = next((nd for nd, np in sorted(netdevs.items()) if np == int(p)), None)
             if port_netdev is None and len(netdevs) == 1:
                 port_netdev = next(iter(netdevs))
+            layer = parse_link_layer(host.read_text(f"{pb}/link_layer"))
             ports.append({"port": int(p), "state": state,
                           "phys_state": parse_state(host.read_text(f"{pb}/phys_state"), upper=False),
                           "rate_gbps": rate, "width": width, "speed": speed,
-                          "link_layer": parse_link_layer(host.read_text(f"{pb}/link_layer")),
-                          "netdev": port_netdev})
+                          "link_layer": layer, "netdev": port_netdev})
+            if layer == "Ethernet":     # RoCE: the table NCCL picks its GID index from
+                gids = read_gids(host, pb)
+                if gids:
+                    ports[-1]["gids"] = gids
         ports.sort(key=lambda x: x["port"])
         if not ports:
             warn(doc, f"ib: {dev}: no ports under {base}/ports")

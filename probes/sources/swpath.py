@@ -270,7 +270,7 @@ def netplugin_record(host: Host) -> dict:
     facts = {"plugins": plugins, "NCCL_NET": var.get("NCCL_NET"), "NCCL_NET_PLUGIN": var.get("NCCL_NET_PLUGIN"),
              "wants": want, "loads": loaded["path"] if loaded else None, "env_known": env["known"], "notes": notes}
     if not plugins:
-        why = f"no libnccl-net*.so on the loader path: NCCL uses its internal IB verbs or socket transport"
+        why = "no libnccl-net*.so on the loader path: NCCL uses its internal IB verbs or socket transport"
         if var.get("NCCL_NET_PLUGIN") and want:
             why += f" (NCCL_NET_PLUGIN={var['NCCL_NET_PLUGIN']} names {want}, which is not there)"
         return _item(ABSENT, why, **facts)
