@@ -16,7 +16,7 @@ decide which algorithm NCCL runs, so they must drive the choice; the time itself
 the hardware delivers: :mod:`gpucomm.planners.collectives.timing` turns the hardware figures this
 module reads (:func:`hardware`) and a profile of physical parameters into achievable bandwidths
 and times.  Without a profile its documented constants apply (``PCIE_RING_EFFICIENCY``,
-``NET_EFFICIENCY``; ``SOCKET_TRANSPORT_GBPS`` is the ``fabric_gbps`` of NCCL's socket transport);
+``NET_EFFICIENCY``; NCCL's TCP socket transport: ``transport.SOCKET_GBPS`` per NIC, ``--transport socket``);
 with one fitted from the user's runs (``gpucomm calibrate``) the fitted values do.
 
 Algorithms modelled: ring, tree (double binary tree), NVLS / NVLSTree (NVSwitch + sm>=90), PAT
@@ -36,13 +36,13 @@ from gpucomm.probes.limits import MAX_NODES
 from gpucomm.probes.topology import Topology
 from gpucomm.probes.units import MAX_FABRIC_GBPS, busbw_factor, gbps_to_GBps, normalize_collective
 from gpucomm.planners.collectives import timing
+from gpucomm.planners.collectives.transport import SOCKET_GBPS
 from gpucomm.planners.nccl.names import BALANCED_TREE, PATTERN_NAMES, TREE
 from gpucomm.planners.nccl.search import speed_ladder
 from gpucomm.planners.nccl.tuning import ALGOS, CommGraph, allowed_algos, nccl_choice, path_rank, tuning_table
 
 # The calibrated constants live with the achievable layer (re-exported here).
 PCIE_RING_EFFICIENCY = timing.PCIE_RING_EFFICIENCY
-SOCKET_TRANSPORT_GBPS = timing.SOCKET_TRANSPORT_GBPS
 NET_EFFICIENCY = timing.NET_EFFICIENCY
 
 
@@ -303,7 +303,7 @@ def graphs(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[i
             notes.append(f"{', '.join(plain)}: not RDMA devices, as far as the topology says: NCCL reaches "
                          f"them through a net plugin (e.g. aws-ofi-nccl; assumed here: the line rate x "
                          f"NET_EFFICIENCY) or, without one, its TCP socket transport (far slower: "
-                         f"~{SOCKET_TRANSPORT_GBPS:g} Gb/s per 200 Gb/s NIC on Polaris, --fabric-gbps); "
+                         f"~{SOCKET_GBPS:g} Gb/s per 200 Gb/s NIC on Polaris, --fabric-gbps); "
                          f"gpucomm calibrate fits what yours delivers")
     nch = max(1, int(ref.get("search_channels") or ref["channels"]))
     bw_intra = float(ref.get("bw_intra") or 0.1)
@@ -500,6 +500,6 @@ def summary_dict(g: CommGraph) -> dict:
 
 
 __all__ = [
-    "PCIE_RING_EFFICIENCY", "SOCKET_TRANSPORT_GBPS", "NET_EFFICIENCY",
+    "PCIE_RING_EFFICIENCY", "NET_EFFICIENCY",
     "predict", "summarize", "node_facts", "summary_dict", "LayoutCost",
 ]
