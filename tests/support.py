@@ -385,6 +385,12 @@ CASES = [
 ]
 
 
+def case_fabric(name: str) -> Optional[float]:
+    """The ``--fabric-gbps`` a capture of :data:`CASES` runs with (None: the topology's NICs)."""
+    fabric = dict((c[0], c[3]) for c in CASES)[name]
+    return fabric(load_nccltests(str(NT / name))) if callable(fabric) else fabric
+
+
 def calibrate(name: str, builder, nodes: int, fabric) -> dict:
     """Predicted vs measured rows of one capture; the comparison itself is gpucomm.planners.collectives.compare's (the
     same code as ``gpucomm predict TOPO --compare FILE``)."""
