@@ -114,7 +114,7 @@ def test_eth_nic_with_guid_is_rdma_everywhere(tmp_path):
     d2["nics"][0]["ports"] = [{"port": 1, "state": "DOWN", "rate_gbps": 100.0}]
     d2["nics"].append(dict(d2["nics"][0], name="eth1", guid="0x5678",
                            ports=[{"port": 1, "state": "ACTIVE", "rate_gbps": 100.0}]))
-    findings = RULES["ib-port-down"](Topology.of(d2).doc)
+    findings = RULES["ib-port-down"](Topology.of(d2), {})
     assert [f["subject"] for f in findings] == ["eth0/1"]
 
 
