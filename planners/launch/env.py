@@ -23,10 +23,12 @@ from typing import Dict, List, Optional, Tuple
 
 from gpucomm.probes.facts import nic_rate_gbps
 from gpucomm.probes.model import format_cpulist, gpu_id, nic_id, parse_cpulist
+from gpucomm.probes.model import natural_key as _natural
 
 from gpucomm.planners.nccl.names import PATH_NAMES
-from gpucomm.planners.placement.layout import NodeView, SMI_TO_NCCL_LEVEL, _natural, nic_has_device_name
-from gpucomm.probes.facts import nic_active_ports, nic_is_rdma
+from gpucomm.planners.placement.nics import SMI_TO_NCCL_LEVEL, nic_has_device_name
+from gpucomm.planners.placement.nodeview import NodeView
+from gpucomm.probes.facts import nic_is_rdma
 
 DEFAULT_TOPO_FILE = "/etc/gpucomm/nccl-topo.xml"
 # Megatron-LM asks for CUDA_DEVICE_MAX_CONNECTIONS=1 with TP or CP on GPUs before Blackwell (sm 100)
@@ -42,7 +44,7 @@ def _set(env: dict, name: str, value: str, reason: str) -> None:
 def cuda_indices(view: NodeView) -> Dict[int, int]:
     """NVML index -> CUDA index under CUDA_DEVICE_ORDER=PCI_BUS_ID (position in PCI bus order).
     Falls back to the NVML index when a bus id is unknown."""
-    gpus = view.doc.get("gpus") or []
+    gpus = view.topo.doc.get("gpus") or []
     if any(not g.get("pci_bus_id") for g in gpus):
         return {g["index"]: g["index"] for g in gpus if isinstance(g.get("index"), int)}
     ordered = sorted(gpus, key=lambda g: g["pci_bus_id"])
@@ -54,20 +56,20 @@ def flat_pcie(view: NodeView) -> bool:
     visible, no GPU is PIX/PXB to any NIC, and either there are several GPUs and NICs (real HGX-class
     boards always have switches) or sysfs reports NUMA node -1.  Never for GPUs on C2C (Grace
     Hopper/Blackwell): each hangs off its own CPU, which is the real tree, not a VM's flattening."""
-    doc = view.doc
+    doc = view.topo.doc
     if not view.nics or view.gpu_count < 2:
         return False
-    if any(g.get("c2c") for g in view.gpus):
+    if any(g.rec.get("c2c") for g in view.gpus):
         return False
     if any(s.get("kind") == "pcie" for s in doc.get("switches") or [] if isinstance(s, dict)):
         return False
-    rdma = [n for n in view.nics.values() if nic_is_rdma(n)] or list(view.nics.values())
+    rdma = [n.rec for n in view.nics.values() if n.rdma] or [n.rec for n in view.nics.values()]
     for g in view.gpus:
         for n in rdma:
-            code = ((doc.get("matrix") or {}).get(f"GPU{g['index']}") or {}).get(n["name"])
+            code = ((doc.get("matrix") or {}).get(g.key) or {}).get(n["name"])
             if code in ("PIX", "PXB"):
                 return False
-    numa_unknown = any(d.get("numa_node") == -1 for d in list(view.gpus) + rdma)
+    numa_unknown = any(d.get("numa_node") == -1 for d in [g.rec for g in view.gpus] + rdma)
     return (view.gpu_count >= 4 and len(rdma) >= 2) or numa_unknown
 
 
@@ -79,7 +81,7 @@ def topo_skeleton(view: NodeView) -> dict:
     from gpucomm.probes.facts import pcie_bw_GBps
     from gpucomm.probes.model import link_record, new_document, switch_record
 
-    doc = view.doc
+    doc = view.topo.doc
     out = new_document("json")
     out["host"].update({k: v for k, v in (doc.get("host") or {}).items() if k in out["host"]})
     out["host"]["provenance"] = "json"
@@ -87,17 +89,17 @@ def topo_skeleton(view: NodeView) -> dict:
     # Union GPUs that share a NIC into one bridge.
     groups: List[Tuple[List[int], List[str]]] = []
     for g in view.gpus:
-        nics = view.gpu_nics.get(g["index"], [])
+        nics = view.gpu_nics.get(g.index, [])
         shared = [i for i, (gs, ns) in enumerate(groups) if set(ns) & set(nics)]
         if shared:
             gs, ns = groups[shared[0]]
-            gs.append(g["index"])
+            gs.append(g.index)
             for n in nics:
                 if n not in ns:
                     ns.append(n)
         else:
-            groups.append(([g["index"]], list(nics)))
-    gpu_by = {g["index"]: g for g in view.gpus}
+            groups.append(([g.index], list(nics)))
+    gpu_by = {g.index: g.rec for g in view.gpus}
     for k, (gs, ns) in enumerate(groups, start=1):
         bridge = f"ffff:ff:{k:02x}.0" if k < 32 else f"ffff:fe:{k - 31:02x}.0"
         numa = gpu_by[gs[0]].get("numa_node")
@@ -113,7 +115,7 @@ def topo_skeleton(view: NodeView) -> dict:
             out["links"].append(link_record(gpu_id(g), bridge, "pcie", pcie_bw_GBps(p.get("gen"), p.get("width")),
                                             gen=p.get("gen"), width=p.get("width")))
         for name in ns:
-            n = dict(view.nics[name])
+            n = dict(view.nics[name].rec)
             n["parent"] = bridge
             n["numa_node"] = numa
             out["nics"].append(n)
@@ -218,7 +220,7 @@ def build_env(plan: dict, view: NodeView, *, topo_file_path: str = DEFAULT_TOPO_
         for n in lr["nics"]:
             if n not in used:
                 used.append(n)
-    rdma_used = [n for n in used if n in view.nics and nic_is_rdma(view.nics[n])]
+    rdma_used = [n for n in used if n in view.nics and view.nics[n].rdma]
     if nodes > 1 and rdma_used:
         names = sorted((n for n in rdma_used if nic_has_device_name(n)), key=_natural)
         unnamed = sorted(n for n in rdma_used if not nic_has_device_name(n))
@@ -227,8 +229,8 @@ def build_env(plan: dict, view: NodeView, *, topo_file_path: str = DEFAULT_TOPO_
                             + " have no device name in this topology (an NCCL XML skeleton?): "
                             "NCCL_IB_HCA cannot name them")
         if names:
-            entries = [f"{n}:{p}" for n in names for p in nic_active_ports(view.nics[n])]
-            all_names = list(view.nics) + [n.get("name") for n in view.doc.get("nics") or [] if isinstance(n, dict)]
+            entries = [f"{n}:{p}" for n in names for p in view.nics[n].active_ports]
+            all_names = list(view.nics) + [n.get("name") for n in view.topo.doc.get("nics") or [] if isinstance(n, dict)]
             clash = sorted({o for n in names for o in all_names if o and o != n and o.startswith(n)}, key=_natural)
             reason = f"exactly the {len(names)} NIC(s) next to the plan's GPUs, with ports"
             if clash:
@@ -236,7 +238,7 @@ def build_env(plan: dict, view: NodeView, *, topo_file_path: str = DEFAULT_TOPO_
             else:
                 reason += "; '=' makes NCCL match names exactly instead of by prefix"
             _set(env, "NCCL_IB_HCA", "=" + ",".join(entries), reason)
-        c2c = [g for g in local_gpus if view.gpu(g).get("c2c")]
+        c2c = [g for g in local_gpus if view.gpu(g).rec.get("c2c")]
         levels = [view.gpu_nic_level.get(g) for g in local_gpus if view.gpu_nics.get(g) and g not in c2c]
         ncl = [SMI_TO_NCCL_LEVEL.get(c, "SYS") for c in levels if c]
         if c2c:
@@ -277,7 +279,7 @@ def build_env(plan: dict, view: NodeView, *, topo_file_path: str = DEFAULT_TOPO_
             _set(env, "NCCL_SOCKET_IFNAME", "=" + front,
                  "bootstrap and socket traffic on the host network interface, not a container/loopback one (nccl#1447)")
         else:
-            netdevs = [view.nics[n].get("netdev") for n in names if _valid_ifname(view.nics[n].get("netdev"))]
+            netdevs = [view.nics[n].netdev for n in names if _valid_ifname(view.nics[n].netdev)]
             if netdevs:
                 _set(env, "NCCL_SOCKET_IFNAME", "=" + ",".join(netdevs),
                      "no separate host Ethernet interface is known: bootstrap over the IPoIB/RoCE netdevs of the plan's NICs")
@@ -300,7 +302,7 @@ def build_env(plan: dict, view: NodeView, *, topo_file_path: str = DEFAULT_TOPO_
             _set(env, "NCCL_P2P_DISABLE", "1",
                  f"NVML reports P2P disabled between GPUs {disabled[0][0]} and {disabled[0][1]} "
                  "(ACS/IOMMU or consumer GPUs): NCCL would hang or fail on P2P (nccl#2079, nccl-tests#117)")
-    elif len(local_gpus) > 1 and not nv_pairs and any(_CONSUMER_RE.search(str(view.gpu(g).get("name") or "")) for g in local_gpus):
+    elif len(local_gpus) > 1 and not nv_pairs and any(_CONSUMER_RE.search(str(view.gpu(g).name or "")) for g in local_gpus):
         warnings.append("consumer GPUs without NVLink: the driver may refuse PCIe P2P; if NCCL hangs, "
                         "set NCCL_P2P_DISABLE=1 (nccl-tests#117) or check ACS/IOMMU (nccl#2079)")
 
@@ -373,11 +375,11 @@ def dual_port_cards(view: NodeView, names: List[str]) -> List[str]:
     by_card: Dict[str, List[str]] = {}
     out = []
     for name, n in view.nics.items():
-        if not nic_is_rdma(n):
+        if not n.rdma:
             continue
-        if len(nic_active_ports(n)) > 1 and name in names:
+        if len(n.active_ports) > 1 and name in names:
             out.append(name)
-        card = n.get("sys_image_guid")
+        card = n.rec.get("sys_image_guid")
         if card:
             by_card.setdefault(card, []).append(name)
     for members in by_card.values():
@@ -394,7 +396,7 @@ def roce_gid_index(env: dict, warnings: List[str], view: NodeView, names: List[s
     picks: Dict[str, int] = {}
     unknown = []
     for name in names:
-        n = view.nics.get(name) or {}
+        n = view.nics[name].rec if name in view.nics else {}
         for p in n.get("ports") or []:
             if not isinstance(p, dict) or p.get("link_layer") != "Ethernet" or str(p.get("state")).upper() != "ACTIVE":
                 continue
@@ -446,7 +448,7 @@ def _front_end_netdev(view: NodeView, used: set, warnings: Optional[list] = None
     leaves no interface, ``warnings`` says why NCCL_SOCKET_IFNAME is left out."""
     cands = []
     placeholders = []
-    for n in view.doc.get("nics") or []:
+    for n in view.topo.doc.get("nics") or []:
         if not isinstance(n, dict) or n.get("name") in used:
             continue
         rdma = nic_is_rdma(n)

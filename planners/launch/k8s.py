@@ -52,7 +52,8 @@ def label_value(text) -> str:
 
 def node_labels(doc) -> Dict[str, str]:
     """{label: value} for one node (a Topology or document)."""
-    from gpucomm.planners.placement.layout import compute_nics, node_view
+    from gpucomm.planners.placement.nics import compute_nics
+    from gpucomm.planners.placement.nodeview import node_view
 
     topo = Topology.of(doc)
     out: Dict[str, str] = {}
@@ -120,9 +121,9 @@ def node_labels(doc) -> Dict[str, str]:
     clique = gpu_clique_label(topo)
     if clique:
         out[GFD_CLIQUE] = clique
-    nics = {n.name: n.rec for n in topo.nics if n.up}
+    nics = {n.name: n for n in topo.nics if n.up}
     compute = compute_nics(nics) if nics else {}
-    rdma = [n for n in compute.values() if facts.nic_is_rdma(n)]
+    rdma = [n.rec for n in compute.values() if n.rdma]
     put("rdma.nic-count", len(rdma))
     if rdma:
         rates = sorted({facts.nic_rate_gbps(n) for n in rdma if facts.nic_rate_gbps(n)})
@@ -132,7 +133,7 @@ def node_labels(doc) -> Dict[str, str]:
         layers = sorted({str(n.get("link_layer") or "unknown").lower() for n in rdma})
         put("rdma.link-layer", layers[0] if len(layers) == 1 else "mixed")
         if view is not None and view.gpu_nic_level:
-            from gpucomm.planners.placement.layout import NIC_LEVEL_RANK
+            from gpucomm.planners.placement.nics import NIC_LEVEL_RANK
 
             worst = max(view.gpu_nic_level.values(), key=lambda c: NIC_LEVEL_RANK.get(c, 9))
             put("rdma.gpu-nic-path", worst)

@@ -375,7 +375,8 @@ def gres_conf(view, plan: Optional[dict] = None) -> str:
     cores of the GPU's NUMA node, ``Links=`` the NVLink counts to GPU 0, 1, ... (-1 = itself), as
     the ``nvidia-smi topo -m`` matrix shows them.  ``File=/dev/nvidiaN`` takes the device minor
     number to be the NVML index (``nvidia-smi -q | grep Minor`` shows the real one)."""
-    from gpucomm.planners.placement.layout import _nv_count, core_map, logical_core_index
+    from gpucomm.planners.placement.binding import core_map, logical_core_index
+    from gpucomm.probes.topology import nv_count
 
     core_of = core_map(view)
     logical = logical_core_index(view, core_of)
@@ -385,34 +386,34 @@ def gres_conf(view, plan: Optional[dict] = None) -> str:
         from gpucomm.probes.formats.slurm_topology import compress_hostlist
 
         prefix = f"NodeName={compress_hostlist(sorted(hosts))} "
-    types = {slurm_gres_type(g.get("name")) for g in view.gpus}
+    types = {slurm_gres_type(g.name) for g in view.gpus}
     lines = ["# Slurm gres.conf written by gpucomm from the node's topology (gres.conf(5)).",
              "# File=/dev/nvidiaN assumes the device minor number is the NVML index (check: nvidia-smi -q | grep Minor).",
              "# Cores= are Slurm's abstract core indexes (hwloc logical, as slurmd -C counts); Links= NVLinks to GPU 0,1,...",
              "AutoDetect=off"]
-    for g in sorted(view.gpus, key=lambda x: x["index"]):
-        i = g["index"]
-        numa = g.get("numa_node")
+    for g in sorted(view.gpus, key=lambda x: x.index):
+        i = g.index
+        numa = g.numa_node
         cpus = view.numa_cpus.get(numa) if isinstance(numa, int) else None
         if not cpus:
             from gpucomm.probes.model import parse_cpulist
 
             try:
-                cpus = parse_cpulist(g.get("cpu_affinity") or "")
+                cpus = parse_cpulist(g.cpu_affinity or "")
             except (ValueError, TypeError):
                 cpus = []
         cores = format_cores({logical[core_of[c]] for c in cpus if c in core_of})
         links = []
         for o in sorted(view.index):
-            links.append("-1" if o == i else str(_nv_count(view.level.get((i, o), ""))))
-        parts = [f"{prefix}Name=gpu", f"Type={slurm_gres_type(g.get('name'))}", f"File=/dev/nvidia{i}"]
+            links.append("-1" if o == i else str(nv_count(view.level.get((i, o)))))
+        parts = [f"{prefix}Name=gpu", f"Type={slurm_gres_type(g.name)}", f"File=/dev/nvidia{i}"]
         if cores:
             parts.append(f"Cores={cores}")
         if any(x not in ("-1", "0") for x in links):
             parts.append("Links=" + ",".join(links))
         lines.append(" ".join(parts))
     count = len(view.gpus)
-    gres = ",".join(f"gpu:{t}:{sum(1 for g in view.gpus if slurm_gres_type(g.get('name')) == t)}" for t in sorted(types))
+    gres = ",".join(f"gpu:{t}:{sum(1 for g in view.gpus if slurm_gres_type(g.name) == t)}" for t in sorted(types))
     lines.append(f"# slurm.conf: GresTypes=gpu, and on the NodeName= line of these nodes: Gres={gres}"
                  + (f"  ({count} GPUs)" if len(types) > 1 else ""))
     return "\n".join(lines) + "\n"

@@ -238,11 +238,10 @@ def memory_per_gpu(model: dict, axes: Dict[str, int], micro_batches: Optional[in
 def peak_tflops(view) -> Optional[float]:
     vals = []
     for g in view.gpus:
-        t = view.topo.gpu(g["index"])
-        sm = t.sm if t.sm_source in ("record", "name") else None   # an assumed sm says nothing of the peak
+        sm = g.sm if g.sm_source in ("record", "name") else None   # an assumed sm says nothing of the peak
         if sm is None:
             return None
-        name = str(g.get("name") or "")
+        name = g.name or ""
         if sm == 90 and re.search(r"PCIe", name, re.I):
             vals.append(756.0)          # H100 PCIe
         elif sm == 90 and re.search(r"NVL", name):
