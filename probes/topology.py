@@ -273,6 +273,15 @@ def _imex(v: Any) -> Optional[dict]:
                 if isinstance(conn, dict) else None)
 
 
+def check_document(doc: Any) -> None:
+    """Refuse a mapping whose ``gpus`` is not a list (InputError): not a topology document at all, where
+    a view of it would only be empty.  Anything else the view cleans."""
+    if isinstance(doc, dict) and not isinstance(doc.get("gpus", []), list):
+        from gpucomm.probes.errors import InputError
+
+        raise InputError("not a topology document", expected="a gpucomm.topology/v1 mapping")
+
+
 def clean_document(doc: Any) -> tuple[dict, list[str]]:
     """(a copy of ``doc`` holding only well-typed values, the problems found) -- the first step of
     :meth:`Topology.of`, for callers that want the document itself."""
@@ -1027,12 +1036,15 @@ class Topology:
             out[src.name] = src
         return out
 
+    def _copy_doc(self) -> dict:
+        import copy
+
+        return copy.deepcopy(self.doc)
+
     def with_p2p(self, pairs: Iterable, status: str) -> "Topology":
         """A view of the same machine in which NVML reports P2P ``status`` between the GPUs of each
         (index, index) pair in ``pairs`` (what an NCCL log shows where the document says P2P works)."""
-        import copy
-
-        doc = copy.deepcopy(self.doc)
+        doc = self._copy_doc()
         bus = {g["index"]: g["pci_bus_id"].lower() for g in doc["gpus"] if g.get("pci_bus_id")}
         for g in doc["gpus"]:
             for a, b in pairs:
@@ -1040,6 +1052,20 @@ class Topology:
                 if other is not None and other in bus:
                     g["p2p"][bus[other]] = status
         return Topology(doc, self.source)
+
+    def with_nic_rate(self, gbps: float) -> "Topology":
+        """A view of the same machine in which every NIC whose rate nothing gives runs at ``gbps`` (its
+        ports, ACTIVE where they have no state; one ACTIVE port where it lists none), taking over the
+        defaults this view applied (:meth:`absorb`)."""
+        doc = self._copy_doc()
+        for nic in doc["nics"]:
+            if facts.nic_rate_gbps(nic):
+                continue
+            ports = nic["ports"] or [{"port": 1, "state": "ACTIVE"}]
+            nic["ports"] = [dict(p, rate_gbps=float(gbps), state=p.get("state") or "ACTIVE") for p in ports]
+        view = Topology(doc, self.source)
+        view.absorb(self)
+        return view
 
     def pci_code(self, a: Union[GPU, NIC], b: Union[GPU, NIC]) -> Optional[str]:
         """nvidia-smi's code for the PCI path between two devices by the document's PCI tree (their
