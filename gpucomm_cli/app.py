@@ -154,17 +154,6 @@ def hoist_globals(argv: List[str]) -> List[str]:
     return front + rest
 
 
-def _click_module():
-    """typer >= 0.2x vendors click as ``typer._click``; older typer depends on click itself."""
-    try:
-        from typer import _click as click  # type: ignore[attr-defined]
-
-        click.exceptions  # noqa: B018 - make sure the submodule is there
-    except (ImportError, AttributeError):
-        import click  # type: ignore[no-redef]
-    return click
-
-
 def share_global_options(group) -> None:
     """Show the global options (``--format``, ``-o``, ``-q``, ``-v``, ... every option of the app
     callback but ``--version``) in each subcommand's ``--help`` too.  They are parsed before the
@@ -192,8 +181,7 @@ def run(argv: Optional[List[str]] = None) -> int:
     """Run the CLI and return an exit code (used by main() and by tests)."""
     from gpucomm.probes.errors import GpucommError, set_reporter
     from gpucomm.settings import diag
-
-    click = _click_module()
+    from gpucomm.usage import ClickException, UsageError
 
     reset()
     files = sys.modules.get("gpucomm.probes.files")   # a run in the same process as an earlier one (tests)
@@ -210,7 +198,7 @@ def run(argv: Optional[List[str]] = None) -> int:
     except GpucommError as e:
         if SETTINGS.traceback:
             raise
-        from gpucomm.render.plain import printable
+        from gpucomm.render.text import printable
 
         print(printable(f"gpucomm: error: {e}"), file=sys.stderr)
         return int(e.exit_code)
@@ -219,9 +207,9 @@ def run(argv: Optional[List[str]] = None) -> int:
     except typer.Abort:
         print("gpucomm: aborted", file=sys.stderr)
         return int(ExitCode.ERROR)
-    except click.exceptions.ClickException as e:
+    except ClickException as e:
         e.show(file=sys.stderr)
-        return int(ExitCode.USAGE) if isinstance(e, click.exceptions.UsageError) else int(ExitCode.ERROR)
+        return int(ExitCode.USAGE) if isinstance(e, UsageError) else int(ExitCode.ERROR)
     except KeyboardInterrupt:
         print("gpucomm: interrupted", file=sys.stderr)
         return 130

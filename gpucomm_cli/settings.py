@@ -34,6 +34,6 @@ def diag(message: str, *, verbose_only: bool = False) -> None:
     if SETTINGS.quiet or (verbose_only and not SETTINGS.verbose) or message in SETTINGS.said:
         return
     SETTINGS.said.add(message)
-    from gpucomm.render.plain import printable
+    from gpucomm.render.text import printable
 
     print(printable(message), file=sys.stderr)

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, List, Optional, Tuple
 
-from gpucomm.planners.health.diff import VOLATILE_KEYS, _class_key, fingerprint, stream_sources
+from gpucomm.planners.health.diff import _class_key, fingerprint
+from gpucomm.planners.health.stream import VOLATILE_KEYS, stream_sources
 from gpucomm.planners.health.doctor import run_doctor
 from gpucomm.planners.placement.cluster import CLUSTER_SCHEMA
 from gpucomm.planners.placement.fabric import consecutive_domains, host_order, with_nvlink_domains

@@ -93,12 +93,12 @@ def example_path(name: str) -> Path:
 
 
 def load_example(name: str) -> dict:
-    """The topology document of ``example:<name>`` (not yet finalized: the caller does that)."""
+    """The topology document of ``example:<name>`` (not yet finalized: the caller does that).  An
+    unpacked example (a snapshot directory, in a source checkout) is loaded by
+    :func:`gpucomm.probes.load.load_topology`, which knows snapshots; this module imports no reader."""
     path = example_path(name)
     if path.is_dir():
-        from gpucomm.probes.sources.snapshot import load_snapshot
-
-        return load_snapshot(path)
+        raise InputError("is a snapshot directory: load it with gpucomm.probes.load.load_topology", f"example:{name}")
     try:
         doc = _read_json(path)
     except (OSError, ValueError) as e:

@@ -670,7 +670,7 @@ def fabric_from_text(text: str, path: str) -> dict:
 
         return fabric_from_slurm(read_topology_conf(text, path), path)
     if kind == "document":
-        from gpucomm.probes.load import parse_json, parse_yaml
+        from gpucomm.probes.parse import parse_json, parse_yaml
 
         expected = "a gpucomm.fabric/v1 document"
         data = parse_json(text, path, expected) if text.lstrip("\ufeff \t\r\n").startswith("{") else \
@@ -690,7 +690,7 @@ def fabric_from_text(text: str, path: str) -> dict:
 def load_fabric(path: str) -> dict:
     """Read any fabric input (bounded, detected by content, never by name; ``-`` is standard input)
     -> ``gpucomm.fabric/v1``."""
-    from gpucomm.probes.load import decode_text_input, read_text_input
+    from gpucomm.probes.parse import decode_text_input, read_text_input
 
     if path == "-":
         import sys

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
-from gpucomm.planners.measure.bench import NEEDS_TORCH
+from gpucomm.planners.measure.world import NEEDS_TORCH
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPTURES = ROOT / "fixtures" / "captures"

@@ -14,6 +14,9 @@ from hypothesis import strategies as st
 from support import FIXTURES, HOSTS, ROOT, run_cli
 
 from gpucomm.planners.measure import bench as M
+from gpucomm.planners.measure import results as R
+from gpucomm.planners.measure import save, workers, world
+from gpucomm.render import bench as render_bench
 from gpucomm.probes import units
 from gpucomm.probes.errors import InputError
 from gpucomm.probes.load import load_topology
@@ -81,7 +84,7 @@ def test_parse_size_never_crashes(text):
 
 
 def test_parse_ops():
-    assert M.parse_ops(None) == list(M.OPS) and M.parse_ops("all") == list(M.OPS)
+    assert M.parse_ops(None) == list(R.OPS) and M.parse_ops("all") == list(R.OPS)
     assert M.parse_ops("alltoall,all_reduce,bcast") == ["all_reduce", "broadcast", "all_to_all"]
     with pytest.raises(InputError):
         M.parse_ops("all_reduce,reduce_everything")
@@ -102,9 +105,9 @@ def test_busbw_factors():
 
 def test_message_layout_rounds_like_nccl_tests():
     # all_gather of 1000 B float over 3 ranks: base = (250 // 12) * 4 = 80 elements per rank
-    assert M.message_layout("all_gather", 1000, 3, 4) == (80 * 4 * 3, 80)
-    assert M.message_layout("all_reduce", 1000, 3, 4) == (1000, 250)
-    assert M.message_layout("reduce_scatter", 16, 8, 4) == (0, 0)  # too small: skipped like nccl-tests
+    assert R.message_layout("all_gather", 1000, 3, 4) == (80 * 4 * 3, 80)
+    assert R.message_layout("all_reduce", 1000, 3, 4) == (1000, 250)
+    assert R.message_layout("reduce_scatter", 16, 8, 4) == (0, 0)  # too small: skipped like nccl-tests
 
 
 def test_nccl_tests_capture_row_agrees_with_formula():
@@ -114,22 +117,22 @@ def test_nccl_tests_capture_row_agrees_with_formula():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.sampled_from(M.OPS), st.integers(1, 1 << 30), st.floats(1e-6, 10.0), st.integers(1, 64))
+@given(st.sampled_from(R.OPS), st.integers(1, 1 << 30), st.floats(1e-6, 10.0), st.integers(1, 64))
 def test_make_row_busbw_is_algbw_times_factor(op, size, t, n):
-    row = M.make_row(op, size, size // 4 or 1, "float", t, n, 0)
+    row = R.make_row(op, size, size // 4 or 1, "float", t, n, 0)
     assert row["algbw_GBps"] == pytest.approx(size / t / 1e9, rel=1e-6)
     assert row["busbw_GBps"] == pytest.approx(row["algbw_GBps"] * units.busbw_factor(op, n), rel=1e-6, abs=1e-12)
 
 
 def _fake_result(n=4):
     results = []
-    for op in M.OPS:
+    for op in R.OPS:
         rows = []
         for size in (1024, 1 << 20):
-            S, count = M.message_layout(op, size, n, 4)
-            rows.append(M.make_row(op, S, count, "float", 1e-5 * (1 + size / 1024), n, 0))
-        results.append(M.summarise_collective(op, rows))
-    return {"schema": M.SCHEMA, "kind": "collective", "backend": "nccl", "device": "cuda", "world_size": n,
+            S, count = R.message_layout(op, size, n, 4)
+            rows.append(R.make_row(op, S, count, "float", 1e-5 * (1 + size / 1024), n, 0))
+        results.append(R.summarise_collective(op, rows))
+    return {"schema": R.SCHEMA, "kind": "collective", "backend": "nccl", "device": "cuda", "world_size": n,
             "nodes": 1, "hosts": ["n1"], "launcher": "spawn", "dtype": "float", "warmup": 5, "iters": 20,
             "min_bytes": 1024, "max_bytes": 1 << 20, "torch_version": "2.13.0", "results": results, "notes": []}
 
@@ -139,10 +142,10 @@ def test_table_parses_as_nccl_tests_output():
     from gpucomm.probes.formats.nccltests import parse_nccltests
 
     res = _fake_result()
-    text = M.render_collective_table(res)
+    text = render_bench.render_collective_table(res)
     assert "#       size         count      type   redop    root     time   algbw   busbw  #wrong" in text
     blocks = text.split("# Collective test starting: ")[1:]
-    assert len(blocks) == len(M.OPS)
+    assert len(blocks) == len(R.OPS)
     for block, r in zip(blocks, res["results"]):
         parsed = parse_nccltests("# Collective test starting: " + block)
         assert [row["size_bytes"] for row in parsed["rows"]] == [x["size_bytes"] for x in r["rows"]]
@@ -158,7 +161,7 @@ def test_p2p_table_layout():
                        "GPU2": {"GPU0": 20.1}},
            "lat_us": {"GPU0": {"GPU1": 2.0}}, "peer_access": {"GPU0": {"GPU1": True}},
            "host_device": {"GPU0": {"h2d_GBps": 25.0, "d2h_GBps": 26.0}}}
-    lines = M.render_p2p_table(res).splitlines()
+    lines = render_bench.render_p2p_table(res).splitlines()
     i = lines.index("Unidirectional bandwidth matrix (GB/s), row = source, column = destination")
     header, rows = lines[i + 1].split(), [l.split() for l in lines[i + 2:i + 5]]
     assert header == ["D\\D", "GPU0", "GPU1", "GPU2"]
@@ -169,19 +172,19 @@ def test_p2p_table_layout():
 # --------------------------------------------------------------------------------------------
 # launcher environment
 def test_launcher_env():
-    assert M.launcher_env({}) is None
-    e = M.launcher_env({"RANK": "3", "WORLD_SIZE": "16", "LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "8",
+    assert world.launcher_env({}) is None
+    e = world.launcher_env({"RANK": "3", "WORLD_SIZE": "16", "LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "8",
                         "MASTER_ADDR": "node0", "MASTER_PORT": "29400", "TORCHELASTIC_RUN_ID": "x"})
     assert e == {"launcher": "torchrun", "rank": 3, "world_size": 16, "local_rank": 3, "master_addr": "node0",
                  "master_port": 29400}
-    e = M.launcher_env({"SLURM_PROCID": "9", "SLURM_NTASKS": "16", "SLURM_LOCALID": "1", "MASTER_ADDR": "n0"})
+    e = world.launcher_env({"SLURM_PROCID": "9", "SLURM_NTASKS": "16", "SLURM_LOCALID": "1", "MASTER_ADDR": "n0"})
     assert (e["launcher"], e["rank"], e["local_rank"], e["master_port"]) == ("srun", 9, 1, 29500)
     with pytest.raises(InputError, match="MASTER_ADDR"):
-        M.launcher_env({"SLURM_PROCID": "0", "SLURM_NTASKS": "2"})
+        world.launcher_env({"SLURM_PROCID": "0", "SLURM_NTASKS": "2"})
     with pytest.raises(InputError):
-        M.launcher_env({"RANK": "x", "WORLD_SIZE": "2"})
+        world.launcher_env({"RANK": "x", "WORLD_SIZE": "2"})
     with pytest.raises(InputError):
-        M.launcher_env({"RANK": "2", "WORLD_SIZE": "2"})
+        world.launcher_env({"RANK": "2", "WORLD_SIZE": "2"})
 
 
 # --------------------------------------------------------------------------------------------
@@ -198,14 +201,14 @@ def _gpu_p2p_result(doc: dict, by: str = "pci_bus_id") -> dict:
     bw = {a: {b: (200.0 if int(a[3:]) // 2 == int(b[3:]) // 2 else 20.0) for b in keys if b != a} for a in keys}
     bw["GPU1"]["GPU0"] = 150.0
     lat = {a: {b: 3.0 for b in keys if b != a} for a in keys}
-    return {"schema": M.SCHEMA, "kind": "p2p", "mode": "cuda-copy", "backend": None, "device": "cuda",
+    return {"schema": R.SCHEMA, "kind": "p2p", "mode": "cuda-copy", "backend": None, "device": "cuda",
             "label": "copy", "endpoints": eps, "size_bytes": 1 << 26, "bw_GBps": bw, "lat_us": lat,
             "host_device": {k: {"h2d_GBps": 50.0, "d2h_GBps": 51.0} for k in keys}}
 
 
 def test_apply_measurements_gpu_pairs():
     doc = load_topology(str(BASE_TOPO))
-    out, notes = M.apply_measurements(copy.deepcopy(doc), _gpu_p2p_result(doc))
+    out, notes = save.apply_measurements(copy.deepcopy(doc), _gpu_p2p_result(doc))
     assert out["measured"]["p2p"]["GPU0"]["GPU1"] == {"bw_GBps": 200.0, "lat_us": 3.0}
     assert out["measured"]["host_device"]["GPU3"]["d2h_GBps"] == 51.0
     nv = [l for l in out["links"] if l["kind"] == "nvlink"]
@@ -223,22 +226,22 @@ def test_apply_measurements_gpu_pairs():
 
 def test_apply_measurements_by_index_warns_and_unknown_device_fails():
     doc = load_topology(str(BASE_TOPO))
-    _, notes = M.apply_measurements(copy.deepcopy(doc), _gpu_p2p_result(doc, by=None))
+    _, notes = save.apply_measurements(copy.deepcopy(doc), _gpu_p2p_result(doc, by=None))
     assert any("CUDA_DEVICE_ORDER=PCI_BUS_ID" in n for n in notes)
     res = _gpu_p2p_result(doc)
     res["endpoints"][0]["pci_bus_id"] = "0000:ee:00.0"
     res["endpoints"][0]["cuda_index"] = 17
     with pytest.raises(InputError, match="not a GPU of this topology"):
-        M.apply_measurements(copy.deepcopy(doc), res)
+        save.apply_measurements(copy.deepcopy(doc), res)
 
 
 def test_apply_measurements_collectives_replace_same_key():
     doc = load_topology(str(BASE_TOPO))
     res = _fake_result()
-    M.apply_measurements(doc, res)
-    M.apply_measurements(doc, res)
+    save.apply_measurements(doc, res)
+    save.apply_measurements(doc, res)
     coll = doc["measured"]["collectives"]
-    assert len(coll) == len(M.OPS)  # the second run replaced the first
+    assert len(coll) == len(R.OPS)  # the second run replaced the first
     ar = next(c for c in coll if c["op"] == "all_reduce")
     assert ar["rows"][1]["busbw_GBps"] == res["results"][0]["rows"][1]["busbw_GBps"]
 
@@ -298,7 +301,7 @@ def test_gloo_collective_busbw_follows_nccl_tests(gloo_collective):
     res, _ = gloo_collective
     _validate(res)
     assert (res["backend"], res["device"], res["world_size"], res["launcher"]) == ("gloo", "cpu", 2, "spawn")
-    assert [r["op"] for r in res["results"]] == list(M.OPS)
+    assert [r["op"] for r in res["results"]] == list(R.OPS)
     for r in res["results"]:
         assert r["note"] is None and len(r["rows"]) == 5 and r["wrong_total"] == 0
         f = units.busbw_factor(r["op"], 2)
@@ -310,15 +313,15 @@ def test_gloo_collective_busbw_follows_nccl_tests(gloo_collective):
         exp = exp_counts.get(r["op"], [128 << i for i in range(5)])
         assert [row["count"] for row in r["rows"]] == exp
     # the text table of the same result renders every row
-    text = M.render_collective_table(res)
-    assert text.count("# Avg bus bandwidth") == len(M.OPS)
+    text = render_bench.render_collective_table(res)
+    assert text.count("# Avg bus bandwidth") == len(R.OPS)
 
 
 def test_gloo_collective_save_round_trip(gloo_collective):
     res, topo = gloo_collective
     doc = load_topology(str(topo))  # still a valid topology document
     coll = {c["op"]: c for c in doc["measured"]["collectives"]}
-    assert set(coll) == set(M.OPS)
+    assert set(coll) == set(R.OPS)
     for r in res["results"]:
         saved = coll[r["op"]]
         assert (saved["backend"], saved["world_size"], saved["dtype"]) == ("gloo", 2, "float")
@@ -376,7 +379,7 @@ def test_example_hosts_exist_for_save_mapping():
     if not (HOSTS / "hgx-h100").is_dir():
         pytest.skip("fixture host hgx-h100 not generated")
     doc = load_topology(str(HOSTS / "hgx-h100"))
-    out, notes = M.apply_measurements(doc, _gpu_p2p_result(doc))
+    out, notes = save.apply_measurements(doc, _gpu_p2p_result(doc))
     assert len(out["measured"]["p2p"]) == 8 and all(len(v) == 7 for v in out["measured"]["p2p"].values())
     assert not any("measured_bw_GBps" in l for l in out["links"])  # NVSwitch: no GPU-GPU link to annotate
 
@@ -422,7 +425,7 @@ def _fake_torch():
 
 
 def test_cuda_copy_matrix_layout_and_save():
-    res = M.p2p_cuda_copy(_fake_torch(), [0, 1, 2, 3], 1 << 20, warmup=1, iters=2)
+    res = workers.p2p_cuda_copy(_fake_torch(), [0, 1, 2, 3], 1 << 20, warmup=1, iters=2)
     assert res["mode"] == "cuda-copy" and res["torch_version"] == "2.13.0"
     keys = [e["key"] for e in res["endpoints"]]
     assert keys == ["GPU0", "GPU1", "GPU2", "GPU3"]
@@ -433,9 +436,9 @@ def test_cuda_copy_matrix_layout_and_save():
         assert all(v > 0 for v in res["bw_GBps"][a].values()) and all(v >= 0 for v in res["lat_us"][a].values())
         assert set(res["host_device"][a]) == {"h2d_GBps", "d2h_GBps"}
     assert res["peer_access"]["GPU0"] == {"GPU1": True, "GPU2": False, "GPU3": False}
-    assert "P2P access" in M.render_p2p_table(res)
+    assert "P2P access" in render_bench.render_p2p_table(res)
     doc = load_topology(str(BASE_TOPO))
-    out, notes = M.apply_measurements(doc, res)
+    out, notes = save.apply_measurements(doc, res)
     assert set(out["measured"]["p2p"]) == set(keys) and not any("CUDA_DEVICE_ORDER" in n for n in notes)
     assert sum(1 for l in out["links"] if "measured_bw_GBps" in l) == 2  # the two NVLink bridges
 
@@ -447,6 +450,6 @@ def test_saving_into_null_measurement_sections(measured):
     res = {"kind": "collective", "backend": "gloo", "device": "cpu", "world_size": 2, "nodes": 1, "dtype": "float",
            "results": [{"op": "all_reduce", "peak_busbw_GBps": 1.0,
                         "rows": [{"size_bytes": 8, "time_us": 1.0, "algbw_GBps": 0.008, "busbw_GBps": 0.008}]}]}
-    out, notes = M.apply_measurements(doc, res)
+    out, notes = save.apply_measurements(doc, res)
     assert [c["op"] for c in out["measured"]["collectives"]] == ["all_reduce"]
     assert notes == ["saved 1 collective sweep(s) under measured.collectives"]

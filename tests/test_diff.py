@@ -266,7 +266,7 @@ def test_fleet_classes_and_outliers(tmp_path):
 
 
 def test_content_key_ignores_only_the_volatile_values():
-    from gpucomm.planners.health.diff import content_key
+    from gpucomm.planners.health.stream import content_key
 
     a = (FAULTS / "pcie-4gpu-healthy.json").read_text(encoding="utf-8")
     d = json.loads(a)
@@ -287,7 +287,8 @@ def test_content_key_ignores_only_the_volatile_values():
 def test_fleet_shortcut_is_exact(tmp_path):
     """Nodes read through the shortcut give what reading each in full gives: host names, errors in
     a text that only looks like a copy, and no shortcut when a volatile key sits elsewhere."""
-    from gpucomm.planners.health.diff import diff_sources, diff_stream, stream_sources
+    from gpucomm.planners.health.diff import diff_sources, diff_stream
+    from gpucomm.planners.health.stream import stream_sources
     from gpucomm.probes.errors import InputError
 
     paths = _fleet(tmp_path, 6, {4: "ib-rate-low"})

@@ -341,7 +341,7 @@ def _escapes_doc(tmp_path) -> str:
 @settings(max_examples=100, deadline=None)
 @given(st.text())
 def test_printable_leaves_nothing_a_terminal_acts_on(text):
-    from gpucomm.render.plain import printable
+    from gpucomm.render.text import printable
 
     out = printable(text)
     assert not _RAW.search(out)

@@ -26,7 +26,7 @@ from gpucomm.probes.files import read_limited, write_atomic
 from gpucomm.probes.load import parse_json, parse_yaml
 from gpucomm.probes.model import dumps_json, new_document, warn
 from gpucomm.probes.validate import spec, validate_document
-from gpucomm.planners.measure.bench import NEEDS_TORCH
+from gpucomm.planners.measure.world import NEEDS_TORCH
 
 
 def _one_error_line(r, name) -> None:

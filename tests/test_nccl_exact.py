@@ -124,7 +124,8 @@ def _predicted_choices_differ(cases: list, monkeypatch) -> tuple[int, list]:
 
     total, bad = 0, []
     for c in cases:
-        if "error" in c["golden"]:
+        # MNNVL cases: a tray XML's nodes in NVLink cliques, which predict is not told (yet)
+        if "error" in c["golden"] or c.get("mnnvl"):
             continue
         for k in [k for k in __import__("os").environ if k.startswith("NCCL_")]:
             monkeypatch.delenv(k)
@@ -222,7 +223,7 @@ def test_node_system_splits_nodes_as_ncclsim():
     docs: dict = {}
     differ, split = [], 0
     for c in goldens():
-        if "error" in c["golden"]:
+        if "error" in c["golden"] or c.get("mnnvl"):     # our ring search knows no MNNVL cliques
             continue
         if c["xml"] not in docs:
             docs[c["xml"]] = load_topology(str(NCCLSIM / c["xml"]))
@@ -240,7 +241,8 @@ def test_widened_passes_end_as_the_rule_says(monkeypatch):
     """search._Widening gives a pass the outcome of its narrower twin that ran out of time (no time left,
     nothing kept) without searching it; the last pass of the second phase, whose time left nothing reads,
     is not searched where it can keep nothing; a first-phase pass stops once its best graph reaches the
-    system's bandwidth and nothing later in it can be kept.  Here every such pass of the sample is searched
+    system's bandwidth and nothing later in it can be kept; within one node a pass whose twin of another
+    crossNic just ran out of time is not searched where ties cannot win.  Here every such pass of the sample is searched
     anyway (CHECK_WIDENING) and must end as its rule says; on a multi-node H100 node and an NVSwitch domain
     at least, passes are covered."""
     from gpucomm.planners.nccl import search
@@ -254,6 +256,7 @@ def test_widened_passes_end_as_the_rule_says(monkeypatch):
     monkeypatch.setattr(search, "CHECKED_WIDENINGS", [])
     monkeypatch.setattr(search, "CHECKED_FINALS", [])
     monkeypatch.setattr(search, "CHECKED_DONE", [])
+    monkeypatch.setattr(search, "CHECKED_TWINS", [])
     comm._RANK_STATES.clear()           # searched here, not taken from an earlier test's cache
     comm._run_cached.cache_clear()
     results, diffs = _run(_sample())
@@ -274,6 +277,11 @@ def test_widened_passes_end_as_the_rule_says(monkeypatch):
     results, diffs = _run(stops)
     assert not diffs, diffs[:3]
     assert len(search.CHECKED_DONE) >= 2, "no pass stopped early"
+    # a crossNic twin of a pass that ran out of time within one node (an MNNVL clique of 8 trays): searched
+    # anyway, it kept nothing and ran out too
+    results, diffs = _run([c for c in goldens() if tool.case_id(c) == "mnnvl/gb200.xml:n8:mnnvl8"])
+    assert len(results) == 1 and not diffs, diffs
+    assert search.CHECKED_TWINS, "no crossNic twin was checked"
 
 
 def test_nvls_passes_taken_from_the_line_end_as_searched(monkeypatch):

@@ -21,10 +21,10 @@ NCCL_NET_DISABLE_INTRA, NCCL_P2P_LEVEL, NCCL_NVLS_ENABLE, NCCL_NET_MERGE_LEVEL),
 trees, and the algorithm/protocol and predicted time of its tuning model for all_reduce,
 all_gather and reduce_scatter at 8 B .. 8 GiB (``gpucomm.planners.nccl.judge.compact``).
 
-The ncclsim harness reports all_reduce only; this script builds it with a small addition to
-harness/main.cc (the same ``ncclGetAlgoInfo`` call for AllGather and ReduceScatter, count =
-bytes / 4 / nRanks as nccl-tests' size is the total) in a temporary copy -- NCCL's sources are used
-unmodified.
+The harness is the project's copy in tools/ncclsim (README there): ../shared/tools/ncclsim's harness
+plus the same ``ncclGetAlgoInfo`` call for AllGather and ReduceScatter (count = bytes / 4 / nRanks as
+nccl-tests' size is the total) and multi-node NVLink: the ranks of an MNNVL clique of several hosts run
+together (``--mnnvl-clique``), so NCCL's own code fuses the hosts.  NCCL's sources are used unmodified.
 
     python tools/ncclsim_goldens.py            # build ncclsim (~2 min), write corpus and goldens
     python tools/ncclsim_goldens.py --check    # rebuild, recompute, compare with the stored goldens
@@ -47,54 +47,21 @@ from typing import Optional
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "fixtures" / "ncclsim"
 NCCLSIM_SRC = Path(os.environ.get("NCCLSIM_SRC", REPO.parent / "shared" / "tools" / "ncclsim"))
+HARNESS = REPO / "tools" / "ncclsim"
 SEED = 20250909
 N_MACHINES = 320
 
 # --------------------------------------------------------------------------------------------
-# The harness addition: AllGather / ReduceScatter through the same ncclGetAlgoInfo call.
-_PATCH_AT = '  js << "]}";\n  if (opt.json) printf("%s\\n", js.str().c_str());'
-_PATCH = r'''  js << "]";
-  for (int fn = 0; fn < 2; fn++) {
-    ncclFunc_t func = fn == 0 ? ncclFuncAllGather : ncclFuncReduceScatter;
-    js << ",\"" << (fn == 0 ? "allgather" : "reducescatter") << "\":[";
-    for (size_t s = 0; s < opt.sizes.size(); s++) {
-      size_t bytes = opt.sizes[s];
-      struct ncclTaskColl task;
-      memset(&task, 0, sizeof(task));
-      task.func = func;
-      task.count = bytes / sizeof(float) / NR;
-      task.datatype = ncclFloat32;
-      task.opHost = ncclSum;
-      task.opDev.op = ncclDevSum;
-      ncclSimInfo_t simInfo = NCCL_SIM_INFO_INITIALIZER;
-      ncclResult_t r = ncclGetAlgoInfo(comm, &task, /*collNetSupport=*/0, comm->nvlsSupport, /*numPipeOps=*/1, &simInfo);
-      if (r != ncclSuccess) { fprintf(stderr, "ncclsim: ncclGetAlgoInfo failed for %zu bytes\n", bytes); return 1; }
-      js << (s ? "," : "") << "{\"bytes\":" << bytes << ",\"algo\":\"" << ncclAlgoStr[task.algorithm]
-         << "\",\"proto\":\"" << ncclProtoStr[task.protocol] << "\",\"nChannels\":" << task.nMaxChannels
-         << ",\"nWarps\":" << task.nWarps << ",\"time_us\":" << simInfo.estimatedTime << "}";
-    }
-    js << "]";
-  }
-  js << "}";
-  if (opt.json) printf("%s\n", js.str().c_str());'''
-
-
 def build_ncclsim(out: Path, src: Path = NCCLSIM_SRC) -> Path:
-    """Build ncclsim (harness + the AllGather/ReduceScatter addition) into ``out``; ~2 minutes."""
-    if not (src / "build.sh").exists() or not (src / "nccl" / "src").is_dir():
-        raise SystemExit(f"ncclsim sources not found at {src} (set NCCLSIM_SRC)")
+    """Build ncclsim -- the project's harness (tools/ncclsim: ../shared/tools/ncclsim's harness with the
+    AllGather/ReduceScatter rows and multi-node NVLink cliques, see its README) on NCCL's unmodified
+    sources in ``src``/nccl -- into ``out``; ~2 minutes on 2 cores."""
+    if not (src / "nccl" / "src").is_dir():
+        raise SystemExit(f"NCCL sources not found at {src}/nccl (set NCCLSIM_SRC)")
     if shutil.which("g++") is None:
         raise SystemExit("g++ not found (apt-get install g++)")
-    with tempfile.TemporaryDirectory() as tmp:
-        t = Path(tmp)
-        shutil.copy(src / "build.sh", t / "build.sh")
-        shutil.copytree(src / "harness", t / "harness")
-        main = (t / "harness" / "main.cc").read_text()
-        if _PATCH_AT not in main:
-            raise SystemExit("harness/main.cc changed: the AllGather/ReduceScatter addition does not apply")
-        (t / "harness" / "main.cc").write_text(main.replace(_PATCH_AT, _PATCH))
-        subprocess.run(["bash", str(t / "build.sh"), str(src / "nccl"), str(out)], check=True,
-                       stdout=subprocess.DEVNULL)
+    subprocess.run(["bash", str(HARNESS / "build.sh"), str(src / "nccl"), str(out)], check=True,
+                   stdout=subprocess.DEVNULL)
     return out
 
 
@@ -432,9 +399,14 @@ def run_ncclsim(binary: Path, xml: Path, case: dict) -> dict:
     if case.get("gpus"):
         cmd += ["--gpus", ",".join(map(str, case["gpus"]))]
     cmd += case.get("flags", [])
+    m = case.get("mnnvl")
+    if m:
+        cmd += ["--mnnvl-clique", str(m["clique"]), "--mnnvl-domain", str(m.get("domain") or m["clique"]),
+                "--fabric-state", str(m.get("state", 3))]
     env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
     env.update(harness_env(case.get("env") or {}))
-    p = subprocess.run(cmd + [str(xml)], capture_output=True, text=True, env=env, timeout=600)
+    timeout = int(os.environ.get("NCCLSIM_TIMEOUT", "7200"))     # 144 GPUs on a busy machine: many minutes
+    p = subprocess.run(cmd + [str(xml)], capture_output=True, text=True, env=env, timeout=timeout)
     if p.returncode != 0:
         msg = [ln for ln in p.stderr.splitlines() if ln.strip()]
         return {"error": (msg[-1] if msg else f"exit {p.returncode}")[:300]}
@@ -459,13 +431,121 @@ def all_cases(binary: Optional[Path] = None) -> tuple:
         for nodes in (1, 2) + ((4, 16) if plugin_latency else ()):
             cases.append({"nodes": nodes, "xml": f"inputs/{name}.xml", "group": "examples" if name.startswith("example")
                           else "fixtures"})
-    return cases
+    write_mnnvl_machines()
+    return cases + mnnvl_cases()
+
+
+# --------------------------------------------------------------------------------------------
+# Multi-node NVLink: trays of fixtures/ncclsim/trays (and variants of them) in NVLink cliques
+TRAYS = OUT / "trays"
+
+
+def _xml_variant(text: str, drop: tuple = (), numa_minus1: bool = False) -> str:
+    """A tray XML without the NICs named in ``drop`` (their PCI functions, and switches left empty), or
+    with every NIC hung on a CPU of NUMA id -1 (firmware that reports no proximity for the NIC slots)."""
+    sys.path.insert(0, str(REPO))
+    from gpucomm.planners.nccl import ncclxml as X
+
+    xml = X.parse(text)
+
+    def prune(n) -> None:
+        for c in list(n.subs):
+            prune(c)
+            nets = [x.get("name") for x in _walk(c) if x.name == "net"]
+            gpus = [x for x in _walk(c) if x.name == "gpu"]
+            if c.name == "pci" and not gpus and (not nets or all(x in drop for x in nets)):
+                n.subs.remove(c)
+
+    prune(xml.top())
+    if numa_minus1:
+        top = xml.top()
+        cpus = [c for c in top.subs if c.name == "cpu"]
+        other = X.XNode("cpu", top, X.NODE_OPEN)
+        other.attrs = [[k, v] for k, v in cpus[0].attrs]
+        other.set("numaid", "-1")
+        other.set("affinity", "0000ffff,ffffffff,ffffffff,ffffffff,ffffffff")
+        for c in cpus:
+            for p in list(c.subs):
+                if any(x.name == "nic" for x in _walk(p)):
+                    c.subs.remove(p)
+                    other.subs.append(p)
+                    p.parent = other
+        top.subs.insert(0, other)
+    return X.dumps(xml)
+
+
+def _walk(n):
+    yield n
+    for c in n.subs:
+        yield from _walk(c)
+
+
+def mnnvl_machines() -> list:
+    """(name, XML text): the trays and the variants the MNNVL goldens run on."""
+    gb200 = (TRAYS / "gb200-tray.xml").read_text()
+    gb300 = (TRAYS / "gb300-tray.xml").read_text()
+    return [("gb200", gb200), ("gb300", gb300), ("gh200", (TRAYS / "gh200-node.xml").read_text()),
+            ("gb200-numa-1", _xml_variant(gb200, numa_minus1=True)),
+            ("gb200-cx7", _xml_variant(gb200, drop=("mlx5_2", "mlx5_3", "mlx5_6", "mlx5_7"))),
+            ("gb200-2nic", _xml_variant(gb200, drop=("mlx5_1", "mlx5_2", "mlx5_3", "mlx5_5", "mlx5_6", "mlx5_7"))),
+            ("gb300-bond", _xml_variant(gb300, drop=("mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3")))]
+
+
+def _mn(nodes: int, clique: int, domain: Optional[int] = None, state: int = 3, env: Optional[dict] = None,
+        gpus: Optional[list] = None) -> dict:
+    c = {"nodes": nodes, "mnnvl": {"clique": clique, "domain": domain or clique, "state": state}}
+    if env:
+        c["env"] = env
+    if gpus:
+        c["gpus"] = gpus
+    return c
+
+
+def mnnvl_cases() -> list:
+    """The MNNVL cases: 1, 2, 3, 4, 8 and 18 trays in one clique, racks (cliques) joined by NICs,
+    NVL36x2 (two cliques of 9 trays in one NVLink domain), NCCL_MNNVL_* settings, fabric states, GPU
+    subsets, and tuning settings."""
+    full = [_mn(1, 1, env={"NCCL_MNNVL_ENABLE": "1"}), {"nodes": 1}] + [_mn(k, k) for k in (2, 3, 4, 8, 18)]
+    racks = [_mn(2, 1), _mn(4, 2), _mn(6, 3), _mn(8, 4), _mn(16, 8), _mn(36, 18)]
+    nvl36 = [_mn(18, 9, 18), _mn(18, 9, 18, env={"NCCL_MNNVL_CROSS_CLIQUE": "1"}),
+             _mn(18, 9, 18, env={"NCCL_MNNVL_CLIQUE_ID": "5"})]
+    off = [_mn(2, 2, env={"NCCL_MNNVL_ENABLE": "0"}), _mn(8, 8, env={"NCCL_MNNVL_ENABLE": "0"}),
+           _mn(4, 4, state=2), _mn(4, 2, env={"NCCL_MNNVL_UUID": "7"}), _mn(2, 2, env={"NCCL_CUMEM_ENABLE": "0"}),
+           _mn(2, 2, env={"NCCL_P2P_LEVEL": "LOC"})]
+    settings = [_mn(4, 2, env=e) for e in ({"NCCL_MNNVL_SCATTER_NETS_ENABLE": "0"}, {"NCCL_MNNVL_RAIL_PER_HOST": "1"},
+                                           {"NCCL_CROSS_NIC": "0"}, {"NCCL_CROSS_NIC": "1"}, {"NCCL_PXN_DISABLE": "1"},
+                                           {"NCCL_NVLS_ENABLE": "0"}, {"NCCL_NET_GDR_C2C": "0"})]
+    subsets = [_mn(2, 2, gpus=[0, 1]), _mn(4, 2, gpus=[0, 2]), _mn(8, 8, gpus=[1, 3]), _mn(4, 4, gpus=[0])]
+    tuning = [_mn(4, 4, env={"NCCL_ALGO": "Ring"}), _mn(8, 4, env={"NCCL_PROTO": "Simple"})]
+    out = []
+    for name, _text in mnnvl_machines():
+        if name in ("gb200", "gb300"):
+            cs = full + racks + nvl36 + off + settings + subsets + tuning
+        elif name == "gh200":
+            cs = [_mn(k, k) for k in (2, 4, 8, 16, 32)] + [_mn(4, 2), _mn(8, 4), _mn(16, 4),
+                                                           _mn(4, 4, env={"NCCL_MNNVL_ENABLE": "0"})]
+        else:
+            cs = [{"nodes": 1}, _mn(2, 2), _mn(4, 2), _mn(8, 4), _mn(8, 2), _mn(4, 2, env={"NCCL_CROSS_NIC": "0"}),
+                  _mn(4, 2, env={"NCCL_MNNVL_SCATTER_NETS_ENABLE": "0"})]
+        for c in cs:
+            out.append(dict(c, xml=f"mnnvl/{name}.xml", group="mnnvl"))
+    return out
+
+
+def write_mnnvl_machines() -> None:
+    (OUT / "mnnvl").mkdir(parents=True, exist_ok=True)
+    for name, text in mnnvl_machines():
+        (OUT / "mnnvl" / f"{name}.xml").write_text(text)
 
 
 def case_id(c: dict) -> str:
     parts = [c["xml"], f"n{c['nodes']}"]
     if c.get("gpus"):
         parts.append("g" + "-".join(map(str, c["gpus"])))
+    m = c.get("mnnvl")
+    if m:
+        parts.append(f"mnnvl{m['clique']}" + (f"/{m['domain']}" if m.get("domain", m["clique"]) != m["clique"] else "")
+                     + (f"/state{m['state']}" if m.get("state", 3) != 3 else ""))
     for k, v in sorted((c.get("env") or {}).items()):
         parts.append(f"{k}={v}")
     return ":".join(parts)
@@ -486,7 +566,8 @@ def agree(args) -> int:
     from gpucomm.planners.nccl import judge
 
     stored = json.loads((OUT / "goldens.json").read_text())
-    cases = stored["cases"][:: max(1, args.stride)][: args.limit or None]
+    cases = [c for c in stored["cases"] if not args.group or c["group"] == args.group]
+    cases = cases[:: max(1, args.stride)][: args.limit or None]
     if args.jobs > 1:
         import multiprocessing
 
@@ -518,6 +599,9 @@ def main(argv: Optional[list] = None) -> int:
     ap.add_argument("--agree", action="store_true", help="no build: our model against the stored goldens")
     ap.add_argument("--jobs", type=int, default=1, help="with --agree: worker processes")
     ap.add_argument("--json", dest="json_out", help="with --agree: write the per-case results here")
+    ap.add_argument("--group", help="compute only this group's goldens (corpus, examples, fixtures, mnnvl), keeping "
+                    "the others and this group's stored ones (resumable); with --agree: only this group")
+    ap.add_argument("--force", action="store_true", help="with --group: recompute the group's stored goldens too")
     args = ap.parse_args(argv)
     if args.agree:
         return agree(args)
@@ -535,22 +619,45 @@ def main(argv: Optional[list] = None) -> int:
             for b in bad[:20]:
                 print("  stale:", b)
             return 1 if bad else 0
-        cases = all_cases()
+        if args.group:
+            # only this group's cases; the stored goldens of other groups (and of this group's cases
+            # computed before, unless --force) are kept: a long run can be resumed
+            stored = json.loads((OUT / "goldens.json").read_text())["cases"]
+            if args.group == "mnnvl":
+                write_mnnvl_machines()
+                mine = mnnvl_cases()
+            else:
+                mine = [c for c in all_cases() if c["group"] == args.group]
+            old = {case_id(c): c["golden"] for c in stored if c["group"] == args.group}
+            cases = [c for c in stored if c["group"] != args.group] + mine
+            todo = [c for c in mine if args.force or case_id(c) not in old]
+            for c in mine:
+                if case_id(c) in old and not args.force:
+                    c["golden"] = old[case_id(c)]
+        else:
+            cases = all_cases()
+            todo = cases
         if args.limit:
-            cases = cases[: args.limit]
-        for k, c in enumerate(cases):
+            todo = todo[: args.limit]
+        for k, c in enumerate(todo):
             c["golden"] = run_ncclsim(binary, OUT / c["xml"], c)
-            if (k + 1) % 50 == 0:
-                print(f"{k + 1}/{len(cases)}", file=sys.stderr)
-        doc = {"nccl": "2.30.7", "ncclsim": "harness of ../shared/tools/ncclsim + AllGather/ReduceScatter rows",
-               "sizes": "8 B .. 8 GiB, powers of two", "seed": SEED, "cases": cases}
-        text = json.dumps(doc, separators=(",", ":"), sort_keys=True)
-        tmpf = OUT / "goldens.json.tmp"
-        tmpf.write_text(text + "\n")
-        tmpf.replace(OUT / "goldens.json")
+            print(f"{k + 1}/{len(todo)} {case_id(c)}", file=sys.stderr)
+            if args.group and (k + 1) % 5 == 0:
+                _save([c for c in cases if "golden" in c])
+        cases = [c for c in cases if "golden" in c]
+        _save(cases)
         errors = sum(1 for c in cases if "error" in c["golden"])
         print(f"{len(cases)} cases ({errors} where NCCL fails to initialise) -> {OUT / 'goldens.json'}")
     return 0
+
+
+def _save(cases: list) -> None:
+    doc = {"nccl": "2.30.7", "ncclsim": "tools/ncclsim (the harness of ../shared/tools/ncclsim + AllGather/"
+           "ReduceScatter rows + MNNVL cliques)", "sizes": "8 B .. 8 GiB, powers of two", "seed": SEED, "cases": cases}
+    text = json.dumps(doc, separators=(",", ":"), sort_keys=True)
+    tmpf = OUT / "goldens.json.tmp"
+    tmpf.write_text(text + "\n")
+    tmpf.replace(OUT / "goldens.json")
 
 
 if __name__ == "__main__":

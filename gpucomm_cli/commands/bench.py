@@ -94,7 +94,7 @@ def _read_save_target(path: str):
 
 def _save(path: str, result: dict) -> None:
     """Merge ``result`` into the topology at PATH (created from a live probe when it does not exist)."""
-    from gpucomm.planners.measure.bench import apply_measurements
+    from gpucomm.planners.measure.save import apply_measurements
     from gpucomm.probes.files import write_atomic
     from gpucomm.probes.model import dumps_json, dumps_yaml, finalize
 
@@ -144,7 +144,9 @@ def collective(
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds before a stuck collective is abandoned."),
 ) -> None:
     """nccl-tests style sweep: size, count, type, redop, root, time, algbw, busbw (same busbw formulas)."""
-    from gpucomm.planners.measure.bench import TorchMissing, parse_size_sweep, render_collective_table, run_collective_bench
+    from gpucomm.planners.measure.bench import parse_size_sweep, run_collective_bench
+    from gpucomm.planners.measure.world import TorchMissing
+    from gpucomm.render.bench import render_collective_table
 
     _check_runs(iters, warmup, nproc, timeout)
     flag_value("--sizes", sizes, parse=parse_size_sweep)
@@ -172,7 +174,7 @@ def collective(
 def _save_calibration(path: str, result: dict, topology: Optional[str]) -> None:
     """Fit a profile from a collective sweep (the nccl-tests table it prints) and write it atomically."""
     from gpucomm.planners.collectives.calibrate import build_calibration
-    from gpucomm.planners.measure.bench import render_collective_table
+    from gpucomm.render.bench import render_collective_table
     from gpucomm.probes.model import dumps_json
     from gpucomm.probes.files import write_atomic
 
@@ -210,7 +212,9 @@ def p2p(
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds before a stuck transfer is abandoned."),
 ) -> None:
     """Pairwise bandwidth (both directions) and latency matrix; host<->device per GPU in copy mode."""
-    from gpucomm.planners.measure.bench import TorchMissing, parse_size, render_p2p_table, run_p2p_bench
+    from gpucomm.planners.measure.bench import parse_size, run_p2p_bench
+    from gpucomm.planners.measure.world import TorchMissing
+    from gpucomm.render.bench import render_p2p_table
 
     _check_runs(iters, warmup, nproc, timeout)
     flag_value("--size", size, parse=lambda t: parse_size(t, "--size"))

@@ -25,7 +25,8 @@ def read_calibration(path: str) -> dict:
 def read_run_texts(paths: List[str]) -> list:
     """(path, nccl-tests text) per input: nccl-tests/rccl-tests output as it is, a ``gpucomm bench
     collective --format json`` result rendered as the nccl-tests table it stands for."""
-    from gpucomm.planners.measure.bench import SCHEMA as BENCH_SCHEMA, render_collective_table
+    from gpucomm.planners.measure.results import SCHEMA as BENCH_SCHEMA
+    from gpucomm.render.bench import render_collective_table
     from gpucomm.probes.errors import InputError
     from gpucomm.probes.load import parse_json, read_text_input
 
@@ -33,7 +34,7 @@ def read_run_texts(paths: List[str]) -> list:
     for p in paths:
         text = read_text_input(p)
         if text.lstrip().startswith("{"):
-            try:   # bounded: depth, digits (probes/load.py)
+            try:   # bounded: depth, digits (probes/parse.py)
                 doc = parse_json(text, p, expected="gpucomm bench collective --format json output, or nccl-tests output")
             except InputError:
                 doc = None

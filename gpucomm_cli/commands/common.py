@@ -4,17 +4,19 @@
   TOPO means *this node* (a live probe) for the commands where that makes sense (probe, show,
   paths, rings, trees, predict, select, doctor); ``plan`` needs a TOPO or ``--cluster``.
 * Usage errors -- a flag value out of range, a missing input, a format the command does not
-  have -- exit 2 (the CLI contract, README "Exit codes"); errors in the inputs themselves exit 1.
+  have -- exit 2 (the CLI contract, README "Exit codes"); errors in the inputs themselves exit 1
+  (:func:`gpucomm.usage.usage_error`).
 
-Only typer/click are imported here (``gpucomm --help`` start-up time)."""
+Only typer is imported here (``gpucomm --help`` start-up time)."""
 from __future__ import annotations
 
 import math
-from typing import Callable, NoReturn, Optional, Tuple, TypeVar
+from typing import Callable, Optional, Tuple, TypeVar
 
 import typer
 
 from gpucomm.probes.limits import MAX_HOSTS, MAX_NODES  # noqa: F401  (the --nodes bounds of flag_value)
+from gpucomm.usage import usage_error  # noqa: F401 - the commands' usage error (exit 2), named here for them
 
 TOPO_HELP = ("Topology: a saved topology (JSON/YAML), a snapshot (dir or .tar.gz), `nvidia-smi topo -m` output, "
              "an NCCL topology XML, `rocm-smi --showtopo` output, example:<name>, or - for standard input "
@@ -22,20 +24,6 @@ TOPO_HELP = ("Topology: a saved topology (JSON/YAML), a snapshot (dir or .tar.gz
              "NVLink fabric).")
 LIVE_HELP = " Without one: this node (a live probe)."
 FROM_HELP = "The same as TOPO (kept for scripts written against earlier versions)."
-
-
-def usage_error(message: str, param: Optional[str] = None) -> NoReturn:
-    """Raise click's usage error (exit 2), with the command's usage line when there is a context."""
-    try:   # typer >= 0.2x vendors click as typer._click; older typer depends on click itself
-        from typer._click.exceptions import BadParameter, UsageError
-        from typer._click.globals import get_current_context
-    except ImportError:
-        from click import BadParameter, UsageError, get_current_context  # type: ignore[no-redef]
-
-    ctx = get_current_context(silent=True)
-    if param:
-        raise BadParameter(message, ctx=ctx, param_hint=f"'{param}'")
-    raise UsageError(message, ctx=ctx)
 
 
 T = TypeVar("T")

@@ -57,7 +57,7 @@ def _k8s():
 def _capture(draw) -> str:
     import io
 
-    from gpucomm.render.output import make_console
+    from gpucomm.render.console import make_console
 
     buf = io.StringIO()
     draw(make_console(buf))

@@ -8,13 +8,13 @@ existing FILE is replaced only with --force and a symbolic link is never followe
 from __future__ import annotations
 
 import io
-import os
 import sys
 from typing import Callable, Iterable, Optional
 
 from gpucomm.probes.errors import InputError
 from gpucomm.probes.model import dumps_yaml, write_json
 
+from gpucomm.render.console import make_console, plain_width
 from gpucomm.settings import SETTINGS
 
 # -o FILE.ext -> --format (data formats that read back, and the Graphviz picture)
@@ -54,49 +54,9 @@ def check_format(fmt: str, allowed: Iterable[str]) -> None:
     """A --format the command does not have is a usage error (exit 2)."""
     allowed = list(allowed)
     if fmt not in allowed:
-        from gpucomm.commands.common import usage_error
+        from gpucomm.usage import usage_error
 
         usage_error(f"{fmt!r} is not a format of this command (it has {', '.join(allowed)})", "--format")
-
-
-_SAFE_CONSOLE = None
-
-
-def safe_console_class():
-    """rich's Console printing every text through :func:`gpucomm.render.plain.printable`: strings before
-    rich lays them out (so tables stay aligned), and whatever text a renderable built itself as it is
-    written (rich's own control sequences, colours included, are not text and pass)."""
-    global _SAFE_CONSOLE
-    if _SAFE_CONSOLE is None:
-        from rich.console import Console
-        from rich.segment import Segment
-
-        from gpucomm.render.plain import printable
-
-        class SafeConsole(Console):
-            def render_str(self, text, *args, **kwargs):
-                return super().render_str(printable(text), *args, **kwargs)
-
-            def render(self, renderable, options=None):
-                for seg in super().render(renderable, options):
-                    if seg.control or not seg.text or printable(seg.text) is seg.text:
-                        yield seg
-                    else:
-                        yield Segment(printable(seg.text), seg.style, seg.control)
-
-        _SAFE_CONSOLE = SafeConsole
-    return _SAFE_CONSOLE
-
-
-def make_console(file=None, width: Optional[int] = None):
-    target = file if file is not None else sys.stdout
-    is_tty = hasattr(target, "isatty") and target.isatty() and not SETTINGS.output
-    if width is None and not is_tty:
-        width = _plain_width()
-    return safe_console_class()(file=target, width=width, force_terminal=is_tty if is_tty else False,
-                   no_color=not is_tty or bool(os.environ.get("NO_COLOR")), highlight=False,
-                   soft_wrap=True,   # text lines are never broken; tables fit themselves (render/tables.py)
-                   emoji=False)      # ":cd:" in a bus id (0000:cd:00.0) is not an emoji
 
 
 def plain_console(file):
@@ -104,16 +64,16 @@ def plain_console(file):
     lines and tables (:mod:`gpucomm.render.plain`)."""
     from gpucomm.render.plain import PlainConsole
 
-    return PlainConsole(file, _plain_width())
+    return PlainConsole(file, plain_width())
 
 
 def text_width() -> int:
-    """The columns text output has: the terminal's, else :func:`_plain_width`."""
+    """The columns text output has: the terminal's, else :func:`gpucomm.render.console.plain_width`."""
     if output_file() is None and hasattr(sys.stdout, "isatty") and sys.stdout.isatty():
         import shutil
 
         return shutil.get_terminal_size((80, 24)).columns
-    return _plain_width()
+    return plain_width()
 
 
 def wrap_comment_lines(text: str, width: Optional[int] = None) -> str:
@@ -135,16 +95,11 @@ def wrap_comment_lines(text: str, width: Optional[int] = None) -> str:
     return "\n".join(out)
 
 
-def _plain_width() -> int:
-    """The width of output that is not a terminal: $COLUMNS, else 80 (as a terminal of unknown size)."""
-    return int(os.environ.get("COLUMNS", "0") or 0) or 80
-
-
 def write_text(text: str, executable: bool = False) -> None:
     """Write data to -o FILE (atomically; see the module docstring; ``executable``: a script,
     written with the execute bits) or stdout, every character a terminal would act on escaped
-    (:func:`gpucomm.render.plain.printable`)."""
-    from gpucomm.render.plain import printable
+    (:func:`gpucomm.render.text.printable`)."""
+    from gpucomm.render.text import printable
 
     text = printable(text)
     out = output_file()

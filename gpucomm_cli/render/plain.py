@@ -23,25 +23,6 @@ _TOP, _HEAD, _HEAD_ROW, _ROW, _ROW_SEP, _BOTTOM = "┏━┳┓", "┃ ┃┃", 
 # rich's markup tags (rich.markup.RE_TAGS); text without one, and without an escaped bracket, is printed as it is
 _TAG = re.compile(r"((\\*)\[([a-z#/@][^[]*?)])")
 
-# What a terminal acts on instead of printing: C0 controls but tab and newline, DEL, C1 controls (ESC [ and
-# its one-byte form CSI), and the bidirectional overrides that reorder what is shown ("Trojan Source").
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def printable(text: str) -> str:
-    """``text`` with every character a terminal would act on written as a ``\\uXXXX`` escape (valid in
-    JSON and YAML strings, readable in a table): names, warnings and errors from an input never reach the
-    terminal raw.  Every text render goes through it once: the consoles (:func:`gpucomm.render.output.make_console`),
-    :func:`gpucomm.render.output.write_text`, and the diagnostics on stderr.
-
-    >>> printable("GPU0\\x1b]0;x\\x07 \\u202egnp.exe\\tok\\n")
-    'GPU0\\\\u001b]0;x\\\\u0007 \\\\u202egnp.exe\\tok\\n'
-    """
-    if not _UNSAFE.search(text):
-        return text
-    return _UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
-
-
 def plain_text(s: Any, markup: bool = True) -> bool:
     """Whether rich would print ``s`` as it is: a str of printable ASCII (and line breaks) with no
     markup tag when markup is on.
@@ -213,7 +194,7 @@ class PlainConsole:
     def rich(self):
         """The rich console this one stands for (imports rich)."""
         if self._console is None:
-            from gpucomm.render.output import make_console
+            from gpucomm.render.console import make_console
 
             self._console = make_console(self.file, width=self.width)
         return self._console

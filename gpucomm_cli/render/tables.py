@@ -91,7 +91,7 @@ def _natural(table) -> tuple:
     """(width, text) of the table printed without a width limit, in plain text."""
     import io
 
-    from gpucomm.render.output import safe_console_class
+    from gpucomm.render.console import safe_console_class
 
     wide = safe_console_class()(file=io.StringIO(), width=100_000, color_system=None, highlight=False)
     wide.print(table, soft_wrap=False)

@@ -1074,7 +1074,7 @@ def doctor_fleet(items, rules: Optional[list] = None, env: Optional[dict] = None
     inputs: list = []
     fabric_of: dict = {}     # node position -> its (cluster UUID, clique id), for the rack check
     fabric_by_text: dict = {}
-    from gpucomm.planners.health.diff import NodeClasses
+    from gpucomm.planners.health.stream import NodeClasses
 
     grouped = NodeClasses(lambda topo: run_doctor(topo, rules, env), _findings_key)   # classes: doctor reports
     member, classes, first_member = grouped.member, grouped.classes, grouped.first_member
@@ -1162,7 +1162,7 @@ def rack_clique_findings(cliques: dict) -> list:
 def doctor_sources(named_sources, rules: Optional[list] = None, env: Optional[dict] = None) -> dict:
     """:func:`doctor_fleet` over (name, source) pairs, each loaded when its turn comes (nodes whose
     texts differ only in host names, collection times and GPU UUIDs are read once)."""
-    from gpucomm.planners.health.diff import stream_sources
+    from gpucomm.planners.health.stream import stream_sources
 
     return doctor_fleet(stream_sources(named_sources, DOCTOR_VOLATILE_KEYS), rules, env)
 

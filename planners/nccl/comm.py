@@ -14,13 +14,16 @@ settings): :func:`nccl_comm` is cheap to call again.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Union
 
-from gpucomm.probes.errors import PlanInfeasible
+from gpucomm.probes.errors import InputError, PlanInfeasible
+from gpucomm.probes.model import host_document
 from gpucomm.probes.topology import Topology
 
+from gpucomm.planners.nccl import mnnvl as M
 from gpucomm.planners.nccl import ncclxml as X
 from gpucomm.planners.nccl.ncclxml import NcclFailed
 from gpucomm.planners.nccl.names import (BALANCED_TREE, MAXCHANNELS, NVLS, PATH_NAMES, PATTERN_NAMES, RING, SPLIT_TREE,
@@ -86,6 +89,10 @@ class CommResult:
     settings: Optional[NcclSettings] = None
     xml: str = ""
     domains: list = field(default_factory=list)   # RankState of each NIC-joined domain, in domain order
+    mnnvl: int = 0                # comm->MNNVL: the ranks of an NVLink clique of several hosts are one system
+    clique_size: int = 0          # ranks per MNNVL clique (the ranks searched together); 0 without MNNVL
+    nvl_domain_size: int = 0      # nvlDomainSize: ranks sharing rank 0's cluster UUID
+    clique_id: int = 0
     _tables: Any = field(default=None, repr=False, compare=False)
 
     @property
@@ -100,10 +107,11 @@ class CommResult:
 
     # ---- views
     def net_name(self, net_id: int) -> str:
+        """A NET's name; in a system of several hosts (MNNVL), ``@`` and its host's index in the clique."""
         sys = self.rank0.topo.sys
         for n in sys.nodes[NET]:
             if n.id == net_id:
-                return self.machine.props(n.dev).name
+                return self.machine.props(n.dev).name + (f"@{n.id >> 56}" if sys.n_hosts > 1 else "")
         return f"NET?{net_id:x}"
 
     def gpu_of_rank(self, rank: int):
@@ -152,11 +160,13 @@ class CommResult:
 
         r0 = self.rank0
         sys = r0.topo.sys
+        G = len(self.local)
+        searched = self.clique_size if self.mnnvl else G
         out = {
-            "nodes": self.nodes, "nRanks": self.n_ranks, "localRanks": len(self.local),
-            "gpus": [{"rank": l, "gpu": g.dev, "busId": g.bus, "sm": g.sm} for l, g in enumerate(self.local)],
-            "nets": [{"dev": n.dev, "name": self.machine.props(n.dev).name, "bw": n.bw, "gdr": n.gdr}
-                     for n in sys.nodes[NET]],
+            "nodes": self.nodes, "nRanks": self.n_ranks, "localRanks": G,
+            "gpus": [{"rank": l, "host": l // G, "gpu": self.local[l % G].dev, "busId": self.local[l % G].bus,
+                      "sm": self.local[l % G].sm} for l in range(searched)],
+            "nets": [{"dev": n.dev, "name": self.net_name(n.id), "bw": n.bw, "gdr": n.gdr} for n in sys.nodes[NET]],
             "system": {"maxBw": sys.max_bw, "totalBw": sys.total_bw, "inter": sys.inter, "cpuArch": self.cpu_arch,
                        "cpuVendor": self.cpu_vendor},
             "paths": self.paths_dict(),
@@ -165,6 +175,9 @@ class CommResult:
                      "nvlsSupport": self.nvls_support, "nvlsChannels": self.nvls_channels, "nNodes": self.n_nodes,
                      "rings": [list(r) for r in self.rings], "trees": [dict(t) for t in self.trees]},
         }
+        if self.mnnvl:
+            out["mnnvl"] = {"MNNVL": 1, "cliqueId": self.clique_id, "cliqueSize": self.clique_size,
+                            "nvlDomainSize": self.nvl_domain_size, "hosts": self.clique_size // G}
         if r0.nvls_support:
             out["graphs"]["nvls"] = self.graph_dict(r0.graphs["nvls"])
         for coll in colls:
@@ -191,14 +204,14 @@ _RANK_STATES: dict = {}   # (inputs of a rank's system and searches) -> RankStat
 
 
 def _rank_init(fused: X.Xml, rank: int, n_ranks: int, cc: int, s: NcclSettings,
-               fresh: Optional[Topo] = None) -> RankState:
+               fresh: Optional[Topo] = None, host: int = 0) -> RankState:
     """initTransportsRank up to ncclTopoPreset for one local rank (a fresh system from the fused XML;
     ``fresh``: that system with its first paths already computed, untrimmed, taken over)."""
     if fresh is not None:
         topo = fresh
         sys = topo.sys
     else:
-        sys = system_from_xml(fused)
+        sys = system_from_xml(fused, X.host_hash(host))
         topo = Topo(sys, s)
         topo.compute_paths()
     if topo.trim(rank, n_ranks):
@@ -282,12 +295,33 @@ def _copy_tr(tr: dict) -> dict:
     return {k: list(v) if isinstance(v, list) else v for k, v in tr.items()}
 
 
-def _shift(tr: dict, delta: int) -> dict:
-    out = dict(tr)
-    for k in ("ringRecv", "ringSend", "ringPrev", "ringNext", "treeToParent", "treeToChild0", "treeToChild1"):
-        out[k] = [v if v < 0 else v + delta for v in out[k]]
-    out["nvlsHeads"] = [v if v < 0 else v + delta for v in out["nvlsHeads"]]
-    return out
+class _Shifted:
+    """A copy node's (or clique's) topoRanks: a searched rank's, every rank ``delta`` higher, each list
+    shifted when first read (a communicator of 1440 ranks reads two lists of most of them)."""
+
+    __slots__ = ("base", "delta", "lists")
+
+    def __init__(self, base: dict, delta: int) -> None:
+        self.base = base
+        self.delta = delta
+        self.lists: dict = {}
+
+    def __getitem__(self, key: str):
+        v = self.base[key]
+        if not isinstance(v, list):
+            return v
+        got = self.lists.get(key)
+        if got is None:
+            d = self.delta
+            got = self.lists[key] = [x if x < 0 else x + d for x in v]
+        return got
+
+    def items(self):
+        return ((k, self[k]) for k in self.base)
+
+
+def _shift(tr: dict, delta: int) -> _Shifted:
+    return _Shifted(tr, delta)
 
 
 def btree(n: int, rank: int) -> tuple:
@@ -330,38 +364,57 @@ def dtree(n: int, rank: int) -> tuple:
 
 
 def run(xml_text: str, gpus: Optional[list], nodes: int, s: NcclSettings, default_sm: int = 80,
-        nic_speed_mbps: int = 100000) -> CommResult:
-    """The whole communicator on ``nodes`` identical nodes of the machine ``xml_text`` describes;
-    ``gpus``: NVML indices of the local ranks in rank order (default: all, by index)."""
+        nic_speed_mbps: int = 100000, fabric: Optional[M.Fabric] = None) -> CommResult:
+    """The whole communicator on ``nodes`` identical nodes (hosts) of the machine ``xml_text`` describes;
+    ``gpus``: NVML indices of the local ranks in rank order (default: all, by index); ``fabric``: the
+    GPUs' NVML fabric info per host (:mod:`gpucomm.planners.nccl.mnnvl`; default none).  With MNNVL on,
+    the ranks of rank 0's clique (several hosts) build one fused system, and the other cliques are copies
+    of it; otherwise each host is its own system and the other hosts are copies of host 0."""
     machine, local, xml = X.machine_gpus(xml_text, gpus, default_sm, nic_speed_mbps)
     G = len(local)
     NR = G * nodes
+    infos = M.infos(fabric, G, NR, s) if fabric is not None else None
+    clique = M.check(fabric, G, NR, 0, s, infos) if fabric is not None else None
+    L = G
+    if clique is not None and clique.mnnvl:
+        L = len(clique.ranks)
+        _check_symmetric(fabric, G, NR, L, s, infos)
     try:
-        fused = X.fuse_ranks(xml, machine, local, s.merge_level, s.force_merge)
+        fkey = (xml_text, default_sm, nic_speed_mbps, tuple(g.dev for g in local), L, s.key())
+        front = _FRONTS.get(fkey)
+        t = None
+        if front is None:
+            fused = _fused(xml, machine, local, L, s)
+            # Ranks of one domain see the same system (ncclTopoTrimSystem keeps the rank's domain);
+            # NVLS support depends on the rank's GPU.
+            probe = system_from_xml(fused, X.host_hash(0))
+            t = Topo(probe, s)
+            t.compute_paths()
+            dom = t.domains()
+            ranks_ = [g.rank for g in probe.nodes[GPU]]     # before the system is handed on (and trimmed)
+            if len(_FRONTS) >= 16:
+                _FRONTS.pop(next(iter(_FRONTS)))
+            _FRONTS[fkey] = (machine, local, fused, dom, ranks_)
+        else:
+            # the same machine, GPUs, clique and settings as before: the same fused XML and domains
+            machine, local, fused, dom, ranks_ = front
         states: dict = {}
         per_rank: list = []
-        # Ranks of one domain see the same system (ncclTopoTrimSystem keeps the rank's domain);
-        # NVLS support depends on the rank's GPU.
-        probe = system_from_xml(fused)
-        t = Topo(probe, s)
-        t.compute_paths()
-        dom = t.domains()
-        ranks_ = [g.rank for g in probe.nodes[GPU]]     # before the system is handed on (and trimmed)
-        for l in range(G):
+        for l in range(L):
+            sm = local[l % G].sm
             mine = next((dom[i] for i, r in enumerate(ranks_) if r == l), 0)
-            key = (tuple(sorted(r for i, r in enumerate(ranks_) if dom[i] == mine)), local[l].sm >= 90)
+            key = (tuple(sorted(r for i, r in enumerate(ranks_) if dom[i] == mine)), sm >= 90)
             st = states.get(key)
             if st is None or st.topo_ranks is None:
                 # a rank's system depends on the node count only through "are there ranks outside my
                 # domain" (ncclTopoTrimSystem's inter): the searches of 2 and 512 nodes are the same
                 inter = len(key[0]) != NR
-                ckey = (xml_text, default_sm, nic_speed_mbps, tuple(g.dev for g in local), l, inter, local[l].sm,
-                        s.key())
+                ckey = (xml_text, default_sm, nic_speed_mbps, tuple(g.dev for g in local), L, l, inter, sm, s.key())
                 st = _RANK_STATES.get(ckey)
                 if st is None:
                     # the first rank searched takes over the system just built for the domains (the
                     # same system_from_xml + compute_paths its own initialisation would start with)
-                    st = _rank_init(fused, l, NR, local[l].sm, s, fresh=t)
+                    st = _rank_init(fused, l, NR, sm, s, fresh=t, host=l // G)
                     t = None
                     if len(_RANK_STATES) >= 64:
                         _RANK_STATES.pop(next(iter(_RANK_STATES)))
@@ -369,10 +422,17 @@ def run(xml_text: str, gpus: Optional[list], nodes: int, s: NcclSettings, defaul
                 states[key] = st
                 per_rank.append(st)
             else:
-                tr, chans = _preset(st.topo.sys, st.graphs, l, st.n_channels)
-                per_rank.append(RankState(st.topo, st.graphs, st.nvls_support, st.cpu_arch, st.cpu_vendor,
-                                          st.local_net_count, st.min_net_bw, st.all_nvlink, st.n_channels, tr, chans))
-        res = _merge(per_rank, local, machine, nodes, s, xml_text)
+                topo = st.topo
+                tr, chans = _preset(topo.sys, st.graphs, l, st.n_channels)
+                count, _bw = topo.local_net_count_by_bw(topo.sys.rank_to_index(l))
+                per_rank.append(RankState(topo, st.graphs, st.nvls_support, st.cpu_arch, st.cpu_vendor, count,
+                                          topo.min_net_bw(l), st.all_nvlink, st.n_channels, tr, chans))
+        res = _merge(per_rank, local, machine, nodes, s, xml_text, L)
+        if clique is not None and clique.mnnvl:
+            res.mnnvl = 1
+            res.clique_size = L
+            res.nvl_domain_size = clique.domain_size
+            res.clique_id = clique.clique_id
         seen: set = set()
         for key, st in sorted(states.items(), key=lambda kv: min(kv[0][0])):
             if key[0] not in seen:
@@ -383,15 +443,47 @@ def run(xml_text: str, gpus: Optional[list], nodes: int, s: NcclSettings, defaul
         raise NcclFailed(f"NCCL would fail to initialise: {e}") from None
 
 
-def _merge(per_rank: list, local: list, machine, nodes: int, s: NcclSettings, xml_text: str) -> CommResult:
+_FRONTS: dict = {}   # (inputs of the fused XML) -> (machine, local GPUs, fused XML, domains, ranks), oldest out first
+
+
+def _fused(xml: X.Xml, machine: X.Machine, local: list, L: int, s: NcclSettings) -> X.Xml:
+    """ncclTopoGetSystem's XML work for the ``L`` ranks searched together (a host's, or an MNNVL clique's:
+    ``L // len(local)`` hosts): every rank's XML, fused in rank order."""
+    G = len(local)
+    fused = X.fuse_ranks(xml, machine, local, s.merge_level, s.force_merge)
+    if L > G:
+        # the clique's other hosts: their ranks' XMLs are host 0's but for the host hash on every CPU and
+        # the ranks on the GPUs, so NCCL's fusion appends each host's CPUs, fused as host 0's are
+        fused = X.replicate_hosts(fused, L // G, G)
+    return fused
+
+
+def _check_symmetric(fabric: M.Fabric, G: int, NR: int, L: int, s: NcclSettings, infos: list) -> None:
+    """The model's limit: rank 0's MNNVL clique is ranks 0..L-1 (whole hosts) and every other clique is the
+    next L ranks (other cliques are copies of the first)."""
+    ok = L % G == 0 and NR % L == 0
+    for c in range(NR // L if ok else 0):
+        got = M.check(fabric, G, NR, c * L, s, infos)
+        if not got.mnnvl or got.ranks != tuple(range(c * L, (c + 1) * L)):
+            ok = False
+            break
+    if not ok:
+        raise InputError("MNNVL cliques that are not equal blocks of consecutive hosts are not modelled",
+                         expected="nodes in consecutive groups of equal size per NVLink clique")
+
+
+def _merge(per_rank: list, local: list, machine, nodes: int, s: NcclSettings, xml_text: str,
+           L: Optional[int] = None) -> CommResult:
     """Rank 0's view after the all-gather (init.cc), ncclNvlsTuning, ncclTopoPostset; the tuning model's
-    inputs (its tables are computed when first asked for: ``CommResult.tables``)."""
+    inputs (its tables are computed when first asked for: ``CommResult.tables``).  ``per_rank``: the ``L``
+    ranks searched (a host, or an MNNVL clique); the others are copies of them, ranks shifted."""
     G = len(local)
     NR = G * nodes
+    L = L or G
     ags = []
     for r in range(NR):
-        st = per_rank[r % G]
-        tr = st.topo_ranks if r < G else _shift(st.topo_ranks, (r // G) * G)
+        st = per_rank[r % L]
+        tr = st.topo_ranks if r < L else _shift(st.topo_ranks, (r // L) * L)
         ags.append((st, tr))
     r0 = per_rank[0]
     algos = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls", "tree")
@@ -494,10 +586,19 @@ def _postset(ags: list, first_ranks: list, rank_to_node: list, n_ch: int, NR: in
     tp = [[trs[first_ranks[n]]["treeToParent"][c] for n in range(nn)] for c in range(n_ch)]
     tc0 = [[trs[first_ranks[n]]["treeToChild0"][c] for n in range(nn)] for c in range(n_ch)]
     tc1 = [[trs[first_ranks[n]]["treeToChild1"][c] for n in range(nn)] for c in range(n_ch)]
-    for c in range(n_ch):
-        for r in range(NR):
-            prev[c][r] = trs[r]["ringPrev"][c]
-            nxt[c][r] = trs[r]["ringNext"][c]
+    for r in range(NR):
+        tr = trs[r]
+        if isinstance(tr, _Shifted):        # a copy's: shifted here, entry by entry
+            d, pl, nl = tr.delta, tr.base["ringPrev"], tr.base["ringNext"]
+            for c in range(n_ch):
+                v, w = pl[c], nl[c]
+                prev[c][r] = v if v < 0 else v + d
+                nxt[c][r] = w if w < 0 else w + d
+        else:
+            pl, nl = tr["ringPrev"], tr["ringNext"]
+            for c in range(n_ch):
+                prev[c][r] = pl[c]
+                nxt[c][r] = nl[c]
     min_heads = min(len(trs[first_ranks[n]]["nvlsHeads"]) for n in range(nn))
     for c in range(n_ch):
         for n in range(nn):
@@ -569,18 +670,102 @@ def _copy_channels(channels: list, prev: list, nxt: list, start: int, end: int) 
 # --------------------------------------------------------------------------------------------
 # Entry points with caching
 @functools.lru_cache(maxsize=64)
-def _run_cached(xml_text: str, gpus: Optional[tuple], nodes: int, skey: tuple, s: NcclSettings) -> CommResult:
-    return run(xml_text, list(gpus) if gpus is not None else None, nodes, s)
+def _run_cached(xml_text: str, gpus: Optional[tuple], nodes: int, skey: tuple, s: NcclSettings,
+                fabric: Optional[M.Fabric] = None) -> CommResult:
+    return run(xml_text, list(gpus) if gpus is not None else None, nodes, s, fabric=fabric)
 
 
 def nccl_comm(doc: Union[Topology, dict, str], nodes: int = 1, gpus: Optional[Iterable[int]] = None,
-              settings: Optional[NcclSettings] = None) -> CommResult:
+              settings: Optional[NcclSettings] = None, nvlink_domain: Optional[int] = None,
+              fabric: Optional[M.Fabric] = None) -> CommResult:
     """NCCL's communicator on ``nodes`` identical copies of ``doc``'s node with the GPUs ``gpus``
     (indices, rank order; default all).  ``doc`` may also be an NCCL topology XML text (used as it is).
-    Cached per (XML, GPUs, nodes, settings).  Raises TopologyError (no NIC for several nodes),
-    InputError (unknown GPU), NothingToDo (no GPU), NcclFailed (NCCL itself would fail)."""
-    text, s = nccl_inputs(doc, nodes, settings)
-    return _run_cached(text, distinct_gpus(gpus), int(nodes), s.key(), s)
+
+    ``nvlink_domain`` K: the nodes come in consecutive groups of K that share one NVLink domain (one
+    MNNVL clique each: NCCL fuses a group's hosts into one system; groups are joined by the NICs).
+    Default: from the GPUs' fabric info (``gpus[].fabric``) where the document has it -- every node is a
+    copy, so all share the recorded clique (K = nodes), in NVLink domains no larger than the document's
+    (``Topology.nvlink_domain()``: an IMEX capture's nodes; the largest equal split of the nodes that
+    fits) -- else 1 (no fabric info: one system per node).
+    A group of several nodes whose GPUs record no fabric info is taken to be one clique with its
+    registration completed (as ``--nvlink-domain`` says).  Whether NCCL then runs MNNVL is NCCL's
+    decision (NCCL_MNNVL_ENABLE, fabric states, cuMem): :mod:`gpucomm.planners.nccl.mnnvl`.  ``fabric``:
+    every rank's fabric info given outright (:class:`~gpucomm.planners.nccl.mnnvl.Fabric`), instead.
+
+    Cached per (XML, GPUs, nodes, settings, fabric).  Raises TopologyError (no NIC for several NVLink
+    domains), InputError (unknown GPU, nodes not a multiple of K), NothingToDo (no GPU), NcclFailed
+    (NCCL itself would fail)."""
+    s = settings if settings is not None else NcclSettings.from_env()
+    recorded: Optional[tuple] = None
+    hosts = 1
+    domain_nodes: Optional[int] = None
+    if not isinstance(doc, str):
+        topo = Topology.of(doc)
+        if topo.multi_host:
+            # several hosts (NCCL's fused dump of an MNNVL clique): the nodes are copies of them in turn
+            hosts = len(topo.hosts)
+            recorded = _recorded_fabric_hosts(topo, gpus)
+            topo = Topology.of(host_document(topo.doc, topo.hosts[0].id))
+            nodes = nodes * hosts
+    if nvlink_domain is not None and (nvlink_domain < 1 or nodes % nvlink_domain):
+        raise InputError(f"{nodes} nodes do not split into NVLink domains of {nvlink_domain}",
+                         expected="--nvlink-domain K >= 1 dividing --nodes")
+    text, s = nccl_inputs(doc if isinstance(doc, str) else topo, nodes, s, nvlink_domain=nvlink_domain or 1)
+    if not isinstance(doc, str):
+        if hosts == 1:
+            one = _recorded_fabric(topo.gpus, gpus)
+            recorded = (one,) if one is not None else None
+            if recorded is not None and nvlink_domain is None:
+                domain_nodes = topo.nvlink_domain().nodes
+    g = distinct_gpus(gpus)
+    if fabric is None:
+        # a document of several hosts without fabric info is NCCL's fused dump: its hosts were one clique
+        k = nvlink_domain if nvlink_domain is not None else (hosts if hosts > 1 and recorded is None else None)
+        if k is None and domain_nodes:
+            # copies of a tray whose NVLink domain has domain_nodes trays (an IMEX capture says so): the
+            # nodes fill domains of that size, or split into equal ones no larger
+            k = max(d for d in range(1, min(nodes, domain_nodes) + 1) if nodes % d == 0)
+        fabric = _fabric(recorded, int(nodes), k, len(g) if g is not None else None, text)
+    return _run_cached(text, g, int(nodes), s.key(), s, fabric)
+
+
+def _recorded_fabric(host_gpus: list, gpus: Optional[Iterable[int]]) -> Optional[tuple]:
+    """The NVML fabric info of the ranks' GPUs (``host_gpus``: one host's GPU views, indexed by their
+    index on the host; ``gpus``: the ranks' indices) when every one of them records it, else None."""
+    by_index = {x.index: x for x in host_gpus}
+    order = list(gpus) if gpus is not None else sorted(by_index)
+    out = []
+    for i in order:
+        x = by_index.get(i)
+        f = M.gpu_fabric(x.fabric) if x is not None else None
+        if f is None:
+            return None
+        out.append(f)
+    return tuple(out)
+
+
+def _recorded_fabric_hosts(topo: Topology, gpus: Optional[Iterable[int]]) -> Optional[tuple]:
+    """:func:`_recorded_fabric` of every host of a document of several (GPUs by their index on the host)."""
+    out = []
+    for h in topo.hosts:
+        on = [dataclasses.replace(x, index=x.local_index if x.local_index is not None else x.index)
+              for x in topo.gpus_on(h.id)]
+        one = _recorded_fabric(on, gpus)
+        if one is None:
+            return None
+        out.append(one)
+    return tuple(out)
+
+
+def _fabric(recorded: Optional[tuple], nodes: int, k: Optional[int], n_gpus: Optional[int],
+            text: str) -> Optional[M.Fabric]:
+    """The fabric info of every rank's GPU (see :func:`nccl_comm`), None for none anywhere."""
+    if recorded is not None:
+        return M.of_gpus(recorded, nodes, k or nodes)
+    if k is None or k == 1:
+        return None
+    per_host = n_gpus if n_gpus is not None else len(X.Machine(X.parse(text)).gpus)
+    return M.grouped(nodes, per_host, k)
 
 
 def label_index(label: Any) -> Optional[int]:
@@ -598,7 +783,8 @@ def reference_dict(res: CommResult, tree: bool = True) -> dict:
 
     def channels(g: TGraph, sys_) -> list:
         ng = len(sys_.nodes[GPU])
-        lab = {x.rank: f"GPU{x.dev}" for x in sys_.nodes[GPU]}
+        # a system of several hosts (an MNNVL clique): GPUs by index and host, as ring0 names them
+        lab = {x.rank: f"GPU{x.dev}" + (f"@{x.id >> 56}" if sys_.n_hosts > 1 else "") for x in sys_.nodes[GPU]}
         chans = []
         for c in range(g.n_channels):
             order = [lab.get(x, f"rank{x}") for x in g.intra[c * ng:(c + 1) * ng]]
@@ -642,14 +828,15 @@ def reference_dict(res: CommResult, tree: bool = True) -> dict:
 
 
 def nccl_reference(doc: Union[Topology, dict, str], nodes: int = 1, gpus: Optional[Iterable[int]] = None, *,
-                   cross_nic: Optional[int] = None, tree: bool = True, settings: Optional[NcclSettings] = None) -> dict:
+                   cross_nic: Optional[int] = None, tree: bool = True, settings: Optional[NcclSettings] = None,
+                   nvlink_domain: Optional[int] = None) -> dict:
     """What NCCL 2.30.7 decides on this topology (stable interface, used by the cost model, our ring
     and tree searches and the CLI): :func:`nccl_comm` summarised (:func:`reference_dict`).
 
     ``doc``: topology document or view; ``nodes``: identical nodes; ``gpus``: GPU indices of the
     communicator on each node (default all); ``cross_nic``: NCCL_CROSS_NIC (default: the settings'
-    value, from the environment); ``settings``: :class:`gpucomm.planners.nccl.settings.NcclSettings`.
-    Returns::
+    value, from the environment); ``settings``: :class:`gpucomm.planners.nccl.settings.NcclSettings`;
+    ``nvlink_domain``: nodes per NVLink domain (MNNVL clique; see :func:`nccl_comm`).  Returns::
 
         {"channels": nChannels after ncclTopoPostset, "search_channels": ring graph channels,
          "bw_intra", "bw_inter": GB/s per ring channel, "type_intra", "type_inter", "pattern": "ring",
@@ -667,7 +854,7 @@ def nccl_reference(doc: Union[Topology, dict, str], nodes: int = 1, gpus: Option
     s = settings if settings is not None else NcclSettings.from_env()
     if cross_nic is not None and cross_nic != s.cross_nic:
         s = s.replace(cross_nic=cross_nic)
-    res = nccl_comm(doc, nodes=nodes, gpus=gpus, settings=s)
+    res = nccl_comm(doc, nodes=nodes, gpus=gpus, settings=s, nvlink_domain=nvlink_domain)
     return reference_dict(res, tree=tree)
 
 

@@ -19,9 +19,9 @@ COLLS = ("all_reduce", "all_gather", "reduce_scatter")
 _KEYS = {"all_reduce": "allreduce", "all_gather": "allgather", "reduce_scatter": "reducescatter"}
 REL = 2e-5
 
-CASE_FIELDS = ("paths GPU-GPU", "paths GPU-NIC", "ring channels", "ring bw per channel", "ring total bw",
-               "ring GPU/NIC order", "tree channels", "tree bw", "tree order", "NVLS channels", "NVLS bw",
-               "NCCL nodes", "channels after setup", "ring 0 after setup", "trees after setup")
+CASE_FIELDS = ("MNNVL clique", "paths GPU-GPU", "paths GPU-NIC", "ring channels", "ring bw per channel",
+               "ring total bw", "ring GPU/NIC order", "tree channels", "tree bw", "tree order", "NVLS channels",
+               "NVLS bw", "NCCL nodes", "channels after setup", "ring 0 after setup", "trees after setup")
 SIZE_FIELDS = tuple(f"{c} {k}" for c in COLLS for k in ("algo/proto", "time"))
 
 
@@ -46,6 +46,8 @@ def compact(js: dict) -> dict:
     c = js["comm"]
     out = {
         "gpus": [[g["rank"], g["gpu"], g["sm"]] for g in js.get("gpus", [])],
+        **({"mnnvl": [js["mnnvl"][k] for k in ("MNNVL", "cliqueSize", "nvlDomainSize", "hosts")]}
+           if js.get("mnnvl") else {}),
         "nets": [[n["dev"], n["name"], n["bw"]] for n in js.get("nets", [])],
         "system": [js["system"]["maxBw"], js["system"]["totalBw"], js["system"]["inter"]],
         "gpu_gpu": gg, "gpu_net": gn,
@@ -84,6 +86,7 @@ def compare(golden: dict, model: dict) -> tuple[dict, dict]:
     total = gr is not None and mr is not None and _close(gr["n"] * gr["bwIntra"], mr["n"] * mr["bwIntra"])
     gc, mc = golden["comm"], model["comm"]
     case = {
+        "MNNVL clique": golden.get("mnnvl") == model.get("mnnvl") and golden["gpus"] == model["gpus"],
         "paths GPU-GPU": pairs(golden["gpu_gpu"], model["gpu_gpu"]),
         "paths GPU-NIC": pairs(golden["gpu_net"], model["gpu_net"]),
         "ring channels": r["n"], "ring bw per channel": r["bw"], "ring total bw": total,
@@ -107,13 +110,23 @@ def model_case(xml_text: str, case: dict) -> dict:
     """Our model's compact answer for one golden case (``nodes``, ``gpus``, ``env``) on the XML text:
     :func:`gpucomm.planners.nccl.comm.nccl_comm` with the case's NCCL_* settings, in the golden form;
     ``{"error": ...}`` where our model says NCCL fails to initialise (ncclsim's golden then has one too)."""
+    from gpucomm.planners.nccl import mnnvl
     from gpucomm.planners.nccl.comm import NcclFailed, nccl_comm
     from gpucomm.planners.nccl.settings import NcclSettings
     from gpucomm.probes.errors import GpucommError
 
     s = NcclSettings.from_env(case.get("env") or {})
     try:
-        res = nccl_comm(xml_text, nodes=case.get("nodes", 1), gpus=case.get("gpus"), settings=s)
+        fabric = None
+        m = case.get("mnnvl")
+        if m:
+            # the harness's --mnnvl-clique/--mnnvl-domain/--fabric-state layout
+            from gpucomm.planners.nccl import ncclxml as X
+
+            per_host = len(case["gpus"]) if case.get("gpus") else len(X.Machine(X.parse(xml_text)).gpus)
+            fabric = mnnvl.grouped(case.get("nodes", 1), per_host, m["clique"], m.get("domain"),
+                                   m.get("state", mnnvl.COMPLETED))
+        res = nccl_comm(xml_text, nodes=case.get("nodes", 1), gpus=case.get("gpus"), settings=s, fabric=fabric)
         return compact(res.to_ncclsim(SIZES, COLLS))
     except NcclFailed as e:
         return {"error": str(e)}

@@ -444,6 +444,15 @@ class Machine:
         return len(self.nics) - 1
 
 
+HOST_HASH_BASE = 0x6e63636c5f686f73     # any value: only which CPUs share a hash matters
+
+
+def host_hash(host: int) -> int:
+    """``getHostHash()`` of host ``host`` (0 = the first host of the communicator): the ``host_hash``
+    NCCL writes on every ``<cpu>``; ncclTopoGetSystemFromXml numbers the hosts of a fused XML by it."""
+    return (HOST_HASH_BASE + host * 0x100000001) & 0xFFFFFFFFFFFFFFFF
+
+
 def _own_asic(bus: Optional[str], name: str) -> int:
     """A GUID for a NIC that has none: its own ASIC per PCI function (two ports of one function share it)."""
     key = bus or name
@@ -459,12 +468,17 @@ class RankXml:
     """ncclTopoGetSystem's XML work for one local rank: :meth:`fill_gpu`, :meth:`process_net`, :meth:`trim`."""
 
     def __init__(self, xml: Xml, machine: Machine, cpu_fill: dict, merge_level: int = PATH_PORT,
-                 force_merge: Optional[str] = None):
+                 force_merge: Optional[str] = None, host: int = 0):
         self.xml = xml
         self.m = machine
         self.cpu_fill = cpu_fill           # attributes NCCL's GetXmlFromCpu would read from the host
         self.merge_level = merge_level
         self.force_merge = force_merge
+        self.host_hash = host_hash(host)
+        # ncclTopoGetSystem: every <cpu> of the file gets this host's hash (not kept from the file)
+        for n in xml.nodes:
+            if n.name == "cpu":
+                n.set_long("host_hash", self.host_hash)
 
     def _pci_from_sys(self, bus: str, cls: str) -> XNode:
         """The <pci busid=bus> node (made detached when the XML lacks it), its class set if unset,
@@ -506,6 +520,7 @@ class RankXml:
             if parent is None:
                 top = self.xml.top()
                 parent = self.xml.add_node(top, "cpu")
+                parent.set_long("host_hash", self.host_hash)
                 parent.set("numaid", "-1")
                 self._from_cpu(parent)
             node.parent = parent
@@ -598,6 +613,7 @@ class RankXml:
         if parent is None:
             top = xml.top()
             parent = xml.add_node(top, "cpu")
+            parent.set_long("host_hash", self.host_hash)
             parent.set("numaid", "0")
         nic = parent.sub("nic")
         if nic is None:
@@ -909,6 +925,36 @@ def fuse(xmls: Iterable[Xml]) -> Xml:
         else:
             _fuse_rec(dst, top_d, top_s)
     return dst
+
+
+def replicate_hosts(fused: Xml, hosts: int, per_host: int) -> Xml:
+    """The fusion of ``hosts`` hosts' rank XMLs in rank order (an MNNVL clique), from the fusion of the
+    first host's ``per_host`` ranks: every host's rank XMLs are the first host's but for the host hash on
+    every ``<cpu>`` (host h: :func:`host_hash`) and the rank on every ``<gpu>`` (``per_host`` x h more).
+    ncclTopoFuseXml merges nodes with equal attributes only, so no CPU of one host merges with another's:
+    the fused XML is the first host's CPUs, then the second host's (fused among themselves as the first
+    host's are), and so on."""
+    top = fused.top()
+    out = Xml()
+    dst = out.add_tree(None, top) if top is not None else None
+    if dst is None or any(c.name != "cpu" for c in top.subs):
+        raise NcclFailure("replicate_hosts: a fused XML of <cpu> elements expected")
+    for h in range(1, hosts):
+        hh = "0x%x" % host_hash(h)
+        for cpu in top.subs:
+            c = out.add_tree(dst, cpu)
+            for n in _subtree(c):
+                if n.name == "cpu":
+                    n.set("host_hash", hh)
+                elif n.name == "gpu" and n.index("rank") != -1:
+                    n.set_int("rank", n.get_int("rank") + per_host * h)
+    return out
+
+
+def _subtree(n: XNode):
+    yield n
+    for c in n.subs:
+        yield from _subtree(c)
 
 
 def _fuse_rec(dst: Xml, dparent: XNode, sparent: XNode) -> None:

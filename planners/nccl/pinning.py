@@ -48,7 +48,9 @@ def pin(topo: Topology) -> str:
     """The pinned NCCL topology XML of ``topo`` (see the module docstring)."""
     from gpucomm.probes.formats.nccl_xml import export_nccl_xml
 
-    doc = topo.doc
+    doc = _writable_names(topo.doc)
+    if doc is not topo.doc:
+        topo = Topology.of(doc)
     if any(not g.pci_bus_id for g in topo.gpus) or not topo.has_pci_tree:
         text = _xml_from_matrix(topo)
     else:
@@ -59,6 +61,42 @@ def pin(topo: Topology) -> str:
     xml = X.parse(text)
     _Pinner(topo, xml).run()
     return X.dumps(xml)
+
+
+_UNWRITABLE = re.compile("[\"<>&\x00-\x1f\x7f-\x9f]")
+
+
+def _escape(text: str) -> str:
+    return _UNWRITABLE.sub(lambda m: "\\u%04x" % ord(m.group(0)), text)
+
+
+def _writable_names(doc: dict) -> dict:
+    """``doc``, or a copy whose device and host names NCCL's XML can hold: a character xml.cc cannot
+    read back (quotes, <, >, &, control characters -- a hostile or garbled name) is written ``\\uXXXX``
+    (as the renderers escape it), so the model runs on the machine instead of on nothing."""
+    def bad(v) -> bool:
+        return isinstance(v, str) and _UNWRITABLE.search(v) is not None
+
+    lists = ("gpus", "nics")
+    if not any(bad(r.get("name")) for k in lists for r in doc.get(k) or [] if isinstance(r, dict)) \
+            and not bad((doc.get("host") or {}).get("hostname")):
+        return doc
+    out = dict(doc)
+    renamed: dict = {}
+    for k in lists:
+        rows = []
+        for r in doc.get(k) or []:
+            if isinstance(r, dict) and bad(r.get("name")):
+                renamed[r["name"]] = _escape(r["name"])
+                r = dict(r, name=renamed[r["name"]])
+            rows.append(r)
+        out[k] = rows
+    if renamed:   # links name a NIC by its name where it has no bus id
+        out["links"] = [dict(l, **{e: renamed[l[e]] for e in ("a", "b") if l.get(e) in renamed})
+                        if isinstance(l, dict) else l for l in doc.get("links") or []]
+    if bad((doc.get("host") or {}).get("hostname")):
+        out["host"] = dict(doc["host"], hostname=_escape(doc["host"]["hostname"]))
+    return out
 
 
 class _Pinner:
@@ -446,11 +484,12 @@ def _xml_from_matrix(topo: Topology) -> str:
 
 # --------------------------------------------------------------------------------------------
 # What NCCL's model runs on
-def nccl_inputs(doc: Union[Topology, dict, str], nodes: int = 1, settings: Optional[NcclSettings] = None) -> tuple:
+def nccl_inputs(doc: Union[Topology, dict, str], nodes: int = 1, settings: Optional[NcclSettings] = None,
+                nvlink_domain: int = 1) -> tuple:
     """(the XML NCCL loads, the settings it runs with) for ``doc`` (a topology or an NCCL XML text used
     as it is): the pinned XML (:func:`pin`) and ``settings`` (default: the environment's) with NVML's
     P2P status of the document (:func:`p2p_blocked`).  Raises InputError (an NCCL graph file),
-    NothingToDo (no GPU), TopologyError (no NIC for several nodes)."""
+    NothingToDo (no GPU), TopologyError (no NIC for nodes in several NVLink domains of ``nvlink_domain``)."""
     s = settings if settings is not None else NcclSettings.from_env()
     if isinstance(doc, str):
         return doc, s
@@ -462,7 +501,7 @@ def nccl_inputs(doc: Union[Topology, dict, str], nodes: int = 1, settings: Optio
                          expected="an NCCL topology XML (<system>), a snapshot or a topology document")
     if not topo.gpus:
         raise NothingToDo("topology has no GPUs")
-    if nodes > 1 and not topo.nics:
+    if nodes > 1 and not topo.nics and nvlink_domain < nodes:
         raise TopologyError(f"topology has no NICs: --nodes {nodes} needs a network between nodes")
     text = pin(topo)
     if not s.p2p_blocked:

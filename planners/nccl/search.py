@@ -159,6 +159,10 @@ class _Ctx:
                     if net.rail != -1 and s.rail != -1:
                         if net.rail != s.rail:
                             continue
+                    elif self.s.mnnvl_rail_per_host and net.id >> 56 != s.id >> 56:
+                        # NCCL_MNNVL_RAIL_PER_HOST: on another host of the clique, the rail is the PCI id
+                        if net.pci_id != s.pci_id or net.port != s.port:
+                            continue
                     elif net.asic != s.asic or net.port != s.port:
                         continue
                 got.append(n)
@@ -173,13 +177,25 @@ class _Ctx:
             return got
         sys = self.sys
         nets: list = []
-        for g in range(len(sys.nodes[GPU])):
-            if gpu != -1 and gpu != g:
-                continue
-            local = self._pref_nets(g)
-            for n in local:
-                if n not in nets:
-                    nets.append(n)
+        if sys.n_hosts > 1 and self.s.mnnvl_scatter_nets:
+            # MNNVL (NCCL_MNNVL_SCATTER_NETS_ENABLE): ncclTopoPrefNetsGpuFirst -- channel by channel, each
+            # GPU's NET for that channel, until each GPU's first NET comes round again
+            gids = list(range(len(sys.nodes[GPU]))) if gpu == -1 else [gpu]
+            prefs = [self._pref_nets(g) for g in gids]
+            for c in range(MAXCHANNELS):
+                if all(c >= len(p) for p in prefs):
+                    break
+                for p in prefs:
+                    if c < len(p) and p[c] not in nets:
+                        nets.append(p[c])
+        else:
+            for g in range(len(sys.nodes[GPU])):
+                if gpu != -1 and gpu != g:
+                    continue
+                local = self._pref_nets(g)
+                for n in local:
+                    if n not in nets:
+                        nets.append(n)
         policy, num = self.s.netdevs_policy
         max_dev = num * (len(sys.nodes[GPU]) if gpu == -1 else 1) if policy == "MAX" else 640
         if len(nets) < max_dev:
@@ -937,20 +953,21 @@ def _nvls_record(line: list, g: int, fits: bool, hops: int) -> None:
         raise AssertionError(f"NVLS head {g}: {(fits, hops)} after {line[:g + 1]}")
 
 
-def _reservations_on_grid(amounts: Iterable[float], kinds) -> bool:
-    """Every one of ``amounts`` a pass reserves, with the Intel P2P overhead on each and the reverse amounts
-    of the reservation ``kinds`` the system has, is on SUB_ROUND's grid (so giving it back is exact)."""
+def _reservations_on_grid(amounts: Iterable[float], kinds, intel: bool = True) -> bool:
+    """Every one of ``amounts`` a pass reserves, with the Intel P2P overhead on each (where the system has an
+    Intel CPU: ``intel``) and the reverse amounts of the reservation ``kinds`` the system has, is on
+    SUB_ROUND's grid (so giving it back is exact)."""
     for a in amounts:
-        for fw in (a, f32(f32(a * 6.0) / 5.0)):
+        for fw in (a, f32(f32(a * 6.0) / 5.0)) if intel else (a,):
             if not all(_grid(x) for x in (fw,) + tuple(_rev_amount(fw, k) for k in kinds)):
                 return False
     return True
 
 
-def _nvls_on_grid(speeds: list, kinds) -> bool:
+def _nvls_on_grid(speeds: list, kinds, intel: bool = True) -> bool:
     """Every amount an NVLS pass at any of ``speeds`` reserves (bwIntra, twice it for the head GPU) is on
     SUB_ROUND's grid (:func:`_reservations_on_grid`)."""
-    return _reservations_on_grid([a for s in speeds for a in (s, f32(s * 2.0))], kinds)
+    return _reservations_on_grid([a for s in speeds for a in (s, f32(s * 2.0))], kinds, intel)
 
 
 def _nvls_known(line: list, max_channels: int) -> bool:
@@ -1012,6 +1029,13 @@ class _Passes:
         ties = g.pattern == save.pattern and g.cross_nic == save.cross_nic
         return [base + ("ties", ties)] + ([] if ties else [base + ("ties", True)])
 
+    def twin_key(self, g: TGraph, budget: int) -> Optional[tuple]:
+        """What a pass within one node searches but for crossNic (None for NVLS/CollNet passes)."""
+        if g.pattern in (NVLS, COLLNET_DIRECT) or g.coll_net:
+            return None
+        return (g.pattern, g.same_channels, g.bw_intra, g.bw_inter, g.min_channels, g.max_channels, g.n_hops,
+                self._level(self.intra, g.type_intra), self._level(self.inter, g.type_inter), budget)
+
 
 # Tests set CHECK_WIDENING to search the passes _Widening covers anyway and fail where one ends otherwise
 # than the rule says; CHECKED_WIDENINGS collects the patterns of those checked.
@@ -1019,6 +1043,7 @@ CHECK_WIDENING = False
 CHECKED_WIDENINGS: list = []
 CHECKED_FINALS: list = []     # the same for the last passes of the second phase that keep nothing
 CHECKED_DONE: list = []       # and for first-phase passes whose best graph became unbeatable
+CHECKED_TWINS: list = []      # and for crossNic twins within one node (see compute)
 CHECK_NVLS_REPLAY = False     # reserve anyway where a one-node NVLS pass would take its heads from the line
 CHECKED_NVLS_REPLAYS: list = []
 
@@ -1048,6 +1073,7 @@ class _Widening:
     def __init__(self, ctx: _Ctx) -> None:
         sys = ctx.sys
         self.sys = sys
+        self.ctx = ctx
         self.ran_out: list = []
         gpus = sys.nodes[GPU]
         inside = set(map(id, gpus)) | set(map(id, sys.nodes[NVS]))
@@ -1061,6 +1087,8 @@ class _Widening:
         # reverse reservations (see _steps): to a device of compute capability < 80, over NVLink to POWER
         self.kinds = ([1] if any(d.cc < 80 for d in sys.nodes[DEV]) else []) + \
             ([2, 3] if any(c.arch == ARCH_POWER for c in sys.nodes[CPU]) else [])
+        # the Intel P2P overhead (_steps) is taken only on a path through an x86 Intel CPU
+        self.intel = any(c.arch == ARCH_X86 and c.vendor == VENDOR_INTEL for c in sys.nodes[CPU])
 
     @staticmethod
     def _params(g: TGraph, budget: int) -> tuple:
@@ -1098,7 +1126,7 @@ class _Widening:
         searched would not drift it as NCCL does): the speeds, half bwInter (BALANCED_TREE), the Intel
         P2P overhead on each, the reverse amounts where the system has links that take them."""
         half = (g.bw_inter / 2,) if g.pattern == BALANCED_TREE else ()
-        return _reservations_on_grid((g.bw_intra, g.bw_inter) + half, self.kinds)
+        return _reservations_on_grid((g.bw_intra, g.bw_inter) + half, self.kinds, self.intel)
 
     def _out_links(self, g: TGraph, gi: int) -> tuple:
         """The first links of the paths GPU ``gi`` may send on in this pass (GPU->GPU within typeIntra,
@@ -1135,7 +1163,7 @@ class _Widening:
         sys = self.sys
         n_max = g.max_channels
         if sys.inter:
-            n_max = min(n_max, sum(_fits(l.bw, g.bw_inter) for l in self.entry))
+            n_max = min(n_max, sum(_fits(l.bw, g.bw_inter) for l in self.entry), self._net_channels(g))
         hop_lb = 0
         if self.ngpus >= 2:
             caps, hops = [], []
@@ -1145,14 +1173,49 @@ class _Widening:
                 caps.append(sum(_fits(l.bw, amount) for l in links))
                 hops.append(h)
             if g.pattern == RING:
-                # every GPU sends once per ring channel
+                # every GPU sends once per ring channel (to the next GPU, or the last one to a NET): at least
+                # its shortest path's hops (a channel across nodes also enters from a NET: more, not fewer)
                 n_max = min(n_max, min(caps))
-                if not sys.inter:
-                    hop_lb = sum(hops)
+                hop_lb = sum(hops) + (self._entry_hops(g) if sys.inter else 0)
             else:
                 # a chain: every GPU but one sends once per channel
                 n_max = min(n_max, sum(caps) // (self.ngpus - 1))
         return n_max, hop_lb
+
+    def _entry_hops(self, g: TGraph) -> int:
+        """The fewest hops of a path from a NET of ncclTopoSelectNets(typeInter) to a GPU within typeInter:
+        how a ring channel across nodes enters its first GPU (0 when there is none)."""
+        sys = self.sys
+        best = 0
+        for n in self.ctx.select_nets(g.type_inter, -1):
+            for p in sys.nodes[NET][n].paths[GPU] or []:
+                if p.count > 0 and p.type <= g.type_inter and (best == 0 or p.count < best):
+                    best = p.count
+        return best
+
+    def _net_channels(self, g: TGraph) -> int:
+        """The most channels the NICs allow: ncclTopoSearchRecNet starts every channel on a NET of
+        ncclTopoSelectNets(typeInter) whose ``net.bw`` is at least ``(int)bwInter`` and takes that much off
+        every NET of its ASIC and port until the channel is undone, so each port (as its bandwidth is now)
+        starts at most as many channels as that amount fits in it, one after the other."""
+        amount = int(g.bw_inter)
+        if amount <= 0 or g.pattern not in (RING, BALANCED_TREE, SPLIT_TREE, TREE):
+            return g.max_channels
+        nets = self.sys.nodes[NET]
+        total = 0
+        seen: set = set()
+        for n in self.ctx.select_nets(g.type_inter, -1):
+            port = (nets[n].asic, nets[n].port)
+            if port in seen:
+                continue
+            seen.add(port)
+            left = nets[n].bw
+            while left >= amount:
+                left = f32(left - amount)
+                total += 1
+                if total >= g.max_channels:
+                    return total
+        return total
 
     @staticmethod
     def beats_none(g: TGraph, bound: tuple, ref: TGraph) -> bool:
@@ -1290,9 +1353,10 @@ def compute(topo: Topo, graph: TGraph) -> TGraph:
     search = _Search(ctx)
     search.memo_ok = _on_grid(sys)
     passes = _Passes(sys)
+    twins: dict = {}      # twin_key of a pass that ran out of time -> the best graph's version after it
     widening = _Widening(ctx)
     nvls_lines = {} if graph.pattern == NVLS and not sys.inter and search.memo_ok and \
-        _nvls_on_grid(speeds, widening.kinds) else None
+        _nvls_on_grid(speeds, widening.kinds, widening.intel) else None
     while True:
         # search:
         time = SEARCH_TIMEOUT_SAMECHANNELS if tmp.same_channels else \
@@ -1305,6 +1369,12 @@ def compute(topo: Topo, graph: TGraph) -> TGraph:
         pkey = pkeys[0] if pkeys else None
         left = next((passes.memo[k] for k in pkeys if k in passes.memo), None)
         covered = left is None and search.memo_ok and widening.covered(tmp, time, graph)
+        # within one node crossNic shapes no search tree: a pass whose twin of another crossNic ran out of time
+        # just before (the best graph unchanged since) walks the same tree, so keeps nothing better than the
+        # best graph (which is the best of that tree), and runs out of time too -- when ties cannot win
+        tkey = passes.twin_key(tmp, time) if search.memo_ok and not sys.inter else None
+        twin = left is None and not covered and tkey is not None and twins.get(tkey) == search.version and \
+            not (tmp.pattern == graph.pattern and tmp.cross_nic == graph.cross_nic)
         # the last pass of the second phase: after it the search stops whatever time it leaves (below,
         # `if pass_ == 2`), so one that can keep nothing changes nothing -- not even the time that follows
         final = left is None and not covered and search.memo_ok and pass_ == 2 and \
@@ -1315,6 +1385,8 @@ def compute(topo: Topo, graph: TGraph) -> TGraph:
             search.time = 0         # a wider twin of a pass that ran out of time, that can keep nothing
         elif final and not CHECK_WIDENING:
             search.time = 0         # its time left is read by nothing: the search ends after it
+        elif twin and not CHECK_WIDENING:
+            search.time = 0         # the twin's tree again, nothing in it better than the best graph
         else:
             v0 = search.version
             search.start_pass(tmp)
@@ -1360,6 +1432,13 @@ def compute(topo: Topo, graph: TGraph) -> TGraph:
                 if search.time == -1 or search.version != v0:
                     raise AssertionError(f"a final pass kept {search.version - v0} graphs (time {search.time})")
                 CHECKED_FINALS.append(tmp.pattern)
+            if twin and not covered and not final:
+                if search.time != 0 or search.version != v0:
+                    raise AssertionError(f"a crossNic twin ended otherwise: time {search.time}, "
+                                         f"kept {search.version - v0} graphs")
+                CHECKED_TWINS.append(tmp.pattern)
+            if tkey is not None and search.time == 0 and not search.stopped:
+                twins[tkey] = search.version
         if search.memo_ok and not final and not search.stopped:
             widening.record(tmp, time, search.time)     # (a pass stopped early did not run out of time)
         time = search.time

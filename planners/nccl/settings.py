@@ -25,7 +25,9 @@ ENV_NAMES = ("NCCL_CROSS_NIC", "NCCL_NET_DISABLE_INTRA", "NCCL_P2P_LEVEL", "NCCL
              "NCCL_NET_GDR_LEVEL", "NCCL_NET_GDR_READ", "NCCL_NET_GDR_C2C", "NCCL_SHM_DISABLE",
              "NCCL_IGNORE_DISABLED_P2P", "NCCL_NETDEVS_POLICY", "NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS",
              "NCCL_MAX_NCHANNELS", "NCCL_MIN_NRINGS", "NCCL_MAX_NRINGS", "NCCL_NTHREADS", "NCCL_LL128_NTHREADS",
-             "NCCL_LL128_C2C", "NCCL_PAT_ENABLE", "NCCL_NET_OVERHEAD", "NCCL_GRAPH_FILE", "NCCL_TOPO_SPLIT_MLOPART")
+             "NCCL_LL128_C2C", "NCCL_PAT_ENABLE", "NCCL_NET_OVERHEAD", "NCCL_GRAPH_FILE", "NCCL_TOPO_SPLIT_MLOPART",
+             "NCCL_MNNVL_ENABLE", "NCCL_MNNVL_UUID", "NCCL_MNNVL_CLIQUE_ID", "NCCL_MNNVL_CROSS_CLIQUE",
+             "NCCL_MNNVL_SCATTER_NETS_ENABLE", "NCCL_MNNVL_RAIL_PER_HOST", "NCCL_CUMEM_ENABLE")
 
 
 def _level(value: Optional[str]) -> Optional[int]:
@@ -81,6 +83,13 @@ class NcclSettings:
     pat_enable: int = 2                   # NCCL_PAT_ENABLE
     net_overhead: int = -2                # NCCL_NET_OVERHEAD (ns)
     graph_file: Optional[str] = None      # NCCL_GRAPH_FILE
+    mnnvl_enable: int = 2                 # NCCL_MNNVL_ENABLE (2: when the GPUs' fabric info says so)
+    mnnvl_uuid: int = -1                  # NCCL_MNNVL_UUID (both halves of every GPU's cluster UUID)
+    mnnvl_clique_id: int = -1             # NCCL_MNNVL_CLIQUE_ID (every GPU's clique id)
+    mnnvl_cross_clique: int = 0           # NCCL_MNNVL_CROSS_CLIQUE
+    mnnvl_scatter_nets: int = 1           # NCCL_MNNVL_SCATTER_NETS_ENABLE
+    mnnvl_rail_per_host: int = 0          # NCCL_MNNVL_RAIL_PER_HOST
+    cumem_enable: int = -2                # NCCL_CUMEM_ENABLE (MNNVL needs cuMem)
     p2p_blocked: frozenset = field(default_factory=frozenset)   # NVML P2P status not OK: {(dev, dev)}
 
     @classmethod
@@ -127,6 +136,13 @@ class NcclSettings:
             pat_enable=_param(env, "NCCL_PAT_ENABLE", 2),
             net_overhead=_param(env, "NCCL_NET_OVERHEAD", -2),
             graph_file=env.get("NCCL_GRAPH_FILE") or None,
+            mnnvl_enable=_param(env, "NCCL_MNNVL_ENABLE", 2),
+            mnnvl_uuid=_param(env, "NCCL_MNNVL_UUID", -1),
+            mnnvl_clique_id=_param(env, "NCCL_MNNVL_CLIQUE_ID", -1),
+            mnnvl_cross_clique=_param(env, "NCCL_MNNVL_CROSS_CLIQUE", 0),
+            mnnvl_scatter_nets=_param(env, "NCCL_MNNVL_SCATTER_NETS_ENABLE", 1),
+            mnnvl_rail_per_host=_param(env, "NCCL_MNNVL_RAIL_PER_HOST", 0),
+            cumem_enable=_param(env, "NCCL_CUMEM_ENABLE", -2),
         )
 
     def replace(self, **kw) -> "NcclSettings":
@@ -150,7 +166,11 @@ class NcclSettings:
                  "max_nchannels": "NCCL_MAX_NCHANNELS", "nthreads": "NCCL_NTHREADS",
                  "ll128_nthreads": "NCCL_LL128_NTHREADS", "ll128_c2c": "NCCL_LL128_C2C",
                  "pat_enable": "NCCL_PAT_ENABLE", "net_overhead": "NCCL_NET_OVERHEAD",
-                 "graph_file": "NCCL_GRAPH_FILE"}
+                 "graph_file": "NCCL_GRAPH_FILE", "mnnvl_enable": "NCCL_MNNVL_ENABLE",
+                 "mnnvl_uuid": "NCCL_MNNVL_UUID", "mnnvl_clique_id": "NCCL_MNNVL_CLIQUE_ID",
+                 "mnnvl_cross_clique": "NCCL_MNNVL_CROSS_CLIQUE",
+                 "mnnvl_scatter_nets": "NCCL_MNNVL_SCATTER_NETS_ENABLE",
+                 "mnnvl_rail_per_host": "NCCL_MNNVL_RAIL_PER_HOST", "cumem_enable": "NCCL_CUMEM_ENABLE"}
         out = {}
         for attr, env in names.items():
             v = getattr(self, attr)

@@ -87,7 +87,7 @@ class Node:
     __slots__ = ("type", "id", "idx", "links", "paths", "used",
                  "dev", "rank", "cc", "gdr", "mlo", "parent", "device", "ngpus",
                  "pci_id", "asic", "port", "bw", "latency", "coll", "max_channels", "local_gpu", "rail", "plane",
-                 "name", "arch", "vendor", "model", "bus", "set_links", "mark")
+                 "name", "arch", "vendor", "model", "bus", "set_links", "mark", "lcache")
 
     def __init__(self, type_: int, id_: int):
         self.type = type_
@@ -107,6 +107,7 @@ class Node:
         self.pci_id = None
         self.set_links: list = []    # the links as ncclTopoSetPaths reads them (path_links, per path computation)
         self.mark = 0                # set_paths' "queued in this round" stamp
+        self.lcache = None           # get_local's answers from this node's paths (dropped when they change)
         self.asic = 0
         self.port = UNDEF
         self.bw = 0.0
@@ -134,13 +135,16 @@ class System:
         self.max_bw = 0.0
         self.total_bw = 0.0
         self.inter = 0
-        self.n_hosts = 1
-        self.system_id = 0
+        self.n_hosts = 0
+        self.host_hashes: list = []     # ncclGetSystemId: host hashes in the order the XML's CPUs name them
+        self.system_id = 0              # the local host's index in host_hashes
+        self.pver = 0                   # counts changes to paths after ncclTopoSetPaths (add_inter_step, types)
 
     def create(self, type_: int, id_: int) -> Node:
         n = Node(type_, id_)
         n.idx = len(self.nodes[type_])
         self.nodes[type_].append(n)
+        self.__dict__.pop("_ids", None)
         return n
 
     def get(self, type_: int, id_: int) -> Optional[Node]:
@@ -165,6 +169,10 @@ class System:
         for i, n in enumerate(self.nodes[type_]):
             n.idx = i
         self.__dict__.pop("_r2i", None)
+        self.__dict__.pop("_ids", None)
+        for nodes in self.nodes:
+            for n in nodes:
+                n.lcache = None
 
     def rank_to_index(self, rank: int) -> int:
         """``ncclTopoRankToIndex``: the first GPU with ``rank`` (remembered; checked on every use)."""
@@ -180,16 +188,30 @@ class System:
         return -1
 
     def id_to_index(self, type_: int, id_: int) -> int:
-        for i, n in enumerate(self.nodes[type_]):
-            if n.id == id_:
-                return i
-        return -1
+        """The index of the first node of ``type_`` with id ``id_``, -1 if none."""
+        ids = self.__dict__.get("_ids")
+        if ids is None:
+            ids = self._ids = [{} for _ in range(10)]
+            for t, nodes in enumerate(self.nodes):
+                for i in range(len(nodes) - 1, -1, -1):
+                    ids[t][nodes[i].id] = i
+        return ids[type_].get(id_, -1)
 
-    def dev_to_rank(self, dev: int) -> int:
+    def dev_to_rank(self, system_id: int, dev: int) -> int:
+        """``ncclTopoDevToRank``: the rank of NVML device ``dev`` on host ``system_id``."""
         for g in self.nodes[GPU]:
-            if g.dev == dev:
+            if g.id >> 56 == system_id and g.dev == dev:
                 return g.rank
-        raise NcclFailure(f"ncclTopoDevToRank could not find rank for nvml dev {dev}")
+        raise NcclFailure(f"ncclTopoDevToRank could not find rank for nvml dev {dev} in systemId {system_id}")
+
+    def system_id_of(self, host_hash: int) -> int:
+        """``ncclGetSystemId``: the host's index, a new one for a hash not seen yet."""
+        try:
+            return self.host_hashes.index(host_hash)
+        except ValueError:
+            self.host_hashes.append(host_hash)
+            self.n_hosts = len(self.host_hashes)
+            return self.n_hosts - 1
 
 
 def connect(node: Node, rem: Node, type_: int, bw: float) -> None:
@@ -266,7 +288,8 @@ def _add_net(sys: System, x: XNode, nic: Node, system_id: int) -> None:
     p = x.parent
     while p is not None and p.name != "pci":
         p = p.parent
-    net.pci_id = p.get("busid") if p is not None else None
+    bus = p.get("busid") if p is not None else None
+    net.pci_id = bus if bus is not None else ("asic", net.asic)   # pciId: a hash of the bus id, else of the GUID
     connect(nic, net, LINK_NET, net.bw)
     connect(net, nic, LINK_NET, net.bw)
 
@@ -358,9 +381,15 @@ def _add_pci(sys: System, x: XNode, parent: Node, system_id: int, numa: int) -> 
         connect(parent, node, LINK_PCI, bw)
 
 
+def _cpu_system_id(sys: System, x: XNode) -> int:
+    """The system id of a <cpu> (its ``host_hash``, ``strtoull(.., 16)``; 0 when it has none)."""
+    h = x.get("host_hash")
+    return sys.system_id_of(strtol(h, 16) & 0xFFFFFFFFFFFFFFFF if h is not None else 0)
+
+
 def _add_cpu(sys: System, x: XNode) -> None:
     numa = x.get_int("numaid")
-    system_id = 0
+    system_id = _cpu_system_id(sys, x)
     cpu = sys.create(CPU, topo_id(system_id, numa))
     cpu.name = f"CPU{numa}"
     cpu.arch = kv(x.get_str("arch"), _ARCHS, 0)
@@ -414,15 +443,18 @@ def _gpu_dev_node(sys: System, xgpu: XNode, bus: str, system_id: int) -> Optiona
     return sys.get(DEV, topo_id(system_id, dev_bus))
 
 
-def _tagged(x: XNode, tag: str, parent_bus: Optional[str]):
+def _tagged(sys: System, x: XNode, tag: str, parent_bus: Optional[str], system_id: int = 0):
     """The ``tag`` elements under ``x``, depth first, each with the busid of its nearest ancestor that
-    has one: the descent ncclTopoAddNvLinks / AddC2c / AddPciLinks share (their subtrees not entered)."""
+    has one and the system id of its <cpu>: the descent ncclTopoAddNvLinks / AddC2c / AddPciLinks share
+    (their subtrees not entered)."""
     if x.name == tag:
-        yield x, parent_bus
+        yield x, parent_bus, system_id
         return
+    if x.name == "cpu":
+        system_id = _cpu_system_id(sys, x)
     bus = x.get("busid")
     for s in x.subs:
-        yield from _tagged(s, tag, bus if bus is not None else parent_bus)
+        yield from _tagged(sys, s, tag, bus if bus is not None else parent_bus, system_id)
 
 
 def _link_gpu(sys: System, x: XNode, parent_bus: Optional[str], system_id: int, what: str) -> Optional[Node]:
@@ -558,8 +590,9 @@ def _sort(node: Node, up: Optional[Node]) -> None:
             _sort(l.rem, node)
 
 
-def system_from_xml(xml: Xml) -> System:
-    """``ncclTopoGetSystemFromXml`` on the fused XML."""
+def system_from_xml(xml: Xml, local_host_hash: Optional[int] = None) -> System:
+    """``ncclTopoGetSystemFromXml`` on the fused XML; ``local_host_hash``: the host hash of the rank's
+    host (``getHostHash()``; None: the first host's, the only one of a one-host XML)."""
     sys = System()
     top = xml.top()
     if top is None:
@@ -567,14 +600,18 @@ def system_from_xml(xml: Xml) -> System:
     for s in top.subs:
         if s.name == "cpu":
             _add_cpu(sys, s)
+    if local_host_hash is not None:
+        if local_host_hash not in sys.host_hashes:
+            raise NcclFailure(f"localHostHash = {local_host_hash:#x} not found in the list of system hostHashes")
+        sys.system_id = sys.host_hashes.index(local_host_hash)
     for tag, add in (("nvlink", _add_nvlink), ("c2c", _add_c2c_link), ("pcilink", _add_pcilink)):
-        for x, bus in _tagged(top, tag, None):   # ncclTopoAddNvLinks, ncclTopoAddC2c, ncclTopoAddPciLinks
-            add(sys, x, bus, 0)
+        for x, bus, sid in _tagged(sys, top, tag, None):   # ncclTopoAddNvLinks, ncclTopoAddC2c, ncclTopoAddPciLinks
+            add(sys, x, bus, sid)
     _flatten_bcm(sys)
     cpus = sys.nodes[CPU]
     for a in cpus:
         for b in cpus:
-            if a is not b:
+            if a is not b and a.id >> 56 == b.id >> 56:     # ncclTopoConnectCpus: CPUs of one host
                 connect(a, b, LINK_SYS, _inter_cpu_bw(a))
     for c in cpus:
         _sort(c, None)
@@ -583,11 +620,24 @@ def system_from_xml(xml: Xml) -> System:
 
 # --------------------------------------------------------------------------------------------
 # Paths (paths.cc)
+_NO_PATH = PathL()   # every path not found yet (count 0, bw 0, PATH_DIS): one shared object, never changed
+
+
 def _alloc_paths(node: Node, sys: System, t: int) -> list:
+    """``node->paths[t]``: one path per node of type ``t``, none found yet.  They all start as the shared
+    _NO_PATH, replaced by a path of its own where one is found or changed (:func:`own_path`)."""
     p = node.paths[t]
     if p is None:
-        p = [PathL() for _ in range(len(sys.nodes[t]))]
+        p = [_NO_PATH] * len(sys.nodes[t])
         node.paths[t] = p
+    return p
+
+
+def own_path(node: Node, t: int, i: int) -> PathL:
+    """``node``'s path to node ``i`` of type ``t``, made its own to change (not the shared _NO_PATH)."""
+    p = node.paths[t][i]
+    if p is _NO_PATH:
+        p = node.paths[t][i] = PathL()
     return p
 
 
@@ -631,7 +681,7 @@ def set_paths(base: Node, sys: System, nvb_disable: bool) -> None:
     ``set_links``: :func:`path_links` of ``sys`` as it is now)."""
     bt, bi = base.type, base.idx
     _alloc_paths(base, sys, bt)
-    bp = base.paths[bt][bi]
+    bp = own_path(base, bt, bi)
     bp.list = []
     bp.count = 0
     bp.bw = LOC_BW
@@ -669,6 +719,8 @@ def set_paths(base: Node, sys: System, nvb_disable: bool) -> None:
                         if not rp.list:
                             raise NcclFailure("Failed to find reverse path")
                         rev = rp.list[0]
+                    if rp is _NO_PATH:
+                        rp = rpaths[bi] = PathL()
                     rp.list = [rev] + plist
                     rp.fast = None
                     rp.count = count
@@ -681,14 +733,26 @@ def set_paths(base: Node, sys: System, nvb_disable: bool) -> None:
 
 
 def get_local(sys: System, t: int, index: int, rt: int) -> tuple:
-    """``ncclTopoGetLocal``: indices of nodes of type ``rt`` with the widest, then best-typed path."""
-    paths = sys.nodes[t][index].paths[rt]
+    """``ncclTopoGetLocal``: indices of nodes of type ``rt`` with the widest, then best-typed path (a list
+    the caller must not change: it is remembered until the node's paths change, see ``Node.lcache``)."""
+    node = sys.nodes[t][index]
+    cache = node.lcache
+    if cache is None:
+        cache = node.lcache = {}
+    got = cache.get(rt)
+    if got is None:
+        got = cache[rt] = _get_local(node, len(sys.nodes[rt]), rt)
+    return got
+
+
+def _get_local(node: Node, count: int, rt: int) -> tuple:
+    paths = node.paths[rt]
     if paths is None:
         return [], PATH_DIS
     min_type, max_bw = PATH_DIS, 0.0
     out: list = []
     path_type = PATH_DIS
-    for i in range(len(sys.nodes[rt])):
+    for i in range(count):
         p = paths[i]
         if p.bw > max_bw or (p.bw == max_bw and p.type < min_type):
             max_bw, min_type = p.bw, p.type
@@ -721,9 +785,11 @@ def add_inter_step(sys: System, tx: int, ix: int, t1: int, i1: int, t2: int, i2:
     """``addInterStep``: route ``t1/i1 -> t2/i2`` through ``tx/ix`` (a CPU, or a GPU for PXN)."""
     mid = sys.nodes[tx][ix]
     src = sys.nodes[t1][i1]
+    src.lcache = None
+    sys.pver += 1
     a = src.paths[tx][ix]
     b = mid.paths[t2][i2]
-    p = src.paths[t2][i2]
+    p = own_path(src, t2, i2)
     p.list = list(a.list) + list(b.list)
     p.fast = None
     p.count = len(p.list)
@@ -782,7 +848,17 @@ class Topo:
         return ids[(net + channel % per) % len(ids)]
 
     def local_gpu(self, net_id: int) -> int:
-        """``ncclTopoGetLocalGpu``: the first GPU (channel by channel) whose local NET is ``net_id``."""
+        """``ncclTopoGetLocalGpu``: the first GPU (channel by channel) whose local NET is ``net_id``
+        (remembered until a GPU-NET path changes: ``System.pver``)."""
+        sys = self.sys
+        key = (net_id, sys.pver, len(sys.nodes[GPU]), len(sys.nodes[NET]))
+        memo = self.__dict__.setdefault("_lg", {})
+        got = memo.get(key)
+        if got is None:
+            got = memo[key] = self._local_gpu(net_id)
+        return got
+
+    def _local_gpu(self, net_id: int) -> int:
         sys = self.sys
         ni = sys.id_to_index(NET, net_id)
         gpus, _ = get_local(sys, NET, ni, GPU)
@@ -815,7 +891,7 @@ class Topo:
                     break
         if node.type != GPU:
             raise NcclFailure(f"Could not find intermediate GPU between GPU rank {rank} and NIC {net_id:x}")
-        return sys.dev_to_rank(node.dev)
+        return sys.dev_to_rank(node.id >> 56, node.dev)
 
     def check_gdr(self, rank: int, net_id: int, read: int) -> int:
         """``ncclTopoCheckGdr``: 0 disabled, 1 default, 2 PCI mapping."""
@@ -874,12 +950,14 @@ class Topo:
         if path.count == 4:
             node = path.list[1].rem
             if node.type == DEV:
-                inter_rank = sys.dev_to_rank(node.dev)
+                inter_rank = sys.dev_to_rank(node.id >> 56, node.dev)
                 inter_index = sys.rank_to_index(inter_rank)
         level = self.p2p_level()
         p2p = 1 if path.type <= level else 0
         gpu2 = sys.nodes[GPU][g2]
-        if p2p and s.ignore_disabled_p2p != 2 and gpu1.parent is not gpu2.parent and s.p2p_blocked:
+        # NVML's P2P status is asked only for two GPUs of the rank's own host (MNNVL peers are not)
+        if p2p and s.ignore_disabled_p2p != 2 and gpu1.parent is not gpu2.parent and s.p2p_blocked and \
+                gpu1.id >> 56 == gpu2.id >> 56 == sys.system_id:
             devs = [gpu1.dev] + ([sys.nodes[GPU][inter_index].dev] if inter_index != -1 else []) + [gpu2.dev]
             for a, b in zip(devs, devs[1:]):
                 if (a, b) in s.p2p_blocked:
@@ -915,15 +993,23 @@ class Topo:
         sys = self.sys
         gpu1, gpu2 = sys.nodes[GPU][g1], sys.nodes[GPU][g2]
         speed = gpu1.paths[GPU][g2].bw
-        ns1 = ns2 = 0.0
-        for n in range(len(sys.nodes[NET])):
-            p = gpu1.paths[NET][n]
-            if p.type <= PATH_PXB and p.bw > ns1:
-                ns1 = p.bw
-            p = gpu2.paths[NET][n]
-            if p.type <= PATH_PXB and p.bw > ns2:
-                ns2 = p.bw
-        return 1 if (ns1 > speed and ns2 > speed) else 0
+        return 1 if (self._net_speed(gpu1) > speed and self._net_speed(gpu2) > speed) else 0
+
+    def _net_speed(self, gpu: Node) -> float:
+        """The widest path of ``gpu`` to a NET through PXB or better (remembered with its paths)."""
+        cache = gpu.lcache
+        if cache is None:
+            cache = gpu.lcache = {}
+        got = cache.get("net_speed")
+        if got is None:
+            got = 0.0
+            paths = gpu.paths[NET]
+            for n in range(len(self.sys.nodes[NET])):
+                p = paths[n]
+                if p.type <= PATH_PXB and p.bw > got:
+                    got = p.bw
+            cache["net_speed"] = got
+        return got
 
     def p2p_can_connect(self, r1: int, r2: int) -> int:
         p2p, inter = self.check_p2p(r1, r2)
@@ -932,9 +1018,16 @@ class Topo:
         return 0 if self.check_net(r1, r2) else 1
 
     def shm_can_connect(self, r1: int, r2: int) -> int:
+        """shmCanConnect: not disabled, not faster through the NICs, and both ranks on one host."""
         if self.s.shm_disable:
             return 0
-        return 0 if self.check_net(r1, r2) else 1
+        if self.check_net(r1, r2):
+            return 0
+        sys = self.sys
+        g1, g2 = sys.rank_to_index(r1), sys.rank_to_index(r2)
+        if g1 >= 0 and g2 >= 0 and sys.nodes[GPU][g1].id >> 56 != sys.nodes[GPU][g2].id >> 56:
+            return 0
+        return 1
 
     # ---- ncclTopoComputePaths
     def compute_paths(self) -> None:
@@ -942,6 +1035,8 @@ class Topo:
         for t in range(10):
             for n in sys.nodes[t]:
                 n.paths = [None] * 10
+                n.lcache = None
+        sys.pver += 1
         path_links(sys)
         for t in (CPU, DEV, GPU, NET, GIN, RMA, NVS):
             for n in sys.nodes[t]:
@@ -970,7 +1065,9 @@ class Topo:
                     ok = 0 if (self.s.net_disable_intra != 1 and self.check_net_index(p, g)) else 1
                 if ok == 0:
                     if self.shm_can_connect(gpus[p].rank, gpus[g].rank) == 0:
-                        gpus[p].paths[GPU][g].type = PATH_NET
+                        own_path(gpus[p], GPU, g).type = PATH_NET
+                        gpus[p].lcache = None
+                        sys.pver += 1
         for g in range(len(gpus)):
             gn = gpus[g]
             c = local_cpu(sys, g)
@@ -978,8 +1075,10 @@ class Topo:
             for n in nets:
                 nn = sys.nodes[NET][n]
                 if merge_type(gn.paths[CPU][c].type, nn.paths[CPU][c].type) == PATH_P2C:
-                    gn.paths[NET][n].type = min(PATH_P2C, gn.paths[NET][n].type)
-                    nn.paths[GPU][g].type = min(PATH_P2C, nn.paths[GPU][g].type)
+                    own_path(gn, NET, n).type = min(PATH_P2C, gn.paths[NET][n].type)
+                    own_path(nn, GPU, g).type = min(PATH_P2C, nn.paths[GPU][g].type)
+                    gn.lcache = nn.lcache = None
+                    sys.pver += 1
         for n, net in enumerate(sys.nodes[NET]):
             for g in range(len(gpus)):
                 gpu = gpus[g]
@@ -990,7 +1089,7 @@ class Topo:
                         gdr = self.check_gdr(peer.rank, net.id, 1)
                         pxn_type = PATH_P2C if s.pxn_c2c else PATH_PXB
                         if peer.paths[NET][n].type <= pxn_type and gdr != 0 and \
-                                peer.paths[GPU][g].type <= PATH_NVL and \
+                                peer.paths[GPU][g].type <= PATH_NVL and peer.id >> 56 == gpu.id >> 56 and \
                                 (peer.paths[NET][n].bw > gpu.paths[NET][n].bw or gpu.paths[NET][n].type > PATH_PXN):
                             add_inter_step(sys, GPU, lg, GPU, g, NET, n)
                 if gpu.paths[NET][n].type < PATH_PHB:

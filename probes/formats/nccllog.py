@@ -1044,7 +1044,7 @@ def load_nccl_log(path: str) -> dict:
     problem."""
     from pathlib import Path
 
-    from gpucomm.probes.load import read_text_input
+    from gpucomm.probes.parse import read_text_input
 
     expected = "an NCCL_DEBUG=INFO log file"
     if Path(path).is_dir():

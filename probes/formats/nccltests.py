@@ -286,7 +286,7 @@ def split_nccltests(text: str, path: str = "<nccl-tests output>", collective: Op
     return runs
 
 
-# planners/measure/bench.py render_collective_table's first line
+# gpucomm_cli/render/bench.py render_collective_table's first line
 _BENCH_HEADER_RE = re.compile(r"^#\s*gpucomm bench collective: backend \S+, (?P<ranks>\d{1,7}) rank\(s\) on "
                               r"(?P<nodes>\d{1,7}) node\(s\)", re.M)
 
@@ -698,8 +698,8 @@ def _infer_collectives(rows: list[dict], f: Optional[float], n_ranks: Optional[i
 
 
 def load_nccltests(path: str, collective: Optional[str] = None) -> dict:
-    """Read a file with :func:`gpucomm.probes.load.read_text_input` (size/encoding checks) and parse it."""
-    from gpucomm.probes.load import read_text_input
+    """Read a file with :func:`gpucomm.probes.parse.read_text_input` (size/encoding checks) and parse it."""
+    from gpucomm.probes.parse import read_text_input
 
     return parse_nccltests(read_text_input(path), path=path, collective=collective)
 

@@ -408,7 +408,7 @@ class RecordedNvml:
 
     def record(self) -> dict:
         if self._rec is None:
-            from gpucomm.probes.load import parse_json
+            from gpucomm.probes.parse import parse_json
             from gpucomm.probes.sources.host import _confined_read
 
             try:
