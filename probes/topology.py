@@ -1036,6 +1036,12 @@ class Topology:
             out[src.name] = src
         return out
 
+    @property
+    def is_nccl_graph(self) -> bool:
+        """True when the document came from an NCCL graph file (``<graphs>``: NCCL_GRAPH_FILE /
+        NCCL_GRAPH_DUMP_FILE, kept under ``nccl_graph``), which names channels, not the machine."""
+        return bool(self.doc.get("nccl_graph"))
+
     def _copy_doc(self) -> dict:
         import copy
 
