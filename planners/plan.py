@@ -41,8 +41,9 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
     hosts_pool = None
     if cluster is not None:
         ref_host = cluster.nodes[0]
-        doc = cluster.doc(ref_host)
-        counts = {h: len(cluster.doc(h).get("gpus") or []) for h in cluster.nodes}
+        views = {src: Topology.of(d) for src, d in cluster.docs.items()}   # one view per topology file
+        doc = views[cluster.topology_of[ref_host]]
+        counts = {h: len(views[cluster.topology_of[h]].gpus) for h in cluster.nodes}
         want = gpus_per_node or (len(gpus) if gpus else counts[ref_host])
         hosts_pool = [h for h in cluster.nodes if counts[h] >= want and h not in cluster.unhealthy]
         if not hosts_pool:
@@ -65,7 +66,7 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
         from gpucomm.planners.collectives import transport as tr
 
         chosen = tr.choose(topo, transport)
-        model_specs.use_transport(view, chosen)
+        model_specs.use_cost_options(view, transport=chosen)
     elif transport is not None:
         from gpucomm.planners.collectives.transport import parse
 

@@ -207,15 +207,37 @@ def nvlink_spec_GBps_per_link(sm: Optional[int]) -> Optional[float]:
 # PCIe
 PCI_GT_TO_GEN = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
 PCI_GEN_TO_GT = {v: k for k, v in PCI_GT_TO_GEN.items()}
-# NCCL per-lane speed in 100 Mbps units (topo.cc kvDictPciGen); bw = width * speed / 80.
-NCCL_PCI_LANE = {1: 15, 2: 30, 3: 60, 4: 120, 5: 240, 6: 480}
+# NCCL's table of PCIe link speeds (topo.cc kvDictPciGen): the ``link_speed`` text (sysfs
+# ``max_link_speed``, an NCCL XML's attribute) -> lane speed in 100 Mb/s units, matched by prefix, first
+# key first (so AWS's "32 GT/s PCIe/s" reads as "32 GT/s"); the "X.0 GT/s PCIe" spellings are what Linux
+# >= 5.7 and NCCL's own dumps write.  A speed no key matches is NCCL_PCI_LANE_DEFAULT (8 GT/s).
+# bw = width * lane / 80 (GB/s).
+NCCL_PCI_GEN_SPEEDS = (("2.5 GT/s", 15), ("5 GT/s", 30), ("8 GT/s", 60), ("16 GT/s", 120), ("32 GT/s", 240),
+                       ("2.5 GT/s PCIe", 15), ("5.0 GT/s PCIe", 30), ("8.0 GT/s PCIe", 60), ("16.0 GT/s PCIe", 120),
+                       ("32.0 GT/s PCIe", 240), ("64.0 GT/s PCIe", 480))
+NCCL_PCI_LANE_DEFAULT = 60
+# by generation: NCCL's lane speed, and the ``link_speed`` text Linux and NCCL write
+NCCL_PCI_LANE = {PCI_GT_TO_GEN[float(k.split()[0])]: lane for k, lane in NCCL_PCI_GEN_SPEEDS}
+PCI_GEN_SPEED = {PCI_GT_TO_GEN[float(k.split()[0])]: k for k, _ in NCCL_PCI_GEN_SPEEDS if k.endswith(" PCIe")}
 LOC_BW = 5000.0   # NCCL topo.h LOC_BW: a device to itself, a NIC directly under a CPU
+
+
+def pcie_gen_of_lane(lane: Optional[float]) -> Optional[int]:
+    """The PCIe generation of one of NCCL's lane speeds (100 Mb/s units): 120 -> 4; None for others.
+
+    >>> pcie_gen_of_lane(120), pcie_gen_of_lane(480), pcie_gen_of_lane(100)
+    (4, 6, None)
+    """
+    for gen, v in NCCL_PCI_LANE.items():
+        if v == lane:
+            return gen
+    return None
 
 
 def pcie_bw_GBps(gen: Optional[int], width: Optional[int]) -> float:
     """NCCL's PCIe link bandwidth: Gen3 x16 = 12, Gen4 x16 = 24, Gen5 x16 = 48 GB/s.
-    Unknown gen -> 60 (NCCL's default lane speed, Gen3); width 0/unknown -> 16."""
-    lane = NCCL_PCI_LANE.get(gen or 0, 60)
+    Unknown gen -> NCCL's default lane speed (Gen3); width 0/unknown -> 16."""
+    lane = NCCL_PCI_LANE.get(gen or 0, NCCL_PCI_LANE_DEFAULT)
     w = width if width else 16
     return w * lane / 80.0
 
@@ -358,7 +380,9 @@ def _ports(nic: dict) -> list:
 
 def nic_rate_gbps(nic: dict) -> Optional[float]:
     """A NIC's rate in Gb/s: the best ACTIVE port, else the best port of any state; None when no
-    port gives a usable rate.
+    port gives a usable rate.  The one reading of a NIC's rate: the ports are the record's truth;
+    ``nics[].rate_gbps`` is this value, written once by :func:`gpucomm.probes.merge.merge` for the
+    reader of a saved document (``jq``), and read by nothing (the view asks here).
 
     >>> nic_rate_gbps({"ports": [{"state": "DOWN", "rate_gbps": 400}, {"state": "ACTIVE", "rate_gbps": 200}]})
     200.0
@@ -368,6 +392,54 @@ def nic_rate_gbps(nic: dict) -> Optional[float]:
     anyp = [number(p.get("rate_gbps")) for p in ports]
     vals = [v for v in act if v] or [v for v in anyp if v]
     return max(vals) if vals else None
+
+
+# A NIC's rate on its way to a prediction.  Documents and the view carry Gb/s (nic_rate_gbps,
+# Topology.nic_gbps, with its one default).  Two things leave that unit, each through one function:
+# * the achievable layer of the cost model takes GB/s: units.gbps_to_GBps;
+# * NCCL's model reads the NCCL topology XML gpucomm pins (planners/nccl/pinning.py): the rate goes
+#   in as ``<net speed>``, an int in Mb/s as a net plugin reports it (ncclNetProperties_t.speed:
+#   nic_speed_mbps; the XML export writes the same), NCCL's XML code reads it back as text (and NIC
+#   fusion sums the speeds of the ports it fuses), and ncclTopoAddNet turns it into the float GB/s of
+#   the NET node (nccl_net_GBps).  nccl_nic_GBps is that whole trip for one NIC.
+NCCL_NET_FALLBACK_MBPS = 10000
+"""The speed ncclTopoAddNet (topo.cc) gives a ``<net>`` whose ``speed`` is <= 0 ("Some NICs define
+speed = -1")."""
+
+
+def nic_speed_mbps(gbps: float) -> int:
+    """A NIC rate (Gb/s) as NCCL's XML carries it: ``<net speed>``, whole Mb/s.
+
+    >>> nic_speed_mbps(400), nic_speed_mbps(53.125)
+    (400000, 53125)
+    """
+    return int(round(gbps * 1000))
+
+
+def gbps_of_mbps(mbps: Any) -> Optional[float]:
+    """A speed in Mb/s (sysfs ``/sys/class/net/IF/speed``, an NCCL XML's ``<net speed>``) -> Gb/s;
+    None for a speed that is not positive (unknown: ``-1`` on virtio).
+
+    >>> gbps_of_mbps(25000), gbps_of_mbps(-1)
+    (25.0, None)
+    """
+    return round(mbps / 1000.0, 3) if isinstance(mbps, (int, float)) and mbps > 0 else None
+
+
+def nccl_net_GBps(mbps: int) -> float:
+    """ncclTopoAddNet's bandwidth of a NET node (GB/s, before NCCL stores it as a C float) from its
+    ``<net speed>`` (Mb/s; <= 0: :data:`NCCL_NET_FALLBACK_MBPS`)."""
+    return (mbps if mbps > 0 else NCCL_NET_FALLBACK_MBPS) / 8000.0
+
+
+def nccl_nic_GBps(gbps: float) -> float:
+    """What NCCL's system graph holds (GB/s, before the C float) for a NIC of ``gbps`` Gb/s: the whole
+    document -> pinned XML text -> NCCL's bandwidth trip (see above).
+
+    >>> nccl_nic_GBps(400), nccl_nic_GBps(0.0001)
+    (50.0, 1.25)
+    """
+    return nccl_net_GBps(nic_speed_mbps(gbps))
 
 
 SOCKET_NIC_GBPS = 10.0
@@ -663,6 +735,9 @@ def assumption(kind: str, **kw: Any) -> str:
         return (f"EFA devices ({', '.join(kw['names'])}): NCCL's network latency assumed {kw['us']:g} us, what the "
                 "aws-ofi-nccl plugin reports on p4d/p5 (35 us on p5en/p6 from plugin 1.15; an NCCL topology dump "
                 "says which; NCCL's tuning adds it to every network step)")
+    if kind == "no-nic":
+        return ("no network device in the topology: NCCL's socket transport on one "
+                f"{SOCKET_NIC_GBPS:g} Gb/s Ethernet port assumed (NCCL always has one)")
     if kind == "sm":
         return (f"GPU compute capability unknown: sm{kw['sm']} assumed ({kw['why']}; NCCL's per-link NVLink "
                 f"bandwidth, PCIe generation and tuning of that class; --gpu MODEL names the GPU)")

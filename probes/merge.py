@@ -138,8 +138,8 @@ def merge(partials: list, provenance: str = "live") -> dict:
             g["numa_affinity"] = [g["numa_node"]]
         g["id"] = gpu_id(g)
     for n in doc["nics"]:
+        n["rate_gbps"] = nic_rate_gbps(n)   # the one writer of this derived field (facts.nic_rate_gbps)
         n["id"] = nic_id(n)
-        n["rate_gbps"] = nic_rate_gbps(n)
     return doc
 
 

@@ -14,7 +14,8 @@ Extra fields used by gpucomm beyond the schema's minimum (all optional in the sc
         (a switch, a host bridge or ``CPU<n>``); this is the PCI tree NCCL builds.
   gpus[].id / nics[].id  -- the graph id (derived; see :func:`gpu_id`).
   gpus[].p2p  -- {other GPU id: "OK"|"disabled"|...} from NVML's P2P status.
-  nics[].rate_gbps -- best active port rate (derived convenience).
+  nics[].rate_gbps -- best active port rate (derived convenience, written once by merge with
+        facts.nic_rate_gbps; readers ask facts/the view, which read the ports).
 """
 from __future__ import annotations
 

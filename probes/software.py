@@ -165,6 +165,9 @@ def expected_transport(topo) -> dict:
                    p.family or p.name)
     if (env.get("NCCL_IB_DISABLE") or "").strip() == "1":
         return out("socket", "NCCL_IB_DISABLE=1")
+    if not topo.nics and not sw.known:   # e.g. a bare matrix: predict models NCCL's one Ethernet port
+        return out("socket", "no NIC in the topology: NCCL crosses nodes on its socket transport over the "
+                   "host's interface; --transport states otherwise", source="assumed")
     if topo.nics and not any(n.rdma for n in topo.nics):
         return out("socket", "no RDMA NIC in the topology and no network plugin: NCCL falls back to its socket "
                    "transport", source="probe" if sw.known else "assumed")

@@ -1104,6 +1104,14 @@ class Topology:
         return CPU(cid, int(m.group(1)) if m else None, (), info["arch"], info["vendor"], info["family"],
                    info["model"], info["name"], facts.inter_cpu_bw(info), {}, host=host)
 
+    def derived(self, key: str, make):
+        """A value derived from this view alone (the NCCL XML pinned from it, ...), made once: a view
+        does not change after :meth:`of` (the assumptions ``make`` records stay recorded)."""
+        memo = self.__dict__.setdefault("_derived", {})
+        if key not in memo:
+            memo[key] = make()
+        return memo[key]
+
     # ---- facts with their one default (recorded as assumptions) ---------------------------------
     def assume(self, text: str) -> None:
         if text not in self.assumptions:

@@ -14,7 +14,7 @@ from typing import Optional
 
 from hypothesis import strategies as st
 
-from gpucomm.planners.collectives import compare, cost
+from gpucomm.planners.collectives import compare
 from gpucomm.probes.facts import pcie_bw_GBps
 from gpucomm.probes.formats.nccltests import load_nccltests
 from gpucomm.probes.matrix import compute_matrix
@@ -368,12 +368,27 @@ def build_h100(parsed: dict) -> dict:
     return doc
 
 
+def socket_rate_of_table(parsed: dict) -> float:
+    """Per-NIC Gb/s of NCCL's TCP socket transport in one nccl-tests table of 2 Polaris nodes (2 NICs
+    each, NCCL spreading its rings over both): the busbw of the largest size x 8 / 2 -- what ``gpucomm
+    calibrate`` fits from a user's own table.  The product's one socket figure is
+    ``transport.SOCKET_GBPS`` (``--transport socket``), fitted on all the Polaris env1 tables at once
+    (NCCL 2.18 and 2.21 differ 2.8x on them; docs/SWPATH.md); this NCCL 2.18 table alone says ~37.8."""
+    return parsed["rows"][-1]["out_of_place"]["busbw_GBps"] * 8 / 2
+
+
 CASES = [
-    # (capture, builder, nodes, fabric_gbps)
+    # (capture, builder, nodes, fabric_gbps: a number, or a function of the parsed table)
     ("02_rtxa6000-x8_1node_allreduce.txt", build_a6000_pcie, 1, None),
-    ("04_polaris-a100-40gb-x4_2nodes_allreduce_default-tcp.txt", build_polaris_node, 2, cost.SOCKET_TRANSPORT_GBPS),
+    ("04_polaris-a100-40gb-x4_2nodes_allreduce_default-tcp.txt", build_polaris_node, 2, socket_rate_of_table),
     ("09_h100-x8_1node_allreduce_cluster01.txt", build_h100, 1, None),
 ]
+
+
+def case_fabric(name: str) -> Optional[float]:
+    """The ``--fabric-gbps`` a capture of :data:`CASES` runs with (None: the topology's NICs)."""
+    fabric = dict((c[0], c[3]) for c in CASES)[name]
+    return fabric(load_nccltests(str(NT / name))) if callable(fabric) else fabric
 
 
 def calibrate(name: str, builder, nodes: int, fabric) -> dict:
@@ -382,6 +397,8 @@ def calibrate(name: str, builder, nodes: int, fabric) -> dict:
     parsed = load_nccltests(str(NT / name))
     doc = builder(parsed)
     gpn = parsed["n_ranks"] // nodes
+    if callable(fabric):
+        fabric = fabric(parsed)
     c = compare.compare_run(doc, parsed, nodes=nodes, gpus_per_node=gpn, fabric_gbps=fabric)
     rows = [{"size": x["size_bytes"], "meas_us": x["measured_time_us"], "pred_us": x["predicted_time_us"],
              "meas_busbw": x["measured_busbw_GBps"], "pred_busbw": x["predicted_busbw_GBps"],

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from gpucomm.planners.collectives import cost
 from gpucomm.planners.collectives.cost import predict
+from gpucomm.planners.collectives.transport import SOCKET_GBPS
 from gpucomm.planners.nccl import tuning
 from gpucomm.planners.nccl.tuning import CommGraph, tuning_table
 from gpucomm.probes import units
@@ -376,8 +377,8 @@ def test_summarize_network():
     # one 100 Gb/s NIC delivers NET_EFFICIENCY of its line rate; the rings use both NICs
     assert g.nic_bw == pytest.approx(12.5 * cost.NET_EFFICIENCY) and g.node_net_bw == pytest.approx(25.0 * cost.NET_EFFICIENCY)
     assert g.ring_bus_bw == pytest.approx(min(25.0, cost.PCIE_RING_EFFICIENCY * 24.0))
-    f = cost.summarize(_pcie_doc(4, nics=2, rate=100.0), nodes=4, fabric_gbps=cost.SOCKET_TRANSPORT_GBPS)
-    assert f.node_net_bw == pytest.approx(2 * cost.SOCKET_TRANSPORT_GBPS / 8)
+    f = cost.summarize(_pcie_doc(4, nics=2, rate=100.0), nodes=4, fabric_gbps=SOCKET_GBPS)
+    assert f.node_net_bw == pytest.approx(2 * SOCKET_GBPS / 8)
     nonic = cost.summarize(_pcie_doc(4), nodes=2, fabric_gbps=200.0)
     assert nonic.node_net_bw == pytest.approx(25.0) and any("one 200 Gb/s NIC" in n for n in nonic.notes)
 
@@ -450,11 +451,11 @@ def test_fabric_gbps_sets_delivered_rate_not_nccls_choice():
     reports); --fabric-gbps only lowers what the network delivers (e.g. the TCP socket transport)."""
     doc = _pcie_doc(4, nics=2, rate=200.0)
     plain = cost.summarize(doc, nodes=2)
-    sock = cost.summarize(doc, nodes=2, fabric_gbps=cost.SOCKET_TRANSPORT_GBPS)
+    sock = cost.summarize(doc, nodes=2, fabric_gbps=SOCKET_GBPS)
     assert (sock.channels, sock.bw_intra, sock.bw_inter) == (plain.channels, plain.bw_intra, plain.bw_inter)
     # the same NICs carry the job (here the one NCCL's rings use), each delivering the fabric rate
     assert sock.node_net_bw / sock.nic_bw == pytest.approx(plain.node_net_bw / plain.nic_bw)
-    assert sock.node_net_bw == pytest.approx(cost.SOCKET_TRANSPORT_GBPS / 8)
+    assert sock.node_net_bw == pytest.approx(SOCKET_GBPS / 8)
     assert sock.node_net_bw < plain.node_net_bw
     a, b = predict(plain, "all_reduce", [1 << 30])[0], predict(sock, "all_reduce", [1 << 30])[0]
     assert (a["algorithm"], a["protocol"], a["nccl_time_us"]) == (b["algorithm"], b["protocol"], b["nccl_time_us"])

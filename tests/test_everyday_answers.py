@@ -577,9 +577,10 @@ def test_ncclsim_loads_every_nccl_xml_we_emit(tmp_path):
 
 # ============================================================================================
 # 12. A wheel user can follow the README's tour: the captures it reads ship as example:<file name>
+IB_FABRIC = "006_ibnetdiscover_edr-switchib-x6_2spine-4leaf_gpu-node-cluster_blanklines-stripped_flask-embed.txt"
 README_CAPTURES = ["09_h100-x8_1node_allreduce_cluster01.txt", "005_polaris_2n_all_gather_nccl221_env5.txt",
                    "010_polaris_2n_all_reduce_nccl221_env5.txt", "015_polaris_2n_alltoall_nccl221_env5.txt",
-                   "025_polaris_8n_all_reduce_nccl221_env5.txt", "18_h100-sxm-x8_9nic_tabs.txt"]
+                   "025_polaris_8n_all_reduce_nccl221_env5.txt", "18_h100-sxm-x8_9nic_tabs.txt", IB_FABRIC]
 
 
 def test_shipped_captures_are_the_fixtures_byte_for_byte():
@@ -598,6 +599,9 @@ def test_the_tour_with_example_captures():
     assert c.code == 0 and "net_gbps_per_nic" in c.json()["fitted"], c.stderr
     m = run_cli("show", "example:18_h100-sxm-x8_9nic_tabs.txt", "--format", "matrix")
     assert m.code == 0 and "NV18" in m.stdout
+    f = run_cli("fabric", f"example:{IB_FABRIC}", "--format", "json")
+    assert f.code == 0 and len(f.json()["hosts"]) == 96, f.stderr
+    assert "ib-link-downtrained" in {x["rule"] for x in f.json()["findings"]}
     bad = run_cli("predict", "example:hgx-h100", "--compare", "example:hgx-h100")
     assert bad.code == 1 and "not a text file" in bad.stderr
 

@@ -182,3 +182,99 @@ def test_efa_network_latency_reaches_nccls_tuning(tmp_path):
     assert nccl_comm(doc, nodes=2).graphs["ring"].latency_inter == 0
     # InfiniBand: NCCL's own transport reports 0
     assert facts.nic_net_latency_us({"name": "mlx5_0", "link_layer": "InfiniBand"}) is None
+
+
+# --------------------------------------------------------------------------------------------
+# Each fact defined once: facts.py, and nowhere else
+def _code_constants(tree):
+    """(assigned names with a literal value, string constants, float constants) of a module's code,
+    docstrings left out."""
+    import ast
+
+    docs = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+    names, strings, floats = [], [], []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Assign) and all(isinstance(c, ast.Constant) for c in ast.walk(n.value)
+                                             if isinstance(c, ast.expr) and not isinstance(c, (ast.Tuple, ast.List,
+                                                                                               ast.Dict, ast.Set,
+                                                                                               ast.UnaryOp, ast.USub))):
+            names += [(t.id, n.lineno) for t in n.targets if isinstance(t, ast.Name)]
+        elif isinstance(n, ast.Constant) and id(n) not in docs:
+            if isinstance(n.value, str):
+                strings.append((n.value, n.lineno))
+            elif isinstance(n.value, float):
+                floats.append((n.value, n.lineno))
+    return names, strings, floats
+
+
+def test_hardware_facts_are_defined_once():
+    """A constant facts.py defines is given a literal value nowhere else; NCCL's PCIe speed table
+    (kvDictPciGen) and per-link NVLink bandwidths (ncclTopoNVLinkBw) are spelled only there.  (They
+    were in four and two places: facts, the NCCL XML reader, NCCL's system model and pinning.)"""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    mine = {k for k, v in vars(facts).items() if k.isupper() and isinstance(v, (int, float, str, tuple, dict))}
+    speeds = {k for k, _ in facts.NCCL_PCI_GEN_SPEEDS}
+    nvlink = {facts.nvlink_bw_per_link(sm) for sm in (60, 70, 80, 86, 90, 100)} - {18.0, 20.0, 12.0}  # 20.6, 40.1
+    found = []
+    for path in sorted(p for d in ("probes", "planners", "gpucomm_cli") for p in (root / d).rglob("*.py")):
+        if path == root / "probes" / "facts.py":
+            continue
+        names, strings, floats = _code_constants(ast.parse(path.read_text(encoding="utf-8")))
+        rel = path.relative_to(root)
+        found += [f"{rel}:{line} defines {n}" for n, line in names if n in mine]
+        found += [f"{rel}:{line} spells {s!r}" for s, line in strings if s in speeds]
+        found += [f"{rel}:{line} spells {f}" for f, line in floats if f in nvlink]
+    assert nvlink == {20.6, 40.1} and len(speeds) == 11
+    assert found == []
+
+
+def test_nic_rate_round_trip_through_nccls_xml():
+    """A NIC's rate has one unit (Gb/s) up to the two places that leave it: NCCL's system graph
+    holds exactly facts.nccl_nic_GBps of the view's rate (document -> pinned XML text in Mb/s ->
+    reparsed -> NCCL's float GB/s), for every NIC of the bundled examples NCCL does not fuse."""
+    import struct
+
+    from gpucomm.planners.nccl.comm import nccl_comm
+    from gpucomm.planners.nccl.system import NET
+    from gpucomm.probes.examples import list_examples
+    from gpucomm.probes.load import load_topology
+
+    f32 = lambda x: struct.unpack("f", struct.pack("f", x))[0]   # noqa: E731
+    checked = 0
+    for name in list_examples():
+        topo = Topology.of(load_topology(f"example:{name}"))
+        if not topo.gpus or not topo.nics:
+            continue
+        nets = nccl_comm(topo).rank0.topo.sys.nodes[NET]
+        for net in nets:
+            nic = topo.nic(net.name)
+            if nic is None:
+                continue            # a fused NIC (a+b): the sum of its ports' speeds
+            assert net.bw == f32(facts.nccl_nic_GBps(topo.nic_gbps(nic))), (name, net.name)
+            checked += 1
+    assert checked >= 20
+    assert facts.nic_speed_mbps(400.0) == 400000 and facts.gbps_of_mbps(400000) == 400.0
+    assert facts.nccl_net_GBps(-1) == facts.NCCL_NET_FALLBACK_MBPS / 8000.0
+
+
+@given(st.floats(min_value=0.001, max_value=1e5, allow_nan=False))
+def test_nic_rate_unit_conversions_invert(gbps):
+    mbps = facts.nic_speed_mbps(gbps)
+    assert isinstance(mbps, int) and abs(mbps - gbps * 1000) <= 0.5
+    back = facts.gbps_of_mbps(mbps)
+    assert back is None if mbps <= 0 else back == round(mbps / 1000, 3)
+
+
+def test_k8s_compute_capability_label_reads_the_view():
+    """The label is the view's compute capability of GPUs whose record gives one: any spelling of
+    the record (here NVML's (major, minor) pair, which used to make the label set raise) reads the
+    same, an assumed one gives no label."""
+    from gpucomm.planners.launch.k8s import PREFIX, node_labels
+
+    for cc in ([9, 0], "9.0", "sm_90", 90):
+        labels = node_labels(hgx_doc(name=None, cc=cc))
+        assert labels[PREFIX + "gpu.compute-capability"] == "9.0", cc
+    assert PREFIX + "gpu.compute-capability" not in node_labels(hgx_doc(name=None, cc=None))

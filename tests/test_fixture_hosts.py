@@ -526,7 +526,11 @@ def test_unpacked_host_is_replayed_from_its_directory(tmp_path, monkeypatch):
     monkeypatch.setattr(examples, "_HERE", pkg)
     monkeypatch.setattr(examples, "PACKED", pkg / "examples")
     assert examples.list_examples() == {"cpu-only": tmp_path / "fixtures" / "hosts" / "cpu-only"}
-    assert dumps_json(examples.load_example("cpu-only")) == _doc_text("cpu-only")
+    from gpucomm.probes.load import load_topology
+
+    assert dumps_json(load_topology("example:cpu-only")) == _doc_text("cpu-only")
+    with pytest.raises(InputError, match="snapshot directory"):    # examples.py reads no snapshot
+        examples.load_example("cpu-only")
     assert examples.example_meta(examples.example_path("cpu-only")) == meta("cpu-only")
     with pytest.raises(InputError, match="no bundled example 'hgx-h100'"):
         examples.example_path("hgx-h100")

@@ -243,13 +243,81 @@ def test_volumes_and_bubble():
     assert per_byte_tp < per_byte_pp / 3
 
 
-def test_collective_time_alpha_beta_fallback():
-    tier = {"size": 8, "gpus": [], "ranks_per_node": 8, "nodes": 1, "intra_GBps": 100.0, "inter_GBps": None,
-            "where": "nvlink"}
-    t = ms.collective_time("all_reduce", 1e9, tier)
-    assert t == pytest.approx((8.4 + 14 * 3.4) * 1e-6 + 1e9 * 2 * 7 / 8 / 100e9)
-    net = dict(tier, nodes=4, ranks_per_node=2, inter_GBps=50.0)
-    assert ms.collective_time("all_reduce", 1e9, net) > t
+def test_plan_times_collectives_with_predicts_model():
+    """One cost model: every collective of a ``plan --model`` estimate is what ``gpucomm predict``
+    says for its group (the group's GPUs on its number of nodes, the size, the element size) -- inside
+    a node and across nodes, uncalibrated and under a calibration profile.  (plan had an alpha-beta
+    model of its own with its own NCCL latencies and a 0.9 network efficiency; it ranked layouts.)"""
+    from gpucomm.planners.collectives import cost, timing
+    from gpucomm.planners.collectives.predict import build_prediction
+
+    v = pl.node_view(hgx_doc())
+    lay = pl.make_layout(v, 4, 8, {"tp": 4, "pp": 2, "dp": 4, "cp": 1, "ep": 1})
+    seen = set()
+    for axis, coll in (("tp", "all_reduce"), ("dp", "all_reduce"), ("pp", "send_recv")):
+        tier = lay.axis_tier(axis)
+        got = ms.collective_time(coll, 1 << 26, tier, v, 2)
+        want = build_prediction(v.topo, coll, str(1 << 26), nodes=tier["nodes"], gpus=tier["gpus"], dtype="half")
+        assert got == pytest.approx(want["rows"][0]["time_us"] * 1e-6, rel=1e-12) and got > 0
+        seen.add(tier["nodes"] > 1)
+    assert seen == {False, True}
+    prof = timing.Profile(net_gbps_per_nic=100.0, latency_scale=2.0)
+    ms.use_calibration(v, prof, "prof.json")
+    tier = lay.axis_tier("dp")
+    got = ms.collective_time("all_reduce", 1 << 26, tier, v, 2)
+    g = cost.summarize(v.topo, nodes=tier["nodes"], gpus=tier["gpus"], profile=prof)
+    assert got == cost.predict(g, "all_reduce", [1 << 26], dtype_bytes=2, profile=prof)[0]["time_us"] * 1e-6
+    assert "calibrated by prof.json" in ms.step_estimate(ms.parse_model_spec("llama-8b"), lay)["cost_model"]
+    # the transport (plan --transport, predict --transport): the same times for the same choice
+    from gpucomm.planners.collectives import transport as tr
+
+    v2 = pl.node_view(hgx_doc())
+    for name in ("socket", "ib-nogdr"):
+        ms.use_cost_options(v2, transport=tr.parse(name))
+        got = ms.collective_time("all_reduce", 1 << 26, tier, v2, 2)
+        want = build_prediction(v2.topo, "all_reduce", str(1 << 26), nodes=tier["nodes"], gpus=tier["gpus"],
+                                dtype="half", transport=name)
+        assert got == pytest.approx(want["rows"][0]["time_us"] * 1e-6, rel=1e-12), name
+    # a choice predict takes as an option of summarize reaches plan's times as the same option
+    ms.use_cost_options(v, fabric_gbps=25.0)
+    got = ms.collective_time("all_reduce", 1 << 26, tier, v, 2)
+    g = cost.summarize(v.topo, nodes=tier["nodes"], gpus=tier["gpus"], profile=prof, fabric_gbps=25.0)
+    assert got == cost.predict(g, "all_reduce", [1 << 26], dtype_bytes=2, profile=prof)[0]["time_us"] * 1e-6
+
+
+def test_no_network_device_means_nccls_socket_default():
+    """A topology without any NIC, planned across nodes: NCCL's socket transport on its one 10 Gb/s
+    interface (facts.SOCKET_NIC_GBPS, what predict --fabric-gbps 10 says), named -- not plan's old
+    12.5 GB/s (100 Gb/s) fallback."""
+    from gpucomm.planners.collectives.predict import build_prediction
+    from gpucomm.probes import facts
+
+    doc = hgx_doc(nics=False)
+    plan = build_full_plan(doc, nodes=2, tp=8, model="llama-8b,gbs=64")
+    assert facts.assumption("no-nic") in plan["warnings"]
+    dp = plan["estimate"]["comm"]["dp"]
+    tier = {"size": 2, "gpus": [0], "nodes": 2}
+    want = build_prediction(doc, "all_reduce", str(dp["message_bytes"]), nodes=2, gpus=[0], dtype="half",
+                            fabric_gbps=facts.SOCKET_NIC_GBPS)
+    assert dp["time_s"] == pytest.approx(want["rows"][0]["time_us"] * 1e-6 * dp["count"], rel=1e-5)
+    v = pl.node_view(doc)
+    assert ms.collective_time("all_reduce", dp["message_bytes"], tier, v, 2) == want["rows"][0]["time_us"] * 1e-6
+
+
+@pytest.mark.parametrize("nodes,model,top", [(8, "llama-70b", 3), (4, "llama-8b,gbs=256", 2), (16, "llama-70b", 5)])
+def test_ranking_stops_timing_only_what_cannot_rank(nodes, model, top):
+    """The ranking times a candidate only until it cannot be among the first ``top``; the answer is
+    the one timing every candidate fully gives (here: asking for all of them)."""
+    v = pl.node_view(hgx_doc())
+    m = ms.parse_model_spec(model)
+    everything = ms.rank_factorizations(v, nodes, 8, m, pl.DEFAULT_ORDER, top=10_000)
+    assert len(everything) > top
+    v2 = pl.node_view(hgx_doc())
+    first = ms.rank_factorizations(v2, nodes, 8, m, pl.DEFAULT_ORDER, top=top)
+    assert [(r["parallelism"], r["estimate"]) for r in first] == [(r["parallelism"], r["estimate"])
+                                                                  for r in everything[:top]]
+    times = [r["estimate"]["step_time_s"] for r in everything if r["estimate"]["memory"]["fits"]]
+    assert times == sorted(times)
 
 
 def test_ranking_llama70b_on_64_gpus():
@@ -266,7 +334,7 @@ def test_ranking_llama70b_on_64_gpus():
         assert p["tp"] * p["pp"] * p["dp"] * p["cp"] * p["ep"] == 64 and 8 % p["tp"] == 0 and 80 % p["pp"] == 0
     # pure DP of a 70B model does not fit in 80 GiB
     lay = pl.make_layout(v, 8, 8, {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "dp": 64})
-    assert ms.step_estimate(m, lay, use_cost_model=False)["memory"]["fits"] is False
+    assert ms.step_estimate(m, lay)["memory"]["fits"] is False
 
 
 def test_ranking_through_the_cli(hgx_file):
@@ -348,7 +416,7 @@ def test_uneven_stages_cost_compute_and_memory():
     est = {}
     for pp in (2, 4):
         lay = pl.make_layout(v, 1, 8, {"tp": 2, "pp": pp, "dp": 8 // (2 * pp), "cp": 1, "ep": 1})
-        est[pp] = ms.step_estimate(m, lay, use_cost_model=False)
+        est[pp] = ms.step_estimate(m, lay)
     per_gpu = {pp: est[pp]["compute_s"] * 8 for pp in est}   # same world size: compare directly
     assert per_gpu[4] / per_gpu[2] == pytest.approx(12 / 10, rel=1e-4)
     mem = ms.memory_per_gpu(m, {"tp": 1, "pp": 4, "dp": 1, "cp": 1, "ep": 1}, 64)

@@ -14,8 +14,9 @@ The machines (see fixtures/captures/nccltests/SOURCES.md):
   "# Using devices" lines.
 * 04 -- ALCF Polaris, 2 nodes x 4 A100-SXM4-40GB (HGX A100 4-GPU board: 4 NVLinks between every
   pair), 1 AMD EPYC socket, 2 Slingshot-11 200 Gb/s NICs per node, NCCL 2.18 with no network plugin,
-  i.e. NCCL's TCP socket transport: the network is modelled with ``fabric_gbps =
-  SOCKET_TRANSPORT_GBPS`` (the equivalent of ``--fabric-gbps 37.8``).
+  i.e. NCCL's TCP socket transport: the network is modelled with the per-NIC rate this table itself
+  gives at 1 GiB (``support.socket_rate_of_table``, ~37.8 Gb/s, the equivalent of ``--fabric-gbps
+  37.8``, what ``gpucomm calibrate`` would fit); the sizes below 1 GiB are predictions.
 * 09 -- 1 node x 8 H100 80GB HBM3 (HGX H100: NV18 to every peer through NVSwitch); topology from
   fixtures/hosts/hgx-h100 when present, else the nvidia-smi capture topo/17 (8x H100 80GB HBM3,
   NV18) with the GPU names of the nccl-tests capture.
@@ -32,7 +33,7 @@ from support import CASES, MEDIAN_BOUND, NT, _human, calibrate
 # The captures a constant was fitted to: their errors show the fit, not the accuracy of predictions.
 FITTED = {
     "02_rtxa6000-x8_1node_allreduce.txt": "fitted: PCIE_RING_EFFICIENCY",
-    "04_polaris-a100-40gb-x4_2nodes_allreduce_default-tcp.txt": "fitted: SOCKET_TRANSPORT_GBPS",
+    "04_polaris-a100-40gb-x4_2nodes_allreduce_default-tcp.txt": "fitted: its own per-NIC socket rate at 1 GiB",
 }
 
 
@@ -100,9 +101,9 @@ def test_constants_reproduce_their_fit():
     by the model's hardware figure (so a change in either shows up here)."""
     a6000 = load_nccltests(str(NT / "02_rtxa6000-x8_1node_allreduce.txt"))
     assert cost.PCIE_RING_EFFICIENCY == pytest.approx(a6000["rows"][-1]["out_of_place"]["busbw_GBps"] / 24.0, abs=0.002)
-    polaris = load_nccltests(str(NT / "04_polaris-a100-40gb-x4_2nodes_allreduce_default-tcp.txt"))
-    per_nic = polaris["rows"][-1]["out_of_place"]["busbw_GBps"] * 8 / 2
-    assert cost.SOCKET_TRANSPORT_GBPS == pytest.approx(per_nic, rel=0.005)
+    # (the socket transport's one constant, transport.SOCKET_GBPS, is checked against its fit by
+    # tests/test_swpath.py::test_shipped_transport_constants_are_the_fit_and_most_tables_pass;
+    # capture 04 runs with its own rate, support.socket_rate_of_table)
 
 
 if __name__ == "__main__":

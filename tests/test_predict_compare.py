@@ -58,7 +58,7 @@ def topo_files(tmp_path_factory):
 
 
 def _args(name: str, topo_files: dict) -> list:
-    fabric = dict((c[0], c[3]) for c in calib.CASES)[name]
+    fabric = calib.case_fabric(name)
     return ["predict", topo_files[name], "--compare", calib.NT / name] + (
         ["--fabric-gbps", str(fabric)] if fabric else [])
 

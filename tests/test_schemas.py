@@ -61,6 +61,11 @@ def test_heavy_command_outputs_validate(name):
     _validate_outputs(name, HEAVY)
 
 
+def test_plan_with_a_model_validates():
+    """--model writes Megatron arguments with float values (--norm-epsilon 1e-05): the schema takes them."""
+    _validate_outputs("hgx-h100", [["plan", "{t}", "--model", "llama-8b"]])
+
+
 def _validate_outputs(name: str, commands: list) -> None:
     seen = set()
     for cmd in commands:

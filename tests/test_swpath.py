@@ -300,3 +300,13 @@ def test_rings_compare_says_when_the_logs_transport_is_not_the_probes():
     pol["software"] = load_snapshot(SWPATH / "plugin-slingshot")["software"]
     rec, note = transport_vs_probe(log, pol)
     assert not rec["differs"] and note is None
+
+
+def test_a_topology_without_nics_crosses_nodes_on_sockets():
+    """A bare matrix without NIC columns: predict models NCCL's one Ethernet port, and the transport
+    line says socket (it said 'ib, assumed' beside the socket note)."""
+    doc = load_topology(str(ROOT / "fixtures" / "captures" / "topo" / "21_h100-nvl-x4_nv12_tabs.txt"))
+    t = tr.from_probe(Topology.of(doc))
+    assert t.name == "socket" and t.source == "assumed" and "no NIC" in t.why
+    with_nics = load_topology("example:hgx-h100")
+    assert tr.from_probe(Topology.of(with_nics)).name == "ib"

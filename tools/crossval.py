@@ -45,7 +45,7 @@ DEFAULTS_FITTED_ON = {"083_h100ib-c01_2n_all_reduce_g1.txt": "NET_EFFICIENCY"}
 # The inter-node transport of each table (no table carries NCCL INFO lines: SOURCES.md's legend says which
 # transport each environment ran; --transport states it, as a user would).  Polaris' own NCCL log
 # (evidence/polaris_nccl-info_cxi.txt: "via NET/AWS Libfabric/3/GDRDMA") agrees with the plugin setups
-# (tests/test_transport.py reads it).
+# (tests/test_swpath.py reads it).
 TRANSPORTS = {
     ("polaris", "env1"): ("socket", "legend env1: no NCCL/FI variables, no plugin (README: 'uses TCP')"),
     ("polaris", "env4"): ("plugin:aws-ofi-nccl", "legend env4: aws-ofi-nccl (NCCL_NET='AWS Libfabric'), NCCL_NET_GDR_LEVEL=PHB"),

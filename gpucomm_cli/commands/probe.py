@@ -157,7 +157,7 @@ def examples() -> None:
             t.add_row(r["name"], r["description"])
         print_table(console, t, prose=("description",))
         if captures:
-            c = Table(title="real captures (nvidia-smi topo -m, nccl-tests), for --compare and calibrate",
+            c = Table(title="real captures (nvidia-smi topo -m, nccl-tests, ibnetdiscover): show, --compare, calibrate, fabric",
                       show_lines=False)
             c.add_column("name", style="bold")
             c.add_column("file")

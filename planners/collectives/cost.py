@@ -16,7 +16,7 @@ decide which algorithm NCCL runs, so they must drive the choice; the time itself
 the hardware delivers: :mod:`gpucomm.planners.collectives.timing` turns the hardware figures this
 module reads (:func:`hardware`) and a profile of physical parameters into achievable bandwidths
 and times.  Without a profile its documented constants apply (``PCIE_RING_EFFICIENCY``,
-``NET_EFFICIENCY``; ``SOCKET_TRANSPORT_GBPS`` is the ``fabric_gbps`` of NCCL's socket transport);
+``NET_EFFICIENCY``; NCCL's TCP socket transport: ``transport.SOCKET_GBPS`` per NIC, ``--transport socket``);
 with one fitted from the user's runs (``gpucomm calibrate``) the fitted values do.
 
 Algorithms modelled: ring, tree (double binary tree), NVLS / NVLSTree (NVSwitch + sm>=90), PAT
@@ -34,15 +34,15 @@ from gpucomm.probes import facts
 from gpucomm.probes.errors import InputError, NothingToDo, PlanInfeasible, TopologyError
 from gpucomm.probes.limits import MAX_NODES
 from gpucomm.probes.topology import Topology
-from gpucomm.probes.units import MAX_FABRIC_GBPS, busbw_factor, normalize_collective
+from gpucomm.probes.units import MAX_FABRIC_GBPS, busbw_factor, gbps_to_GBps, normalize_collective
 from gpucomm.planners.collectives import timing
+from gpucomm.planners.collectives.transport import SOCKET_GBPS
 from gpucomm.planners.nccl.names import BALANCED_TREE, PATTERN_NAMES, TREE
 from gpucomm.planners.nccl.search import speed_ladder
 from gpucomm.planners.nccl.tuning import ALGOS, CommGraph, allowed_algos, nccl_choice, path_rank, tuning_table
 
 # The calibrated constants live with the achievable layer (re-exported here).
 PCIE_RING_EFFICIENCY = timing.PCIE_RING_EFFICIENCY
-SOCKET_TRANSPORT_GBPS = timing.SOCKET_TRANSPORT_GBPS
 NET_EFFICIENCY = timing.NET_EFFICIENCY
 
 
@@ -177,7 +177,7 @@ def node_facts(doc: Union[Topology, dict], gpus: Optional[Sequence[int]] = None)
             bw = lk.measured_bw_GBps or lk.bw_GBps
         pcie_bw[g.id] = bw or topo.default_pcie_bw()
     numa = {g.id: g.numa_node for g in sel}
-    nics = [(n.name, topo.nic_gbps(n) / 8.0, n.numa_node) for n in topo.nics]
+    nics = [(n.name, gbps_to_GBps(topo.nic_gbps(n)), n.numa_node) for n in topo.nics]
     # NCCL tunes for its first CPU node (ncclTopoCpuType: system->nodes[CPU].nodes[0])
     cpu = topo.cpu_for(min((c.numa for c in topo.cpus.values() if c.numa is not None), default=None))
     # an NVSwitch fabric for these GPUs only when every one of them reaches it (a GPU whose links were dropped does not)
@@ -262,7 +262,7 @@ def graphs(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[i
         if not f.nics and fabric_gbps is None:
             raise TopologyError(f"topology has no NICs; --nodes {nodes} needs a network (or pass --fabric-gbps)")
         if fabric_gbps is not None:
-            per_nic = fabric_gbps / 8.0
+            per_nic = gbps_to_GBps(fabric_gbps)
             n_nics = max(1, len(f.nics))
             if not f.nics:
                 notes.append(f"no NICs in the topology: one {fabric_gbps:g} Gb/s NIC per node assumed (--fabric-gbps)")
@@ -303,7 +303,7 @@ def graphs(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[i
             notes.append(f"{', '.join(plain)}: not RDMA devices, as far as the topology says: NCCL reaches "
                          f"them through a net plugin (e.g. aws-ofi-nccl; assumed here: the line rate x "
                          f"NET_EFFICIENCY) or, without one, its TCP socket transport (far slower: "
-                         f"~{SOCKET_TRANSPORT_GBPS:g} Gb/s per 200 Gb/s NIC on Polaris, --fabric-gbps); "
+                         f"~{SOCKET_GBPS:g} Gb/s per 200 Gb/s NIC on Polaris, --fabric-gbps); "
                          f"gpucomm calibrate fits what yours delivers")
     nch = max(1, int(ref.get("search_channels") or ref["channels"]))
     bw_intra = float(ref.get("bw_intra") or 0.1)
@@ -385,7 +385,7 @@ def graphs(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[i
     hw = timing.Hardware(nodes=nodes, gpus_per_node=g, intra_bus_bw=intra_raw, intra_is_pcie=intra_pcie,
                          pcie_bw=pcie_min, n_nics=n_nics,
                          nic_line_GBps=nic_bw if nodes > 1 and fabric_gbps is None else None,
-                         fabric_GBps=(fabric_gbps / 8.0) if (nodes > 1 and fabric_gbps is not None) else None,
+                         fabric_GBps=gbps_to_GBps(fabric_gbps) if nodes > 1 else None,
                          gpu_bw=gpu_bw, p2p_bw=p2p_bw)
     if transport is not None and nodes > 1 and fabric_gbps is None:
         # the inter-node transport's share of the line rate (collectives/transport.py)
@@ -405,6 +405,76 @@ def _topology_for_reference(topo: Topology, fabric_gbps: Optional[float]) -> Top
     return topo.with_nic_rate(fabric_gbps)
 
 
+# --------------------------------------------------------------------------------------------
+# The layout-cost entry: predict's model for the groups of a rank layout
+class LayoutCost:
+    """Seconds of collectives on groups of GPUs of one node type, as ``gpucomm plan --model`` ranks
+    rank layouts by them: for a group of the local GPUs ``gpus`` on each of ``nodes`` identical nodes,
+    exactly what ``gpucomm predict TOPO --gpus GPUS --nodes NODES --size S`` predicts --
+    :func:`summarize` (NCCL's graphs of the group and the achievable layer under ``profile``, the
+    ``--calibration`` profile) then :func:`predict` (the algorithm and protocol NCCL's tuning model
+    picks and the time they take).  NCCL's graphs of each (GPUs, nodes) are built once.
+
+    ``options`` are :func:`summarize`'s keyword options as predict passes them (``fabric_gbps``, and
+    any transport or efficiency choice summarize takes): such a choice enters here, once, for both
+    commands.  One policy is plan's own: a group across the nodes of a topology without any network
+    device, where predict asks for ``--fabric-gbps``, runs over NCCL's socket transport on the one
+    interface NCCL always has (:data:`gpucomm.probes.facts.SOCKET_NIC_GBPS`), named as an assumption.
+
+    >>> from gpucomm.probes.load import load_topology
+    >>> topo = Topology.of(load_topology("example:hgx-h100"))
+    >>> lc = LayoutCost(topo)
+    >>> t = lc.seconds("all_reduce", 1 << 30, [0, 1, 2, 3, 4, 5, 6, 7])
+    >>> row = predict(summarize(topo), "all_reduce", [1 << 30], dtype_bytes=2)[0]
+    >>> t == row["time_us"] * 1e-6, lc.seconds("all_reduce", 1 << 30, [0]) == 0.0
+    (True, True)
+    """
+
+    def __init__(self, doc: Union[Topology, dict], profile: Optional[timing.Profile] = None, **options) -> None:
+        self.topo = Topology.of(doc)
+        self.profile = profile
+        self.options = options
+        # predict's profile: the calibration's, else the transport's defaults (as build_prediction)
+        self._timing = profile
+        if profile is None and options.get("transport") is not None:
+            from gpucomm.planners.collectives.transport import profile as transport_profile
+
+            self._timing = transport_profile(options["transport"])
+        self._graphs: dict = {}
+        self._times: dict = {}
+
+    def has_graph(self, gpus: Sequence[int], nodes: int = 1) -> bool:
+        """True when NCCL's graphs of this group are built (timing it costs no search)."""
+        return (tuple(gpus), int(nodes)) in self._graphs
+
+    def graph(self, gpus: Sequence[int], nodes: int = 1) -> CommGraph:
+        """:func:`summarize` of the group (cached)."""
+        key = (tuple(gpus), int(nodes))
+        g = self._graphs.get(key)
+        if g is None:
+            opts = dict(self.options)
+            if key[1] > 1 and not self.topo.nics and opts.get("fabric_gbps") is None:
+                opts["fabric_gbps"] = facts.SOCKET_NIC_GBPS
+                self.topo.assume(facts.assumption("no-nic"))
+            g = self._graphs[key] = summarize(self.topo, nodes=key[1], gpus=list(key[0]), profile=self.profile, **opts)
+        return g
+
+    def seconds(self, collective: str, nbytes: float, gpus: Sequence[int], nodes: int = 1,
+                dtype_bytes: int = 2) -> float:
+        """Seconds of one ``collective`` of ``nbytes`` (nccl-tests' size) on the group: predict's
+        ``time_us`` (0 for a group of one GPU or nothing to move)."""
+        gpus = tuple(gpus)
+        if len(gpus) * nodes <= 1 or nbytes <= 0:
+            return 0.0
+        size = max(1, int(nbytes))
+        key = (collective, size, gpus, int(nodes), dtype_bytes)
+        t = self._times.get(key)
+        if t is None:
+            row = predict(self.graph(gpus, nodes), collective, [size], dtype_bytes=dtype_bytes, profile=self._timing)[0]
+            t = self._times[key] = row["time_us"] * 1e-6
+        return t
+
+
 def summary_dict(g: CommGraph) -> dict:
     """JSON-friendly view of a CommGraph (for ``predict --format json``)."""
     out = {}
@@ -420,6 +490,6 @@ def summary_dict(g: CommGraph) -> dict:
 
 
 __all__ = [
-    "PCIE_RING_EFFICIENCY", "SOCKET_TRANSPORT_GBPS", "NET_EFFICIENCY",
-    "predict", "summarize", "node_facts", "summary_dict",
+    "PCIE_RING_EFFICIENCY", "NET_EFFICIENCY",
+    "predict", "summarize", "node_facts", "summary_dict", "LayoutCost",
 ]

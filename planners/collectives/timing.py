@@ -69,7 +69,7 @@ import math
 from dataclasses import dataclass, field, fields, replace
 from typing import Optional
 
-from gpucomm.probes.units import busbw_factor
+from gpucomm.probes.units import busbw_factor, gbps_to_GBps
 from gpucomm.planners.nccl.tuning import (BASE_LAT, HW_LAT, HW_NET, PROTOS, RING_PLATEAU, TREE_CORRECTION,
                                            CommGraph, _hw_intra, _log2i, tuning_table)
 
@@ -80,13 +80,6 @@ PCIE_RING_EFFICIENCY = 0.656
 Fitted to nccltests/02_rtxa6000-x8_1node_allreduce.txt: 15.74 GB/s at 128 MiB over Gen4 x16 (24 GB/s).
 A plausible reading (not measured here): PCIe DMA reaches ~80-85% of the raw link rate, and ring hops
 between sockets go through host memory (NCCL's SHM transport), which costs more."""
-
-SOCKET_TRANSPORT_GBPS = 37.8
-"""Per-NIC throughput (Gb/s) of NCCL's TCP socket transport on a 200 Gb/s Slingshot-11 NIC, i.e.
-the ``fabric_gbps`` to pass when a job runs with NCCL_NET=Socket (or without an IB/OFI plugin).
-Fitted to nccltests/04_polaris-a100-40gb-x4_2nodes_allreduce_default-tcp.txt at 1 GiB:
-busbw 9.45 GB/s = 2 NICs x 37.8 Gb/s / 8.  Assumes two NICs per Polaris node (ALCF Polaris
-documentation: 2x Slingshot-11 per node) and that NCCL spreads ring channels over both."""
 
 NET_EFFICIENCY = 0.926
 """Fraction of the NIC line rate NCCL's network transport (IB verbs or a net plugin) delivers to a
@@ -156,7 +149,7 @@ class Hardware:
 def per_nic_GBps(hw: Hardware, profile: Profile) -> Optional[float]:
     """What one NIC delivers to a streaming collective (GB/s)."""
     if profile.net_gbps_per_nic is not None:
-        return profile.net_gbps_per_nic / 8.0
+        return gbps_to_GBps(profile.net_gbps_per_nic)
     if hw.fabric_GBps is not None:
         return hw.fabric_GBps
     if hw.nic_line_GBps is None:
@@ -357,6 +350,6 @@ def busbw_GBps(coll: str, n: int, size: int, t_us: float) -> float:
     return (size / (t_us * 1e-6) / 1e9) * busbw_factor(coll, n) if t_us > 0 else 0.0
 
 
-__all__ = ["PCIE_RING_EFFICIENCY", "SOCKET_TRANSPORT_GBPS", "NET_EFFICIENCY", "Profile", "DEFAULT", "PARAMETERS",
+__all__ = ["PCIE_RING_EFFICIENCY", "NET_EFFICIENCY", "Profile", "DEFAULT", "PARAMETERS",
            "Hardware", "per_nic_GBps", "congestion_factor", "apply", "net_steps", "p2p_latency", "Terms", "terms",
            "time_us", "busbw_GBps"]

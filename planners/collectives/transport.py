@@ -145,7 +145,7 @@ class Efficiency:
 
 
 # Each constant is fitted by tools/crossval.py (FIT_SETS names its tables; --transports refits and
-# cross-validates them; tests/test_transport.py checks these values are that fit).
+# cross-validates them; tests/test_swpath.py checks these values are that fit).
 SOCKET_GBPS = 20.23
 """Per-NIC Gb/s of NCCL's TCP socket transport (default threads: one socket per connection) in a
 streaming collective: fitted on the Polaris env1 all_reduce/all_gather tables (200 Gb/s Slingshot-11,

@@ -21,14 +21,12 @@ import os
 import re
 from typing import Dict, List, Optional, Tuple
 
-from gpucomm.probes.facts import nic_rate_gbps
 from gpucomm.probes.model import format_cpulist, gpu_id, nic_id, parse_cpulist
 from gpucomm.probes.model import natural_key as _natural
 
 from gpucomm.planners.nccl.names import PATH_NAMES
 from gpucomm.planners.placement.nics import SMI_TO_NCCL_LEVEL, nic_has_device_name
 from gpucomm.planners.placement.nodeview import NodeView
-from gpucomm.probes.facts import nic_is_rdma
 
 DEFAULT_TOPO_FILE = "/etc/gpucomm/nccl-topo.xml"
 # Megatron-LM asks for CUDA_DEVICE_MAX_CONNECTIONS=1 with TP or CP on GPUs before Blackwell (sm 100)
@@ -44,11 +42,11 @@ def _set(env: dict, name: str, value: str, reason: str) -> None:
 def cuda_indices(view: NodeView) -> Dict[int, int]:
     """NVML index -> CUDA index under CUDA_DEVICE_ORDER=PCI_BUS_ID (position in PCI bus order).
     Falls back to the NVML index when a bus id is unknown."""
-    gpus = view.topo.doc.get("gpus") or []
-    if any(not g.get("pci_bus_id") for g in gpus):
-        return {g["index"]: g["index"] for g in gpus if isinstance(g.get("index"), int)}
-    ordered = sorted(gpus, key=lambda g: g["pci_bus_id"])
-    return {g["index"]: pos for pos, g in enumerate(ordered)}
+    gpus = view.topo.gpus
+    if any(not g.pci_bus_id for g in gpus):
+        return {g.index: g.index for g in gpus}
+    ordered = sorted(gpus, key=lambda g: g.pci_bus_id)
+    return {g.index: pos for pos, g in enumerate(ordered)}
 
 
 def flat_pcie(view: NodeView) -> bool:
@@ -56,20 +54,21 @@ def flat_pcie(view: NodeView) -> bool:
     visible, no GPU is PIX/PXB to any NIC, and either there are several GPUs and NICs (real HGX-class
     boards always have switches) or sysfs reports NUMA node -1.  Never for GPUs on C2C (Grace
     Hopper/Blackwell): each hangs off its own CPU, which is the real tree, not a VM's flattening."""
-    doc = view.topo.doc
+    topo = view.topo
     if not view.nics or view.gpu_count < 2:
         return False
-    if any(g.rec.get("c2c") for g in view.gpus):
+    if any(topo.gpu(i).rec.get("c2c") for i in view.index):
         return False
-    if any(s.get("kind") == "pcie" for s in doc.get("switches") or [] if isinstance(s, dict)):
+    if any(s.kind == "pcie" for s in topo.switches.values()):
         return False
-    rdma = [n.rec for n in view.nics.values() if n.rdma] or [n.rec for n in view.nics.values()]
-    for g in view.gpus:
+    rdma = [topo.nic(n) for n in view.nics if topo.nic(n).rdma] or [topo.nic(n) for n in view.nics]
+    gpus = [topo.gpu(i) for i in view.index]
+    for g in gpus:
         for n in rdma:
-            code = ((doc.get("matrix") or {}).get(g.key) or {}).get(n["name"])
+            code = (topo.matrix.get(g.key) or {}).get(n.name)
             if code in ("PIX", "PXB"):
                 return False
-    numa_unknown = any(d.get("numa_node") == -1 for d in [g.rec for g in view.gpus] + rdma)
+    numa_unknown = any(d.numa_node == -1 for d in gpus + rdma)
     return (view.gpu_count >= 4 and len(rdma) >= 2) or numa_unknown
 
 
@@ -81,54 +80,50 @@ def topo_skeleton(view: NodeView) -> dict:
     from gpucomm.probes.facts import pcie_bw_GBps
     from gpucomm.probes.model import link_record, new_document, switch_record
 
-    doc = view.topo.doc
+    topo = view.topo
     out = new_document("json")
-    out["host"].update({k: v for k, v in (doc.get("host") or {}).items() if k in out["host"]})
+    out["host"].update({k: v for k, v in topo.host.items() if k in out["host"]})
     out["host"]["provenance"] = "json"
-    out["numa_nodes"] = [dict(n) for n in doc.get("numa_nodes") or []]
+    out["numa_nodes"] = [dict(c.rec) for c in topo.cpus.values()]
     # Union GPUs that share a NIC into one bridge.
     groups: List[Tuple[List[int], List[str]]] = []
-    for g in view.gpus:
-        nics = view.gpu_nics.get(g.index, [])
-        shared = [i for i, (gs, ns) in enumerate(groups) if set(ns) & set(nics)]
+    for i in view.index:
+        nics = view.gpu_nics.get(i, [])
+        shared = [k for k, (gs, ns) in enumerate(groups) if set(ns) & set(nics)]
         if shared:
             gs, ns = groups[shared[0]]
-            gs.append(g.index)
+            gs.append(i)
             for n in nics:
                 if n not in ns:
                     ns.append(n)
         else:
-            groups.append(([g.index], list(nics)))
-    gpu_by = {g.index: g.rec for g in view.gpus}
+            groups.append(([i], list(nics)))
     for k, (gs, ns) in enumerate(groups, start=1):
         bridge = f"ffff:ff:{k:02x}.0" if k < 32 else f"ffff:fe:{k - 31:02x}.0"
-        numa = gpu_by[gs[0]].get("numa_node")
-        numa = numa if isinstance(numa, int) and numa >= 0 else 0
+        numa = topo.gpu(gs[0]).numa_node
+        numa = numa if numa is not None and numa >= 0 else 0
         out["switches"].append(switch_record(bridge, "pcie", pci_bus_id=bridge, parent=f"CPU{numa}", numa_node=numa))
         out["links"].append(link_record(bridge, f"CPU{numa}", "pcie", pcie_bw_GBps(None, 16), width=16))
         for gi in gs:
-            g = dict(gpu_by[gi])
-            g["parent"] = bridge
-            g["numa_node"] = numa
+            gpu = topo.gpu(gi)
+            g = dict(gpu.rec, parent=bridge, numa_node=numa)    # the GPU's record, under its bridge
             out["gpus"].append(g)
-            p = g.get("pcie") or {}
-            out["links"].append(link_record(gpu_id(g), bridge, "pcie", pcie_bw_GBps(p.get("gen"), p.get("width")),
-                                            gen=p.get("gen"), width=p.get("width")))
+            gen, width = (gpu.pcie.gen, gpu.pcie.width) if gpu.pcie else (None, None)
+            out["links"].append(link_record(gpu.id, bridge, "pcie", pcie_bw_GBps(gen, width), gen=gen, width=width))
         for name in ns:
-            n = dict(view.nics[name].rec)
+            n = dict(topo.nic(name).rec)
             n["parent"] = bridge
             n["numa_node"] = numa
             out["nics"].append(n)
             out["links"].append(link_record(nic_id(n), bridge, "pcie", pcie_bw_GBps(None, 16), width=16))
     # NVLink topology is not part of the PCIe problem: keep it as the host has it.
     keep = {gpu_id(g) for g in out["gpus"]}
-    nvs = [s for s in doc.get("switches") or [] if isinstance(s, dict) and s.get("kind") == "nvswitch"]
-    out["switches"].extend(dict(s) for s in nvs)
-    nvs_ids = {s["id"] for s in nvs}
-    for l in doc.get("links") or []:
-        if l.get("kind") == "nvlink" and (l.get("a") in keep or l.get("a") in nvs_ids) and \
-                (l.get("b") in keep or l.get("b") in nvs_ids):
-            out["links"].append(dict(l))
+    nvs = [s for s in topo.switches.values() if s.kind == "nvswitch"]
+    out["switches"].extend(dict(s.rec) for s in nvs)
+    nvs_ids = {s.id for s in nvs}
+    for l in topo.links:
+        if l.kind == "nvlink" and (l.a in keep or l.a in nvs_ids) and (l.b in keep or l.b in nvs_ids):
+            out["links"].append(dict(l.rec))
     return out
 
 
@@ -220,7 +215,7 @@ def build_env(plan: dict, view: NodeView, *, topo_file_path: str = DEFAULT_TOPO_
         for n in lr["nics"]:
             if n not in used:
                 used.append(n)
-    rdma_used = [n for n in used if n in view.nics and view.nics[n].rdma]
+    rdma_used = [n for n in used if n in view.nics and view.topo.nic(n).rdma]
     if nodes > 1 and rdma_used:
         names = sorted((n for n in rdma_used if nic_has_device_name(n)), key=_natural)
         unnamed = sorted(n for n in rdma_used if not nic_has_device_name(n))
@@ -229,8 +224,8 @@ def build_env(plan: dict, view: NodeView, *, topo_file_path: str = DEFAULT_TOPO_
                             + " have no device name in this topology (an NCCL XML skeleton?): "
                             "NCCL_IB_HCA cannot name them")
         if names:
-            entries = [f"{n}:{p}" for n in names for p in view.nics[n].active_ports]
-            all_names = list(view.nics) + [n.get("name") for n in view.topo.doc.get("nics") or [] if isinstance(n, dict)]
+            entries = [f"{n}:{p}" for n in names for p in view.topo.nic(n).active_ports]
+            all_names = list(view.nics) + [n.name for n in view.topo.nics]
             clash = sorted({o for n in names for o in all_names if o and o != n and o.startswith(n)}, key=_natural)
             reason = f"exactly the {len(names)} NIC(s) next to the plan's GPUs, with ports"
             if clash:
@@ -238,7 +233,7 @@ def build_env(plan: dict, view: NodeView, *, topo_file_path: str = DEFAULT_TOPO_
             else:
                 reason += "; '=' makes NCCL match names exactly instead of by prefix"
             _set(env, "NCCL_IB_HCA", "=" + ",".join(entries), reason)
-        c2c = [g for g in local_gpus if view.gpu(g).rec.get("c2c")]
+        c2c = [g for g in local_gpus if view.topo.gpu(g).rec.get("c2c")]
         levels = [view.gpu_nic_level.get(g) for g in local_gpus if view.gpu_nics.get(g) and g not in c2c]
         ncl = [SMI_TO_NCCL_LEVEL.get(c, "SYS") for c in levels if c]
         if c2c:
@@ -279,7 +274,7 @@ def build_env(plan: dict, view: NodeView, *, topo_file_path: str = DEFAULT_TOPO_
             _set(env, "NCCL_SOCKET_IFNAME", "=" + front,
                  "bootstrap and socket traffic on the host network interface, not a container/loopback one (nccl#1447)")
         else:
-            netdevs = [view.nics[n].netdev for n in names if _valid_ifname(view.nics[n].netdev)]
+            netdevs = [view.topo.nic(n).netdev for n in names if _valid_ifname(view.topo.nic(n).netdev)]
             if netdevs:
                 _set(env, "NCCL_SOCKET_IFNAME", "=" + ",".join(netdevs),
                      "no separate host Ethernet interface is known: bootstrap over the IPoIB/RoCE netdevs of the plan's NICs")
@@ -302,7 +297,7 @@ def build_env(plan: dict, view: NodeView, *, topo_file_path: str = DEFAULT_TOPO_
             _set(env, "NCCL_P2P_DISABLE", "1",
                  f"NVML reports P2P disabled between GPUs {disabled[0][0]} and {disabled[0][1]} "
                  "(ACS/IOMMU or consumer GPUs): NCCL would hang or fail on P2P (nccl#2079, nccl-tests#117)")
-    elif len(local_gpus) > 1 and not nv_pairs and any(_CONSUMER_RE.search(str(view.gpu(g).name or "")) for g in local_gpus):
+    elif len(local_gpus) > 1 and not nv_pairs and any(_CONSUMER_RE.search(view.topo.gpu(g).name or "") for g in local_gpus):
         warnings.append("consumer GPUs without NVLink: the driver may refuse PCIe P2P; if NCCL hangs, "
                         "set NCCL_P2P_DISABLE=1 (nccl-tests#117) or check ACS/IOMMU (nccl#2079)")
 
@@ -374,7 +369,8 @@ def dual_port_cards(view: NodeView, names: List[str]) -> List[str]:
     ConnectX-7 and BlueField-3 show them) -- what NCCL fuses into one virtual NIC."""
     by_card: Dict[str, List[str]] = {}
     out = []
-    for name, n in view.nics.items():
+    for name in view.nics:
+        n = view.topo.nic(name)
         if not n.rdma:
             continue
         if len(n.active_ports) > 1 and name in names:
@@ -448,19 +444,19 @@ def _front_end_netdev(view: NodeView, used: set, warnings: Optional[list] = None
     leaves no interface, ``warnings`` says why NCCL_SOCKET_IFNAME is left out."""
     cands = []
     placeholders = []
-    for n in view.topo.doc.get("nics") or []:
-        if not isinstance(n, dict) or n.get("name") in used:
+    for n in view.topo.nics:
+        if n.name in used:
             continue
-        rdma = nic_is_rdma(n)
-        if not n.get("netdev") and not rdma and not nic_has_device_name(n.get("name")):
-            placeholders.append(str(n.get("name")))
+        rdma = n.rdma
+        if not n.netdev and not rdma and not nic_has_device_name(n.name):
+            placeholders.append(n.name)
             continue
-        nd = n.get("netdev") or (n.get("name") if not rdma else None)
-        ll = str(n.get("link_layer") or "").lower()
+        nd = n.netdev or (n.name if not rdma else None)
+        ll = (n.link_layer or "").lower()
         # an RDMA device qualifies only through an Ethernet netdev (RoCE); IPoIB is not the host network
         if nd and _valid_ifname(nd) and (not rdma or ll == "ethernet") and \
                 not nd.startswith(("lo", "docker", "virbr", "veth", "ib")):
-            cands.append((-(nic_rate_gbps(n) or 0), _natural(nd), nd))
+            cands.append((-(n.rate_gbps or 0), _natural(nd), nd))
     if not cands and placeholders and warnings is not None:
         warnings.append("NCCL_SOCKET_IFNAME left out: the host interface(s) " + ", ".join(placeholders[:4])
                         + (" ..." if len(placeholders) > 4 else "") + " have no device name in this topology "

@@ -67,21 +67,21 @@ def node_labels(doc) -> Dict[str, str]:
     put("gpu.count", len(gpus))
     numa = topo.numa_cpus()
     put("numa.nodes", len(numa))
-    sockets = (topo.doc.get("host") or {}).get("sockets")
-    put("cpu.sockets", sockets if isinstance(sockets, int) else None)
+    put("cpu.sockets", topo.host.get("sockets"))
     if gpus:
-        names = sorted({g.rec.get("name") or "unknown" for g in gpus})
+        names = sorted({g.name or "unknown" for g in gpus})
         put("gpu.product", names[0] if len(names) == 1 else "mixed")
-        mems = [g.rec.get("memory_bytes") for g in gpus]
-        if all(isinstance(m, int) and m > 0 for m in mems):
+        mems = [g.memory_bytes for g in gpus]
+        if all(m is not None and m > 0 for m in mems):
             put("gpu.memory-mib", min(mems) // 2**20)
-        ccs = sorted({g.rec.get("compute_capability") for g in gpus if g.rec.get("compute_capability")})
+        # the compute capability a GPU record gives (not one the view assumed or read off a name)
+        ccs = sorted({facts.format_compute_capability(g.sm) for g in gpus if g.sm_source == "record"})
         if len(ccs) == 1:
             put("gpu.compute-capability", ccs[0])
         by_numa: Dict[str, int] = {}
         for g in gpus:
-            n = g.rec.get("numa_node")
-            key = str(n) if isinstance(n, int) and n >= 0 else "unknown"
+            n = g.numa_node
+            key = str(n) if n is not None and n >= 0 else "unknown"
             by_numa[key] = by_numa.get(key, 0) + 1
         put("numa.gpus", "_".join(f"{k}x{v}" if k != "unknown" else f"unknownx{v}"
                                   for k, v in sorted(by_numa.items())))
@@ -114,7 +114,7 @@ def node_labels(doc) -> Dict[str, str]:
             if spec and links:
                 put("nvlink.gpu-spec-GBps", f"{spec * links:g}")
         put("nvswitch", "true" if fab.nvswitch else "false")
-        nvs = [s for s in topo.doc.get("switches") or [] if isinstance(s, dict) and s.get("kind") == "nvswitch"]
+        nvs = [s for s in topo.switches.values() if s.kind == "nvswitch"]
         if nvs and fab.nvswitch:
             put("nvswitch.count", len(nvs))
         put("p2p-disabled-pairs", len(view.p2p_disabled))
@@ -123,14 +123,14 @@ def node_labels(doc) -> Dict[str, str]:
         out[GFD_CLIQUE] = clique
     nics = {n.name: n for n in topo.nics if n.up}
     compute = compute_nics(nics) if nics else {}
-    rdma = [n.rec for n in compute.values() if n.rdma]
+    rdma = [topo.nic(name) for name in compute if topo.nic(name).rdma]
     put("rdma.nic-count", len(rdma))
     if rdma:
-        rates = sorted({facts.nic_rate_gbps(n) for n in rdma if facts.nic_rate_gbps(n)})
+        rates = sorted({n.rate_gbps for n in rdma if n.rate_gbps})
         if rates:
             put("rdma.nic-rate-gbps", int(rates[0]))
-            put("rdma.total-gbps", int(sum(facts.nic_rate_gbps(n) or 0 for n in rdma)))
-        layers = sorted({str(n.get("link_layer") or "unknown").lower() for n in rdma})
+            put("rdma.total-gbps", int(sum(n.rate_gbps or 0 for n in rdma)))
+        layers = sorted({(n.link_layer or "unknown").lower() for n in rdma})
         put("rdma.link-layer", layers[0] if len(layers) == 1 else "mixed")
         if view is not None and view.gpu_nic_level:
             from gpucomm.planners.placement.nics import NIC_LEVEL_RANK
@@ -154,7 +154,7 @@ def labels_document(doc) -> dict:
     """``gpucomm.k8s-labels/v1``: the labels, the host they describe and a ready ``kubectl`` line."""
     topo = Topology.of(doc)
     labels = node_labels(topo)
-    host = (topo.doc.get("host") or {}).get("hostname") or "NODE"
+    host = topo.host.get("hostname") or "NODE"
     problems = [p for p in (check_label(k, v) for k, v in labels.items()) if p]
     domain = topo.nvlink_domain()
     if domain.multi_node and domain.size is None:
@@ -279,21 +279,21 @@ def gfd_labels(doc) -> Dict[str, str]:
     ``gpu.product``, ``gpu.memory`` in MiB, ``gpu.compute.major/minor``, ``gpu.family``, ``gpu.clique``
     = ``<cluster UUID>.<clique ID>``), for the attributes gpucomm knows."""
     topo = Topology.of(doc)
-    gpus = [g for g in topo.gpus if (g.rec.get("vendor") or "nvidia") == "nvidia"]
+    gpus = [g for g in topo.gpus if g.vendor == "nvidia"]
     out: Dict[str, str] = {}
     if not gpus:
         return out
     out["nvidia.com/gpu.present"] = "true"
     out["nvidia.com/gpu.count"] = str(len(gpus))
-    names = sorted({g.rec.get("name") or "" for g in gpus})
+    names = sorted({g.name or "" for g in gpus})
     if len(names) == 1 and names[0]:
         out["nvidia.com/gpu.product"] = label_value(names[0])
-    mems = [g.rec.get("memory_bytes") for g in gpus]
-    if all(isinstance(m, int) and m > 0 for m in mems):
+    mems = [g.memory_bytes for g in gpus]
+    if all(m is not None and m > 0 for m in mems):
         out["nvidia.com/gpu.memory"] = str(min(mems) // 2**20)
-    ccs = sorted({g.rec.get("compute_capability") for g in gpus if g.rec.get("compute_capability")})
-    if len(ccs) == 1 and re.fullmatch(r"\d+\.\d+", str(ccs[0])):
-        major, minor = str(ccs[0]).split(".")
+    ccs = sorted({facts.format_compute_capability(g.sm) for g in gpus if g.sm_source == "record"})
+    if len(ccs) == 1:
+        major, minor = ccs[0].split(".")
         out["nvidia.com/gpu.compute.major"], out["nvidia.com/gpu.compute.minor"] = major, minor
     archs = sorted({g.rec.get("arch") for g in gpus if g.rec.get("arch")})
     if len(archs) == 1:

@@ -386,15 +386,15 @@ def gres_conf(view, plan: Optional[dict] = None) -> str:
         from gpucomm.probes.formats.slurm_topology import compress_hostlist
 
         prefix = f"NodeName={compress_hostlist(sorted(hosts))} "
-    types = {slurm_gres_type(g.name) for g in view.gpus}
+    gpus = [view.topo.gpu(i) for i in sorted(view.index)]
+    types = {slurm_gres_type(g.name) for g in gpus}
     lines = ["# Slurm gres.conf written by gpucomm from the node's topology (gres.conf(5)).",
              "# File=/dev/nvidiaN assumes the device minor number is the NVML index (check: nvidia-smi -q | grep Minor).",
              "# Cores= are Slurm's abstract core indexes (hwloc logical, as slurmd -C counts); Links= NVLinks to GPU 0,1,...",
              "AutoDetect=off"]
-    for g in sorted(view.gpus, key=lambda x: x.index):
+    for g in gpus:
         i = g.index
-        numa = g.numa_node
-        cpus = view.numa_cpus.get(numa) if isinstance(numa, int) else None
+        cpus = view.numa_cpus.get(g.numa_node) if g.numa_node is not None else None
         if not cpus:
             from gpucomm.probes.model import parse_cpulist
 
@@ -412,8 +412,8 @@ def gres_conf(view, plan: Optional[dict] = None) -> str:
         if any(x not in ("-1", "0") for x in links):
             parts.append("Links=" + ",".join(links))
         lines.append(" ".join(parts))
-    count = len(view.gpus)
-    gres = ",".join(f"gpu:{t}:{sum(1 for g in view.gpus if slurm_gres_type(g.name) == t)}" for t in sorted(types))
+    count = len(gpus)
+    gres = ",".join(f"gpu:{t}:{sum(1 for g in gpus if slurm_gres_type(g.name) == t)}" for t in sorted(types))
     lines.append(f"# slurm.conf: GresTypes=gpu, and on the NodeName= line of these nodes: Gres={gres}"
                  + (f"  ({count} GPUs)" if len(types) > 1 else ""))
     return "\n".join(lines) + "\n"

@@ -3,30 +3,29 @@ GPUs matched to the topology's, measured bandwidths written where docs/ARCHITECT
 them."""
 from __future__ import annotations
 
-from typing import Optional
-
 from gpucomm.planners.measure.results import SCHEMA
 from gpucomm.probes.errors import InputError
 
 
-def _match_gpu(doc: dict, ep: dict) -> tuple[Optional[dict], str]:
-    """The topology GPU an endpoint measured, by UUID, then PCI bus id, then CUDA index."""
+def _match_gpu(topo, ep: dict) -> tuple:
+    """The topology GPU (:class:`gpucomm.probes.topology.GPU`) an endpoint measured, by UUID, then PCI
+    bus id, then CUDA index."""
     from gpucomm.probes.model import normalize_bus_id
 
-    gpus = doc.get("gpus", [])
+    gpus = topo.gpus
     if ep.get("uuid"):
         for g in gpus:
-            if g.get("uuid") and g["uuid"].lower() == str(ep["uuid"]).lower():
+            if g.uuid and g.uuid.lower() == str(ep["uuid"]).lower():
                 return g, "uuid"
     if ep.get("pci_bus_id"):
         want = normalize_bus_id(ep["pci_bus_id"])
         for g in gpus:
-            if g.get("pci_bus_id") and g["pci_bus_id"] == want:
+            if g.pci_bus_id and g.pci_bus_id == want:
                 return g, "pci_bus_id"
     idx = ep.get("cuda_index")
     if idx is not None:
         for g in gpus:
-            if g["index"] == idx:
+            if g.index == idx:
                 return g, "index"
     return None, ""
 
@@ -47,8 +46,9 @@ def apply_measurements(doc: dict, result: dict) -> tuple[dict, list]:
     ``measured.p2p.GPU<a>.GPU<b> = {bw_GBps, lat_us}`` (pairs through NVSwitch or PCIe have no single
     link to hold it); host<->device to ``measured.host_device``; process-to-process results over
     gloo (no GPUs) to ``measured.process_p2p``; collectives to ``measured.collectives`` (one entry
-    per op/backend/world size/dtype, replaced when measured again)."""
-    from gpucomm.probes.model import gpu_id
+    per op/backend/world size/dtype, replaced when measured again).  The GPUs are read through the
+    typed view; the document is what this writes into."""
+    from gpucomm.probes.topology import Topology
 
     notes: list = []
     measured = _slot(doc, "measured", {})
@@ -79,14 +79,15 @@ def apply_measurements(doc: dict, result: dict) -> tuple[dict, list]:
         notes.append("endpoints are processes, not GPUs: saved under measured.process_p2p")
         return doc, notes
     # map each endpoint to a topology GPU
+    topo = Topology.of(doc)
     mapping, how = {}, set()
     for e in eps:
-        g, via = _match_gpu(doc, e)
+        g, via = _match_gpu(topo, e)
         if g is None:
             raise InputError(f"measured device {e['key']} ({e.get('pci_bus_id') or e.get('uuid') or 'no id'}) "
                              "is not a GPU of this topology", expected="a topology of the node that was measured")
         if any(m is g for m in mapping.values()):
-            raise InputError(f"two measured devices map to GPU{g['index']} of the topology")
+            raise InputError(f"two measured devices map to {g.key} of the topology")
         mapping[e["key"]] = g
         how.add(via)
     if how == {"index"}:
@@ -96,7 +97,7 @@ def apply_measurements(doc: dict, result: dict) -> tuple[dict, list]:
         for b, v in row.items():
             if v is None:
                 continue
-            ka, kb = f"GPU{mapping[a]['index']}", f"GPU{mapping[b]['index']}"
+            ka, kb = mapping[a].key, mapping[b].key
             cell = {"bw_GBps": v}
             lat = result.get("lat_us", {}).get(a, {}).get(b)
             if lat is not None:
@@ -105,9 +106,9 @@ def apply_measurements(doc: dict, result: dict) -> tuple[dict, list]:
     if result.get("host_device"):
         hd = _slot(measured, "host_device", {})
         for k, v in result["host_device"].items():
-            hd[f"GPU{mapping[k]['index']}"] = dict(v)
+            hd[mapping[k].key] = dict(v)
     # direct GPU-GPU links: the slower direction
-    by_id = {gpu_id(g): f"GPU{g['index']}" for g in doc.get("gpus", [])}
+    by_id = {g.id: g.key for g in topo.gpus}
     n_links = 0
     for link in doc.get("links", []):
         if link.get("a") in by_id and link.get("b") in by_id:

@@ -41,7 +41,8 @@ DEFAULT_SIZES = tuple(8 << (2 * i) for i in range(17))      # 8 B .. 32 GiB by 4
 def pinned_xml(doc: Union[Topology, dict]) -> str:
     """The document as the NCCL topology XML that NCCL would build on the host, with every value
     NCCL reads from the host written in (see :func:`gpucomm.planners.nccl.pinning.pin`)."""
-    return pin(Topology.of(doc))
+    topo = Topology.of(doc)
+    return topo.derived("nccl-pinned-xml", lambda: pin(topo))   # a view does not change: pinned once
 
 
 # --------------------------------------------------------------------------------------------

@@ -36,12 +36,10 @@ from gpucomm.probes.topology import NVS_ID, Topology
 from gpucomm.planners.nccl import ncclxml as X
 from gpucomm.planners.nccl.names import kv
 from gpucomm.planners.nccl.settings import NcclSettings
-from gpucomm.planners.nccl.system import PCI_SPEEDS
 
 _VENDOR_CPUID = {"intel": "GenuineIntel", "amd": "AuthenticAMD", "zhaoxin": "CentaurHauls"}
-_GEN_SPEED = {1: "2.5 GT/s PCIe", 2: "5.0 GT/s PCIe", 3: "8.0 GT/s PCIe", 4: "16.0 GT/s PCIe", 5: "32.0 GT/s PCIe",
-              6: "64.0 GT/s PCIe"}
-SOCKET_NIC_MBPS = int(facts.SOCKET_NIC_GBPS * 1000)   # NCCL's socket default, one definition
+_GEN_SPEED = facts.PCI_GEN_SPEED                                # the link_speed text NCCL writes
+SOCKET_NIC_MBPS = facts.nic_speed_mbps(facts.SOCKET_NIC_GBPS)   # NCCL's socket default
 
 
 def pin(topo: Topology) -> str:
@@ -108,11 +106,10 @@ class _Pinner:
         # PCIe links the document gives a bandwidth but no generation (an NCCL dump's link_speed="",
         # a sysfs without link speeds): NCCL on that host read the same, so the speed pinned is the
         # one of that bandwidth (NCCL's fallback lane speed for 12 GB/s at x16), not a default
-        lanes = {v: k for k, v in facts.NCCL_PCI_LANE.items()}
         self.gen_of_bw: dict = {}
         for l in topo.links:
             if l.kind == "pcie" and l.bw_GBps and not l.gen:
-                gen = lanes.get(round(l.bw_GBps * 80.0 / (l.width or 16), 6))
+                gen = facts.pcie_gen_of_lane(round(l.bw_GBps * 80.0 / (l.width or 16), 6))
                 if gen is not None:
                     self.gen_of_bw[normalize_bus_id(l.a) or l.a] = (gen, l.width or 16)
 
@@ -191,7 +188,7 @@ class _Pinner:
             gen, width = self.gen_of_bw[bus]
             node.set("link_speed", _GEN_SPEED[gen])
             node.set_int("link_width", width)
-        elif speed is None or not kv(speed, PCI_SPEEDS, 0):
+        elif speed is None or not kv(speed, facts.NCCL_PCI_GEN_SPEEDS, 0):
             gen = facts.default_pcie_gen(topo.sm_hint)
             if gpu is not None and gpu.pcie is not None and (gpu.pcie.gen or gpu.pcie.max_gen):
                 gen = gpu.pcie.gen or gpu.pcie.max_gen
@@ -249,8 +246,7 @@ class _Pinner:
                 for k, v in (("name", "eth0"), ("dev", "0"), ("speed", str(SOCKET_NIC_MBPS)), ("port", "0"),
                              ("guid", "0x0"), ("gdr", "0")):
                     net.set(k, v)
-                topo.assume("no network device in the topology: NCCL's socket transport on one "
-                            f"{SOCKET_NIC_MBPS // 1000} Gb/s Ethernet port assumed (NCCL always has one)")
+                topo.assume(facts.assumption("no-nic"))
             return
         efa = []
         for net in live:
@@ -274,7 +270,7 @@ class _Pinner:
                 assumed = facts.nic_recorded_latency_us(nic.rec) is None     # the EFA default, not a dump's
         if net.index("speed") == -1 or X.strtol(net.get("speed")) <= 0:
             gbps = topo.nic_gbps(nic) if nic is not None else topo.unknown_nic_gbps(net.get("name") or "?")
-            net.set_int("speed", int(round(gbps * 1000)))
+            net.set_int("speed", facts.nic_speed_mbps(gbps))     # the trip: facts.nccl_nic_GBps
         if net.index("port") == -1:
             port = None
             if nic is not None and nic.ports:

@@ -21,6 +21,9 @@ from __future__ import annotations
 import struct
 from typing import Optional
 
+from gpucomm.probes import facts
+from gpucomm.probes.facts import (AMD_BW, ARM_BW, BDW_QPI_BW, ERP_QPI_BW, LOC_BW, P9_BW, SKL_QPI_BW, SRP_QPI_BW,
+                                  YONGFENG_ZPI_BW, ZPI_BW)
 from gpucomm.probes.model import NCCL_PCI_CLASSES
 
 from gpucomm.planners.nccl.names import (LINK_C2C, LINK_LOC, LINK_NET, LINK_NVL, LINK_PCI, LINK_SYS, MAXCHANNELS,
@@ -32,10 +35,7 @@ from gpucomm.planners.nccl.ncclxml import NcclFailure, XNode, Xml, bus_to_int, c
 GPU, PCI, NVS, CPU, NIC, NET, GIN, RMA, DEV, CXB = range(10)
 NODE_TYPES = ("GPU", "PCI", "NVS", "CPU", "NIC", "NET", "GIN", "RMA", "DEV", "CXB")
 
-LOC_BW = 5000.0
 MLOPART_LOC_BW = 2618.0
-BDW_QPI_BW, SKL_QPI_BW, SRP_QPI_BW, ERP_QPI_BW, AMD_BW, ZPI_BW, YONGFENG_ZPI_BW, P9_BW, ARM_BW = \
-    6.0, 10.0, 22.0, 40.0, 16.0, 6.0, 9.0, 32.0, 6.0
 ARCH_X86, ARCH_POWER, ARCH_ARM = 1, 2, 3
 VENDOR_INTEL, VENDOR_AMD, VENDOR_ZHAOXIN = 1, 2, 3
 MODEL_BDW, MODEL_SKL, MODEL_SRP, MODEL_ERP = 1, 2, 3, 4
@@ -52,9 +52,8 @@ def f32(x: float) -> float:
 
 
 def nvlink_bw(cc: int) -> float:
-    """``ncclTopoNVLinkBw`` (topo.h), as a float."""
-    return f32(40.1 if cc >= 100 else 20.6 if cc >= 90 else 12.0 if cc == 86 else 20.0 if cc >= 80 else
-               20.0 if cc >= 70 else 18.0 if cc >= 60 else 20.0)
+    """``ncclTopoNVLinkBw`` (topo.h, :func:`gpucomm.probes.facts.nvlink_bw_per_link`), as a float."""
+    return f32(facts.nvlink_bw_per_link(cc))
 
 
 def topo_id(system_id: int, local: int) -> int:
@@ -248,9 +247,6 @@ def _attached(sys, kind: int, nid: int, peer: Node, type_: int, bw: float) -> No
 # --------------------------------------------------------------------------------------------
 # ncclTopoGetSystemFromXml
 _PCI_CLASS = tuple((k, NODE_TYPES.index(t)) for k, t in NCCL_PCI_CLASSES)
-PCI_SPEEDS = (("2.5 GT/s", 15), ("5 GT/s", 30), ("8 GT/s", 60), ("16 GT/s", 120), ("32 GT/s", 240),
-            ("2.5 GT/s PCIe", 15), ("5.0 GT/s PCIe", 30), ("8.0 GT/s PCIe", 60), ("16.0 GT/s PCIe", 120),
-            ("32.0 GT/s PCIe", 240), ("64.0 GT/s PCIe", 480))
 _ARCHS = (("x86_64", ARCH_X86), ("arm64", ARCH_ARM), ("ppc64", ARCH_POWER))
 _VENDORS = (("GenuineIntel", VENDOR_INTEL), ("AuthenticAMD", VENDOR_AMD), ("CentaurHauls", VENDOR_ZHAOXIN),
             ("  Shanghai  ", VENDOR_ZHAOXIN))
@@ -273,10 +269,7 @@ def _add_net(sys: System, x: XNode, nic: Node, system_id: int) -> None:
     net.name = x.get("name")
     g = x.get("guid")
     net.asic = strtol(g, 16) & 0xFFFFFFFFFFFFFFFF if g is not None else nid
-    mbps = x.get_int_default("speed", 0)
-    if mbps <= 0:
-        mbps = 10000
-    net.bw = f32(mbps / 8000.0)
+    net.bw = f32(facts.nccl_net_GBps(x.get_int_default("speed", 0)))
     lat = x.get("latency")
     net.latency = f32(float(lat)) if lat is not None and _is_float(lat) else 0.0
     net.port = x.get_int_default("port", 0)
@@ -353,7 +346,7 @@ def _add_pci(sys: System, x: XNode, parent: Node, system_id: int, numa: int) -> 
     width = x.get_int("link_width")
     if width == 0:
         width = 16
-    speed = kv(x.get_str("link_speed"), PCI_SPEEDS, 60)
+    speed = kv(x.get_str("link_speed"), facts.NCCL_PCI_GEN_SPEEDS, facts.NCCL_PCI_LANE_DEFAULT)
     bw = f32(width * speed / 80.0)
     for g in [s for s in x.subs if s.name == "gpu"]:
         if g.index("rank") == -1:

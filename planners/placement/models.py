@@ -27,11 +27,10 @@ recompute) ``s*b*h*(18 + 4*ffn/h) / t``; the first pipeline stage holds p micro-
 so l layers' worth in all, plus the embedding and (p == 1) output-layer terms.
 
 Time: each collective is timed on the group that runs it -- TP inside a node on NVLink/PCIe, DP and
-PP across nodes through the NICs of their ranks -- by ``gpucomm.planners.collectives.cost`` (``summarize`` of the group's
-GPUs on its number of nodes, then ``predict``), else by an alpha-beta model, which uses NCCL's ring
-latencies (``src/graph/tuning.cc``: base 8.4 us, NVLink 3.4, PCI 5.7, NET 14 per step, Simple
-protocol) and nccl-tests' bus-bandwidth factors.  Compute time uses ``6 * params * tokens`` FLOPs
-(no recompute) at an assumed 40% of the GPU's dense BF16 peak.
+PP across nodes through the NICs of their ranks -- by ``gpucomm predict``'s model, the one cost model
+(:class:`gpucomm.planners.collectives.cost.LayoutCost`: ``summarize`` of the group's GPUs on its number
+of nodes, then ``predict``, under the ``--calibration`` profile).  Compute time uses
+``6 * params * tokens`` FLOPs (no recompute) at an assumed 40% of the GPU's dense BF16 peak.
 """
 from __future__ import annotations
 
@@ -40,7 +39,7 @@ import re
 from typing import Dict, List, Optional, Tuple
 
 from gpucomm.probes import units
-from gpucomm.probes.errors import InputError, PlanInfeasible, TopologyError
+from gpucomm.probes.errors import InputError, PlanInfeasible
 
 # --------------------------------------------------------------------------------------------
 # Presets: Meta Llama 3.1 model cards / params.json [recalled; the notes do not list them].
@@ -75,10 +74,6 @@ LIMITS = {"layers": 10_000, "hidden": 1 << 20, "heads": 1 << 16, "kv_heads": 1 <
 # pipeline bubble into seconds.
 PEAK_TFLOPS_BY_SM = {60: 21, 70: 125, 75: 65, 80: 312, 86: 150, 89: 180, 90: 989, 100: 2250}
 
-# NCCL tuning.cc ring latencies (us), Simple protocol: baseLat, per-step hwLat by link kind.
-NCCL_BASE_LAT_US = 8.4
-NCCL_HW_LAT_US = {"nvlink": 3.4, "pcie": 5.7, "network": 14.0}
-NET_EFFICIENCY = 0.9      # Calculon's IB efficiency (systems/*.json)
 MEMORY_RESERVE = 0.10     # CUDA context, NCCL buffers and fragmentation
 
 
@@ -237,11 +232,12 @@ def memory_per_gpu(model: dict, axes: Dict[str, int], micro_batches: Optional[in
 
 def peak_tflops(view) -> Optional[float]:
     vals = []
-    for g in view.gpus:
-        sm = g.sm if g.sm_source in ("record", "name") else None   # an assumed sm says nothing of the peak
+    for i in view.index:
+        t = view.topo.gpu(i)
+        sm = t.sm if t.sm_source in ("record", "name") else None   # an assumed sm says nothing of the peak
         if sm is None:
             return None
-        name = g.name or ""
+        name = t.name or ""
         if sm == 90 and re.search(r"PCIe", name, re.I):
             vals.append(756.0)          # H100 PCIe
         elif sm == 90 and re.search(r"NVL", name):
@@ -257,95 +253,58 @@ def peak_tflops(view) -> Optional[float]:
 
 
 # --------------------------------------------------------------------------------------------
-# Timing one collective on one group
-STEPS = {"all_reduce": lambda n: 2 * (n - 1), "all_gather": lambda n: n - 1, "reduce_scatter": lambda n: n - 1,
-         "all_to_all": lambda n: n - 1, "send_recv": lambda n: 1}
-
-
+# Timing one collective on one group: predict's model (gpucomm.planners.collectives.cost.LayoutCost)
 CALIBRATION_KEY = ("calibration",)   # view.cache entry: (profile, source) of --calibration
-
-
-TRANSPORT_KEY = ("transport",)       # view.cache entry: the inter-node Transport (collectives/transport.py)
-
-
-def use_transport(view, transport) -> None:
-    """Time this view's multi-node collectives over ``transport`` (``gpucomm plan --transport``, or the probe's)."""
-    view.cache[TRANSPORT_KEY] = transport
+_OPTIONS_KEY = ("cost-options",)     # view.cache entry: summarize's options (use_cost_options)
+_COST_KEY = ("layout-cost",)         # view.cache entry: the view's LayoutCost
 
 
 def use_calibration(view, profile, source: str) -> None:
     """Time this view's collectives with a calibration profile (``gpucomm plan --calibration``)."""
     view.cache[CALIBRATION_KEY] = (profile, source)
+    view.cache.pop(_COST_KEY, None)
 
 
-def _cost_model_time(view, kind: str, nbytes: float, tier: dict, dtype_bytes: int) -> Optional[float]:
-    """Time from the cost model (``gpucomm.planners.collectives.cost.summarize`` + ``predict``: NCCL's tuner over
-    NCCL's own graph search, calibrated on nccl-tests captures) for a group of ``tier['gpus']``
-    on each of ``tier['nodes']`` nodes; None when that model cannot say (module missing, no NIC
-    for a multi-node group, ...)."""
-    from gpucomm.planners.collectives import cost
-
-    if view is None or not tier.get("gpus"):
-        return None
-    profile = (view.cache.get(CALIBRATION_KEY) or (None, None))[0]
-    key = ("cost.summarize", tuple(tier["gpus"]), int(tier.get("nodes", 1)))
-    g = view.cache.get(key)
-    if g is None:
-        try:
-            g = cost.summarize(view.topo, nodes=int(tier.get("nodes", 1)), gpus=list(tier["gpus"]), profile=profile,
-                               transport=view.cache.get(TRANSPORT_KEY))
-        except (TopologyError, PlanInfeasible):  # no network for a multi-node group: the alpha-beta model
-            g = False
-        view.cache[key] = g
-    if g is False:
-        return None
-    if profile is None and view.cache.get(TRANSPORT_KEY) is not None:
-        from gpucomm.planners.collectives.transport import profile as transport_profile
-
-        profile = transport_profile(view.cache[TRANSPORT_KEY])
-    rows = cost.predict(g, kind, [max(1, int(nbytes))], dtype_bytes=dtype_bytes, profile=profile)
-    return float(rows[0]["time_us"]) * 1e-6 if rows else None
+def use_cost_options(view, **options) -> None:
+    """Time this view's collectives with these options of ``cost.summarize`` -- what ``predict``
+    passes for the same choice (``transport``, ``fabric_gbps``): one parameter for both commands."""
+    view.cache[_OPTIONS_KEY] = dict(options)
+    view.cache.pop(_COST_KEY, None)
 
 
-def collective_time(kind: str, nbytes: float, tier: dict, view=None, dtype_bytes: int = 2) -> float:
+def layout_cost(view):
+    """The view's :class:`gpucomm.planners.collectives.cost.LayoutCost` (predict's model, under the
+    ``--calibration`` profile and the options of :func:`use_cost_options`), built once per view."""
+    lc = view.cache.get(_COST_KEY)
+    if lc is None:
+        from gpucomm.planners.collectives.cost import LayoutCost
+
+        profile = (view.cache.get(CALIBRATION_KEY) or (None, None))[0]
+        lc = view.cache[_COST_KEY] = LayoutCost(view.topo, profile, **view.cache.get(_OPTIONS_KEY, {}))
+    return lc
+
+
+def collective_time(kind: str, nbytes: float, tier: dict, view, dtype_bytes: int = 2) -> float:
     """Seconds for one ``kind`` collective of ``nbytes`` (nccl-tests' S) over one group described
-    by ``tier`` (from ``Layout.axis_tier``: size, gpus, ranks_per_node, nodes, intra_GBps,
-    inter_GBps, where).  Uses ``gpucomm.planners.collectives.cost`` when it can model the group, else the alpha-beta
-    model of the module docstring."""
-    n = tier["size"]
-    if n <= 1 or nbytes <= 0:
+    by ``tier`` (from ``Layout.axis_tier``: size, gpus, nodes, ...): ``gpucomm predict``'s time for
+    ``tier['gpus']`` on each of ``tier['nodes']`` nodes (:func:`layout_cost`)."""
+    if tier["size"] <= 1 or nbytes <= 0:
         return 0.0
-    ext = _cost_model_time(view, kind, nbytes, tier, dtype_bytes)
-    if ext is not None:
-        return ext
-    where = tier.get("where") or "pcie"
-    intra = tier.get("intra_GBps")
-    inter = tier.get("inter_GBps")
-    if tier.get("nodes", 1) > 1:
-        net = (inter or 12.5) * NET_EFFICIENCY        # 12.5 GB/s = 100 Gb/s socket fallback
-        bw = min(net, intra) if intra else net
-        n_inter = STEPS[kind](tier["nodes"]) if kind != "send_recv" else 1
-        lat_intra = NCCL_HW_LAT_US["nvlink" if (intra or 0) > 100 else "pcie"]
-    else:
-        bw = intra or 12.0
-        n_inter = 0
-        lat_intra = NCCL_HW_LAT_US["nvlink" if where == "nvlink" else "pcie"]
-    steps = STEPS[kind](n)
-    lat_us = NCCL_BASE_LAT_US + (steps - n_inter) * lat_intra + n_inter * NCCL_HW_LAT_US["network"]
-    return lat_us * 1e-6 + nbytes * units.busbw_factor(kind, n) / (bw * 1e9)
+    return layout_cost(view).seconds(kind, nbytes, tier["gpus"], int(tier.get("nodes", 1)), dtype_bytes)
 
 
 def cost_model_name(view) -> str:
     """What timed the collectives of an estimate (shown with every ranked factorization)."""
     cal = view.cache.get(CALIBRATION_KEY) if view is not None else None
     return ("gpucomm predict (NCCL's tuning model over NCCL's graph search"
-            + (f", calibrated by {cal[1]}" if cal else "") + "), alpha-beta where it cannot model a group")
+            + (f", calibrated by {cal[1]}" if cal else "") + ")")
 
 
 # --------------------------------------------------------------------------------------------
-def step_estimate(model: dict, layout, use_cost_model: bool = True) -> dict:
-    """Per-step communication volume and time per axis, bubble, memory fit, for one layout.
-    ``use_cost_model=False`` times collectives with the alpha-beta model only (fast screening)."""
+def step_parts(model: dict, layout) -> dict:
+    """Everything of one layout's step estimate but the collectives' times: the collectives of each
+    axis (``comm``: axis -> (collective, message bytes, count per step, tier, what)), compute and
+    bubble time, memory.  :func:`step_estimate` times the collectives and assembles the estimate."""
     axes = layout.axes
     t, p, d, c, e = axes["tp"], axes["pp"], axes["dp"], axes["cp"], axes["ep"]
     et = axes.get("etp") or t
@@ -359,44 +318,40 @@ def step_estimate(model: dict, layout, use_cost_model: bool = True) -> dict:
     s_local = s / c
     # the slowest stage sets the pace: ceil when layers do not divide evenly across stages
     layers_per_stage = math.ceil(l / p)
-    tiers = {a: layout.axis_tier(a) for a in ("tp", "cp", "ep", "dp", "pp", "edp")}
-    cview = layout.view if use_cost_model else None
-    comm: Dict[str, dict] = {}
+    tier = layout.axis_tier      # the group of an axis, asked for only where the axis communicates
+    comm: Dict[str, tuple] = {}
     # TP: 4 all-reduces of b*s*h per layer per micro-batch.
     if t > 1:
         size = b * s_local * h * g
         count = 4 * layers_per_stage * m
-        comm["tp"] = _entry("all_reduce", size, count, tiers["tp"], "4 all-reduces of b*s*h per layer per micro-batch", cview, g)
+        comm["tp"] = ("all_reduce", size, count, tier("tp"), "4 all-reduces of b*s*h per layer per micro-batch")
     # PP: one activation forward + one gradient backward per micro-batch, scattered over TP ranks.
     if p > 1:
         size = b * s_local * h * g / t
-        comm["pp"] = _entry("send_recv", size, 2 * m, tiers["pp"], "b*s*h/t forward + backward per micro-batch", cview, g)
+        comm["pp"] = ("send_recv", size, 2 * m, tier("pp"), "b*s*h/t forward + backward per micro-batch")
     # CP: K/V blocks round the ring, (c-1) steps forward and 2x backward per attention layer.
     if c > 1:
         kv_dim = h * model["kv_heads"] / model["heads"]
         size = 2 * b * s_local * kv_dim * g
         count = 3 * (c - 1) * layers_per_stage * m
-        comm["cp"] = _entry("send_recv", size, count, tiers["cp"], "(cp-1) K/V block passes per attention layer, x3 fwd+bwd", cview, g)
+        comm["cp"] = ("send_recv", size, count, tier("cp"), "(cp-1) K/V block passes per attention layer, x3 fwd+bwd")
     # EP: dispatch + combine all-to-all per MoE layer, forward and backward.
     if e > 1 and model.get("experts"):
         size = b * s_local * model["topk"] * h * g
         count = 4 * layers_per_stage * m
-        comm["ep"] = _entry("all_to_all", size, count, tiers["ep"], "dispatch+combine per MoE layer, fwd+bwd", cview, g)
+        comm["ep"] = ("all_to_all", size, count, tier("ep"), "dispatch+combine per MoE layer, fwd+bwd")
     # DP: gradients of one model-parallel shard over the dp*cp group once per step.
     dd = d * c
     psi_e = expert_params(model)
     factor = 1.5 if model["zero"] >= 3 else 1.0
     if dd > 1:
         shard = (model["params"] - psi_e) / (t * p) + (psi_e / (et * p * e) if edp == dd and et == t else 0.0)
-        tier = layout.axis_tier("dp-cp") if c > 1 else tiers["dp"]
-        comm["dp"] = _entry("all_reduce", shard * g * factor, 1, tier,
-                            "gradient all-reduce (or RS+AG) of one model shard" + (", x1.5 ZeRO-3" if factor > 1 else ""), cview, g)
+        comm["dp"] = ("all_reduce", shard * g * factor, 1, tier("dp-cp" if c > 1 else "dp"),
+                      "gradient all-reduce (or RS+AG) of one model shard" + (", x1.5 ZeRO-3" if factor > 1 else ""))
     if psi_e and edp > 1 and not (edp == dd and et == t):
         # Expert weights reduce over the expert data-parallel group (Megatron's EXPERT_DATA_PARALLEL_GROUP).
-        comm["edp"] = _entry("all_reduce", psi_e / (et * p * e) * g * factor, 1, tiers["edp"],
-                             "gradient all-reduce (or RS+AG) of one expert shard over the expert data-parallel group",
-                             cview, g)
-    comm_s = sum(v["time_s"] for v in comm.values())
+        comm["edp"] = ("all_reduce", psi_e / (et * p * e) * g * factor, 1, tier("edp"),
+                       "gradient all-reduce (or RS+AG) of one expert shard over the expert data-parallel group")
     peak = peak_tflops(layout.view)
     tokens = model["gbs"] * s
     active = model["params"] - expert_params(model) + expert_params(model) * (
@@ -411,11 +366,36 @@ def step_estimate(model: dict, layout, use_cost_model: bool = True) -> dict:
     mem = memory_per_gpu(model, axes, m)
     cap = layout.view.memory_bytes()
     fits = None if cap is None else mem["total"] <= cap * (1 - MEMORY_RESERVE)
+    return {"model": model, "layout": layout, "dtype_bytes": g, "micro_batches": m, "comm": comm,
+            "peak": peak, "compute_s": compute_s, "bubble_fraction": bubble_fraction, "bubble_s": bubble_s,
+            "memory": mem, "capacity": cap, "fits": fits, "layers_per_stage": layers_per_stage}
+
+
+def comm_entry(parts: dict, axis: str) -> dict:
+    """One axis's collectives of :func:`step_parts`, timed (``time_s`` per step)."""
+    kind, size, count, tier, what = parts["comm"][axis]
+    one = collective_time(kind, size, tier, parts["layout"].view, parts["dtype_bytes"])
+    n = tier["size"]
+    return {"collective": kind, "message_bytes": int(size), "count": round(count, 3),
+            "bytes_per_gpu": int(size * units.busbw_factor(kind, n) * count), "time_s": _r(one * count),
+            "group_size": n, "nodes_per_group": tier.get("nodes", 1), "where": tier.get("where"), "what": what}
+
+
+def step_estimate(model: dict, layout, parts: Optional[dict] = None, timed: Optional[Dict[str, dict]] = None) -> dict:
+    """Per-step communication volume and time per axis, bubble, memory fit, for one layout; every
+    collective timed by predict's model (:func:`collective_time`).  ``parts``/``timed``: the layout's
+    :func:`step_parts` and the axes already timed (:func:`comm_entry`), when the caller has them."""
+    parts = parts if parts is not None else step_parts(model, layout)
+    timed = timed or {}
+    comm = {a: timed[a] if a in timed else comm_entry(parts, a) for a in parts["comm"]}
+    p, l = layout.axes["pp"], model["layers"]
+    compute_s, bubble_s, mem, cap, fits = parts["compute_s"], parts["bubble_s"], parts["memory"], parts["capacity"], parts["fits"]
+    comm_s = sum(v["time_s"] for v in comm.values())
     step = (compute_s or 0.0) + (bubble_s or 0.0) + comm_s
     return {
         "model": {k: model[k] for k in sorted(model)},
-        "micro_batches": m,
-        "bubble_fraction": round(bubble_fraction, 6),
+        "micro_batches": parts["micro_batches"],
+        "bubble_fraction": round(parts["bubble_fraction"], 6),
         "compute_s": _r(compute_s),
         "bubble_s": _r(bubble_s),
         "comm_s": _r(comm_s),
@@ -424,22 +404,13 @@ def step_estimate(model: dict, layout, use_cost_model: bool = True) -> dict:
         "memory": {"per_gpu_bytes": int(mem["total"]), "weights_optimizer_bytes": int(mem["weights_optimizer"]),
                    "activation_bytes": int(mem["activations"]), "bytes_per_param": round(mem["bytes_per_param"], 4),
                    "capacity_bytes": cap, "fits": fits},
-        "cost_model": cost_model_name(layout.view) if use_cost_model else
-        "alpha-beta (NCCL ring latencies, nccl-tests bus factors; screening)",
-        "assumptions": [f"{int(model['mfu'] * 100)}% of dense peak for compute" if peak else "GPU peak unknown: no compute time",
+        "cost_model": cost_model_name(layout.view),
+        "assumptions": [f"{int(model['mfu'] * 100)}% of dense peak for compute" if parts["peak"] else "GPU peak unknown: no compute time",
                         "DP gradient reduction counted as exposed (no overlap)",
                         "1F1B pipeline without interleaving"]
         + ([f"{l} layers over pp={p}: uneven stages (Megatron --decoder-first/last-pipeline-num-layers); "
-            f"the {layers_per_stage}-layer stages set the pace"] if l % p else []),
+            f"the {parts['layers_per_stage']}-layer stages set the pace"] if l % p else []),
     }
-
-
-def _entry(kind: str, size: float, count: float, tier: dict, what: str, view=None, g: int = 2) -> dict:
-    one = collective_time(kind, size, tier, view, g)
-    n = tier["size"]
-    return {"collective": kind, "message_bytes": int(size), "count": round(count, 3),
-            "bytes_per_gpu": int(size * units.busbw_factor(kind, n) * count), "time_s": _r(one * count),
-            "group_size": n, "nodes_per_group": tier.get("nodes", 1), "where": tier.get("where"), "what": what}
 
 
 def _r(x: Optional[float]) -> Optional[float]:
@@ -620,42 +591,45 @@ def fit_suggestion(model: dict, gpn: int, nodes: int, capacity: Optional[int],
 def rank_factorizations(view, nodes: int, gpn: int, model: dict, order: str,
                         fixed: Optional[Dict[str, Optional[int]]] = None, top: int = 5,
                         gpus: Optional[List[int]] = None, force: bool = False) -> List[dict]:
-    """Candidates sorted best first: those that fit in memory by estimated step time
-    (compute + bubble + exposed communication), then those that do not fit by memory need
-    (PlanInfeasible when none fits, unless ``force``).
-    All are screened with the alpha-beta model; the first ``top`` are re-timed with the cost model
-    and re-sorted (the rest keep their screening estimate)."""
+    """The ``top`` best candidates, best first: those that fit in memory by estimated step time
+    (compute + bubble + exposed communication, every collective timed by predict's model,
+    :func:`collective_time`), then those that do not fit by memory need (PlanInfeasible when none
+    fits, unless ``force``).
+
+    Every candidate is ranked by that one model, but timed only as far as it takes to know it cannot
+    be among the first ``top``: candidates go in order of their compute + bubble time, and one stops
+    being timed once that time plus its collectives timed so far (groups whose NCCL graphs are built
+    first) exceeds the ``top``-th best step time found -- communication time is never negative, so
+    the ranking is the one timing every candidate gives."""
     from gpucomm.planners.placement.layout import check_feasible, make_layout
 
     fixed = fixed or {}
     total = nodes * gpn
-    rows: List[dict] = []
-    layouts = []
+    cands: List[dict] = []
+    seen: set = set()
 
     def screen(uneven: bool) -> None:
-        # Screen every candidate with the alpha-beta model, then re-time the best ``top`` with the
-        # cost model (NCCL's search per group is too slow to run on every candidate).
-        seen = {tuple(sorted(r["parallelism"].items())) for r in rows}
         for axes in candidate_axes(model, total, gpn, fixed, uneven_pp=uneven):
             try:
                 check_feasible(view, axes, gpn, nodes)
                 layout = make_layout(view, nodes, gpn, axes, order, axis_weights(model, axes), gpus)
-                est = step_estimate(model, layout, use_cost_model=False)
+                parts = step_parts(model, layout)
             except (PlanInfeasible, InputError):
                 continue
             par = dict(layout.axes, order=layout.gen.order)
-            if tuple(sorted(par.items())) in seen:
+            k = tuple(sorted(par.items()))
+            if k in seen:
                 continue
-            rows.append({"parallelism": par, "estimate": est, "local_gpus": layout.local_gpus})
-            layouts.append(layout)
+            seen.add(k)
+            cands.append({"parallelism": par, "layout": layout, "parts": parts, "local_gpus": layout.local_gpus})
 
     screen(False)
-    if not any(r["estimate"]["memory"]["fits"] is not False for r in rows):
+    if not any(c["parts"]["fits"] is not False for c in cands):
         # Nothing fits with pp | layers (llama-405b: 126 layers, power-of-two GPU counts allow only
         # pp = 1 or 2): deeper, uneven pipelines are how such models are trained (Llama 3 405B:
         # 126 layers on pp=16).
         screen(True)
-    if not rows:
+    if not cands:
         why = []
         if fixed.get("tp") and model["heads"] % fixed["tp"]:
             why.append(f"tp={fixed['tp']} does not divide {model['heads']} heads")
@@ -667,25 +641,70 @@ def rank_factorizations(view, nodes: int, gpn: int, model: dict, order: str,
                                 f"and GPUs per node, layers ({model['layers']}) split over pp, "
                                 f"tp*cp | seq ({model['seq']}), mbs*dp | gbs ({model['mbs']}, {model['gbs']})"))
 
+    def shape(p: dict) -> Tuple:
+        return (p["tp"] * p["pp"] * p["cp"] * p["ep"], p["tp"], p["pp"], p["cp"], p["ep"])
+
     def key(r: dict) -> Tuple:
         est = r["estimate"]
         fits = est["memory"]["fits"]
-        p = r["parallelism"]
         return (0 if fits in (True, None) else 1,
-                est["step_time_s"] if fits in (True, None) else est["memory"]["per_gpu_bytes"],
-                p["tp"] * p["pp"] * p["cp"] * p["ep"], p["tp"], p["pp"], p["cp"], p["ep"])
+                est["step_time_s"] if fits in (True, None) else est["memory"]["per_gpu_bytes"]) + shape(r["parallelism"])
 
-    order_idx = sorted(range(len(rows)), key=lambda i: key(rows[i]))
-    for i in order_idx[:max(1, top)]:
-        if rows[i]["estimate"]["memory"]["fits"] is not False:
-            rows[i]["estimate"] = step_estimate(model, layouts[i], use_cost_model=True)
-    head = sorted((rows[i] for i in order_idx[:max(1, top)]), key=key)
-    rows = head + [rows[i] for i in order_idx[max(1, top):]]
+    if all(c["parts"]["fits"] is False for c in cands) and not force:
+        best = min(cands, key=lambda c: (c["parts"]["memory"]["total"],) + shape(c["parallelism"]))["parts"]
+        raise PlanInfeasible(does_not_fit(model, {"per_gpu_bytes": int(best["memory"]["total"]),
+                                                  "capacity_bytes": best["capacity"]}, gpn, nodes, fixed))
+    top = max(1, top)
+    lc = layout_cost(view)
+    rows: List[dict] = []
+    failed: Dict[str, None] = {}
+    fitting = [c for c in cands if c["parts"]["fits"] is not False]
+    floor = {id(c): (c["parts"]["compute_s"] or 0.0) + (c["parts"]["bubble_s"] or 0.0) for c in fitting}
+    fitting.sort(key=lambda c: (floor[id(c)],) + shape(c["parallelism"]))
+    for c in fitting:
+        # the top-th best step time so far; a step time above it (beyond rounding) cannot rank
+        bound = rows[top - 1]["estimate"]["step_time_s"] * (1 + 1e-5) if len(rows) >= top else math.inf
+        if floor[id(c)] > bound:
+            break                       # and so does every later candidate (sorted by floor)
+        parts, timed = c["parts"], {}
+        spent = floor[id(c)]
+        # groups whose graphs are built first, then the fewest nodes (the cheapest searches)
+        todo = sorted(parts["comm"], key=lambda a: (not lc.has_graph(parts["comm"][a][3]["gpus"],
+                                                                    parts["comm"][a][3].get("nodes", 1)),
+                                                    parts["comm"][a][3].get("nodes", 1), a))
+        for a in todo:
+            try:
+                timed[a] = comm_entry(parts, a)
+            except PlanInfeasible as e:
+                failed[str(e)] = None   # NCCL would fail to initialise one of the layout's groups
+                break
+            spent += timed[a]["time_s"]
+            if spent > bound:
+                break
+        if len(timed) < len(todo):
+            continue
+        rows.append({"parallelism": c["parallelism"], "local_gpus": c["local_gpus"],
+                     "estimate": step_estimate(model, c["layout"], parts, timed)})
+        rows.sort(key=key)
+        del rows[top:]
+    if len(rows) < top:
+        # then the candidates that do not fit, leanest first
+        over = sorted((c for c in cands if c["parts"]["fits"] is False),
+                      key=lambda c: (c["parts"]["memory"]["total"],) + shape(c["parallelism"]))
+        for c in over[:top - len(rows)]:
+            try:
+                est = step_estimate(model, c["layout"], c["parts"])
+            except PlanInfeasible:
+                continue
+            rows.append({"parallelism": c["parallelism"], "local_gpus": c["local_gpus"], "estimate": est})
+    for why in failed:
+        view.notes.append(f"candidate factorizations with a group NCCL cannot run left out ({why})")
+    if (fitting and not any(r["estimate"]["memory"]["fits"] is not False for r in rows)) or not rows:
+        raise PlanInfeasible(f"no layout of {model['name']} on {total} GPUs that fits can run: NCCL would fail "
+                             "to initialise a group of every one")
     for i, r in enumerate(rows, 1):
         r["rank"] = i
-    if all(r["estimate"]["memory"]["fits"] is False for r in rows) and not force:
-        raise PlanInfeasible(does_not_fit(model, rows[0]["estimate"]["memory"], gpn, nodes, fixed))
-    return rows[:max(1, top)]
+    return rows
 
 
 def does_not_fit(model: dict, memory: dict, gpn: int, nodes: int, fixed: Optional[Dict[str, Optional[int]]] = None,

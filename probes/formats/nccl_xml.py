@@ -71,16 +71,6 @@ LOC_BW = facts.LOC_BW    # LINK_LOC: pcilink, NIC directly under a CPU
 # kvDictPciClass (topo.cc): prefix match, first hit wins, anything else is a PCI node.
 _PCI_CLASS_TYPES = NCCL_PCI_CLASSES
 
-# kvDictPciGen (topo.cc): prefix match (strncmp(str, key, strlen(key))) -> lane speed in 100 Mbps.
-# Prefix matching is why AWS's "32 GT/s PCIe/s" reads as "32 GT/s".
-_PCI_GEN_KEYS = (("2.5 GT/s", 15), ("5 GT/s", 30), ("8 GT/s", 60), ("16 GT/s", 120), ("32 GT/s", 240),
-                 ("2.5 GT/s PCIe", 15), ("5.0 GT/s PCIe", 30), ("8.0 GT/s PCIe", 60), ("16.0 GT/s PCIe", 120),
-                 ("32.0 GT/s PCIe", 240), ("64.0 GT/s PCIe", 480))
-_LANE_TO_GEN = {15: 1, 30: 2, 60: 3, 120: 4, 240: 5, 480: 6}
-# What NCCL (and Linux >= 5.7) writes, by generation.
-_GEN_TO_SPEED = {1: "2.5 GT/s PCIe", 2: "5.0 GT/s PCIe", 3: "8.0 GT/s PCIe", 4: "16.0 GT/s PCIe",
-                 5: "32.0 GT/s PCIe", 6: "64.0 GT/s PCIe"}
-
 # Sentinel NCCL >= 2.30 writes for an NVLink peer it cannot see (older dumps: fffffff:ff:ff.0).
 NVS_SENTINEL = "fffffff:ffff:ff"
 
@@ -285,9 +275,9 @@ def parse_link_speed(value: Optional[str]) -> tuple[Optional[int], bool]:
     if value is None or not str(value).strip():
         return None, True
     s = str(value)
-    lane = nccl_kv(s, _PCI_GEN_KEYS, None)
+    lane = nccl_kv(s, facts.NCCL_PCI_GEN_SPEEDS, None)
     if lane is not None:
-        return _LANE_TO_GEN[lane], True
+        return facts.pcie_gen_of_lane(lane), True
     m = re.match(r"\s*(\d+(?:\.\d+)?)\s*GT/s", s, re.I)
     if m:
         return PCI_GT_TO_GEN.get(float(m.group(1))), False
@@ -876,7 +866,7 @@ def _net_port(na: dict) -> dict:
     port = _int(na.get("port"))
     # The IB/socket plugins only report ACTIVE ports (net_ib/init.cc), hence the state.
     return {"port": port if port is not None else 1, "state": "ACTIVE",
-            "rate_gbps": round(speed / 1000.0, 3) if speed and speed > 0 else None}
+            "rate_gbps": facts.gbps_of_mbps(speed)}
 
 
 def _new_nic(ctx: _Ctx, name: str, bus: Optional[str], parent: str, numa: Optional[int], ids: dict, speed: tuple,
@@ -1521,7 +1511,7 @@ def _pci_attrs(bus: str, ids: dict, gen: Optional[int], width: Optional[int], de
     for k in ("device", "subsystem_vendor", "subsystem_device"):
         out.append((k, ids.get(k)))
     if speed:
-        out.append(("link_speed", _GEN_TO_SPEED.get(gen or 0, "")))
+        out.append(("link_speed", facts.PCI_GEN_SPEED.get(gen or 0, "")))
         out.append(("link_width", str(width) if width else ""))
     return out
 
@@ -1781,7 +1771,7 @@ class _Export:
         gen, width = d.get("gen"), d.get("width")
         attrs = [("busid", normalize_bus_id(d["bdf"]))] + [(k, ids.get(k)) for k in _ID_KEYS]
         if gen or width:
-            attrs += [("link_speed", _GEN_TO_SPEED.get(gen or 0, "")), ("link_width", str(width) if width else "")]
+            attrs += [("link_speed", facts.PCI_GEN_SPEED.get(gen or 0, "")), ("link_width", str(width) if width else "")]
         self.w.open(depth, "pci", attrs, True)
 
 
@@ -1801,7 +1791,7 @@ def _emit_nets(w: _Writer, depth: int, doc: dict, nic: dict) -> None:
     extra = nic.get("nccl_attrs") or {}
     for i, p in enumerate(ports):
         rate = p.get("rate_gbps")
-        speed = int(round(rate * 1000)) if isinstance(rate, (int, float)) and rate > 0 else None
+        speed = facts.nic_speed_mbps(rate) if isinstance(rate, (int, float)) and rate > 0 else None
         attrs = [("name", nic["name"]), ("dev", dev + i), ("speed", speed), ("port", p.get("port")),
                  ("latency", extra.get("latency")),
                  ("guid", guid_to_nccl(nic.get("sys_image_guid") or nic.get("guid"))

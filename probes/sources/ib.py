@@ -13,7 +13,6 @@ import re
 from typing import Optional
 
 from gpucomm.probes.sources.host import Host
-from gpucomm.probes.facts import nic_rate_gbps
 from gpucomm.probes.model import new_document, nic_record, source_record, warn
 from gpucomm.probes.sources.sysfs import PciTree, merge_switch, nearest_bdf
 
@@ -163,7 +162,6 @@ def collect(host: Host) -> dict:
                          sys_image_guid=parse_guid(host.read_text(f"{base}/sys_image_guid")),
                          fw_ver=(host.read_text(f"{base}/fw_ver") or "").strip() or None,
                          cpu_affinity=pd.cpus if pd else None, rdma=True)
-        nic["rate_gbps"] = nic_rate_gbps(nic)
         nics.append(nic)
     doc["nics"] = nics
     doc["switches"] = list(switches.values())

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Optional
 
 from gpucomm.probes.sources.host import Host
-from gpucomm.probes.facts import nic_rate_gbps
+from gpucomm.probes.facts import gbps_of_mbps
 from gpucomm.probes.model import new_document, nic_record, source_record, warn
 from gpucomm.probes.sources.sysfs import PciTree, merge_switch, nearest_bdf
 
@@ -94,9 +94,8 @@ def collect(host: Host) -> dict:
         state = {"up": "ACTIVE", "down": "DOWN"}.get(operstate or "", (operstate or "").upper() or None)
         nic = nic_record(ifname, netdev=ifname, pci_bus_id=pd.bdf, numa_node=pd.numa,
                          link_layer="Ethernet" if typ in (1, None) else ARPHRD.get(typ),
-                         ports=[{"port": 1, "state": state, "rate_gbps": speed / 1000.0 if speed else None}],
+                         ports=[{"port": 1, "state": state, "rate_gbps": gbps_of_mbps(speed)}],
                          guid=None, parent=parent, operstate=operstate, cpu_affinity=pd.cpus, rdma=False)
-        nic["rate_gbps"] = nic_rate_gbps(nic)
         nics.append(nic)
     doc["nics"] = nics
     doc["switches"] = list(switches.values())

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from gpucomm.probes.sources.host import Host
-from gpucomm.probes.facts import PCI_GT_TO_GEN, pcie_bw_GBps
+from gpucomm.probes.facts import LOC_BW, PCI_GT_TO_GEN, pcie_bw_GBps
 from gpucomm.probes.model import (canonical_cpulist, cpu_id, cpumask_to_list, format_cpulist, gpu_record,
                                   link_record, new_document, normalize_bus_id, source_record, switch_record,
                                   warn)
@@ -39,7 +39,7 @@ VENDOR_AMD = 0x1002
 
 # NCCL LOC_BW (topo.h): the hop from a root complex into its CPU is not a bottleneck; NCCL has no
 # host-bridge node at all (it folds root complexes into the CPU node), so this link is "free".
-HOST_BRIDGE_BW = 5000.0
+HOST_BRIDGE_BW = LOC_BW
 
 _BDF_COMPONENT = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 _HOSTBRIDGE_COMPONENT = re.compile(r"^pci[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}$")
