@@ -452,6 +452,17 @@ class GPU:
         comparing and printing; :attr:`sm` is the number."""
         return json_scalar(self.rec.get("compute_capability"))
 
+    @property
+    def c2c(self) -> Optional[dict]:
+        """The GPU's chip-to-chip link to its CPU (Grace: ``{count, bw_MBps}``), None without one."""
+        return self.rec.get("c2c")
+
+    @property
+    def reported_arch(self) -> Optional[str]:
+        """The architecture the record names (``hopper``), None where :attr:`arch` is only guessed from
+        the compute capability."""
+        return self.rec.get("arch")
+
 
 class NVLinkState(NamedTuple):
     """One NVLink of a GPU as NVML reports it: link number, state (active, inactive, ...), the
@@ -501,6 +512,11 @@ class NIC:
     @property
     def fw_ver(self) -> Optional[str]:
         return self.rec.get("fw_ver")
+
+    @property
+    def sys_image_guid(self) -> Optional[str]:
+        """The card's GUID (ibverbs' ``sys_image_guid``: the ports of one card share it; NCCL's net guid)."""
+        return self.rec.get("sys_image_guid")
 
 
 @dataclass(frozen=True)

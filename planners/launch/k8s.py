@@ -295,7 +295,7 @@ def gfd_labels(doc) -> Dict[str, str]:
     if len(ccs) == 1:
         major, minor = ccs[0].split(".")
         out["nvidia.com/gpu.compute.major"], out["nvidia.com/gpu.compute.minor"] = major, minor
-    archs = sorted({g.rec.get("arch") for g in gpus if g.rec.get("arch")})
+    archs = sorted({g.reported_arch for g in gpus if g.reported_arch})
     if len(archs) == 1:
         out["nvidia.com/gpu.family"] = label_value(archs[0])
     clique = gpu_clique_label(topo)
