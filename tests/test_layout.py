@@ -266,6 +266,8 @@ DOCUMENT_COMPOSERS = {
     # reads fabric documents (gpucomm.fabric/v1: switches, hosts, blocks), which have no typed view
     "planners/placement/fabric.py",
 }
+
+
 def _is_doc(node) -> bool:
     """A name for a topology document: ``doc``, ``document``, ``*_doc`` (``fabric_doc`` is a fabric)."""
     name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
