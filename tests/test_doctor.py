@@ -248,7 +248,7 @@ _BASE = json.loads((FAULTS / "measured-bw-low.json").read_text(encoding="utf-8")
 _BASE_PATHS = [p for p in _paths(_BASE) if p and p[0] != "schema"]
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(st.tuples(st.sampled_from(_BASE_PATHS), _JUNK), min_size=1, max_size=6))
 def test_doctor_never_crashes_on_mutated_documents(edits):
     import copy
