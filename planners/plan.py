@@ -8,6 +8,8 @@ from typing import List, Optional, Union
 from gpucomm.planners.launch import env as penv
 from gpucomm.planners.launch import scripts as launch
 from gpucomm.planners.placement import layout as placement
+from gpucomm.planners.placement.binding import core_map
+from gpucomm.planners.placement.ranks import parse_order
 from gpucomm.planners.placement import models as model_specs
 from gpucomm.planners.placement.cluster import block_segment, choose_host_order, leaf_uplinks, traffic_report
 from gpucomm.planners.placement.select import select_gpus
@@ -34,7 +36,7 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
     own tree serves, the VM skeleton where it does not; each says which in a comment).
     ``transport``: the ``--transport`` value timing ``model``'s multi-node collectives (default: the
     probe's, :mod:`gpucomm.planners.collectives.transport`)."""
-    order = placement.parse_order(order)
+    order = parse_order(order)
     mspec = model_specs.parse_model_spec(model)
     hosts_pool = None
     if cluster is not None:
@@ -170,6 +172,6 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
     plan["megatron"] = model_specs.megatron_arguments(plan["parallelism"], mspec, vpp)
     plan["deepspeed"] = model_specs.deepspeed_config(plan["parallelism"], mspec, plan["warnings"])
     launch.build_launch(plan, command=command, all_cpus=view.all_cpus, node_gpus=len(topo.gpus),
-                        switches=switches, port=port, n_cores=len(set(placement.core_map(view).values())) or None,
+                        switches=switches, port=port, n_cores=len(set(core_map(view).values())) or None,
                         torch_version=torch_version, view=placement.node_view(topo), segment=segment)
     return plan
