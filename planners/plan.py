@@ -8,6 +8,8 @@ from typing import List, Optional, Union
 from gpucomm.planners.launch import env as penv
 from gpucomm.planners.launch import scripts as launch
 from gpucomm.planners.placement import layout as placement
+from gpucomm.planners.placement.binding import core_map
+from gpucomm.planners.placement.ranks import parse_order
 from gpucomm.planners.placement import models as model_specs
 from gpucomm.planners.placement.cluster import block_segment, choose_host_order, leaf_uplinks, traffic_report
 from gpucomm.planners.placement.nvldomain import domain_note, job_domain_nodes
@@ -37,7 +39,7 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
     ``transport``: the ``--transport`` value timing ``model``'s multi-node collectives (default: the
     probe's, :mod:`gpucomm.planners.collectives.transport`).  ``nvlink_domain``: consecutive nodes per
     NVLink domain timing ``model``'s collectives across nodes (default: NCCL's, from the fabric info)."""
-    order = placement.parse_order(order)
+    order = parse_order(order)
     mspec = model_specs.parse_model_spec(model)
     hosts_pool = None
     if cluster is not None:
@@ -186,6 +188,6 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
     plan["megatron"] = model_specs.megatron_arguments(plan["parallelism"], mspec, vpp)
     plan["deepspeed"] = model_specs.deepspeed_config(plan["parallelism"], mspec, plan["warnings"])
     launch.build_launch(plan, command=command, all_cpus=view.all_cpus, node_gpus=len(topo.gpus),
-                        switches=switches, port=port, n_cores=len(set(placement.core_map(view).values())) or None,
+                        switches=switches, port=port, n_cores=len(set(core_map(view).values())) or None,
                         torch_version=torch_version, view=placement.node_view(topo), segment=segment)
     return plan

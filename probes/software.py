@@ -62,6 +62,7 @@ class SoftwarePath:
     plugins: tuple = ()                                  # Plugin
     plugin_loaded: Optional[Plugin] = None               # the one NCCL loads (NCCL_NET_PLUGIN / libnccl-net.so)
     gdr: Optional[bool] = None                           # GPUDirect RDMA possible (peer-memory module or dma-buf)
+    gdr_why: Optional[str] = None                        # why not, as the probe said
     peermem: Optional[str] = None
     dmabuf: Optional[bool] = None
     iommu_mode: Optional[str] = None                     # off / passthrough / translated / unknown
@@ -94,7 +95,7 @@ class SoftwarePath:
             env_known=bool(nc.get("env_known")) or bool(npl.get("env_known")),
             plugins=plugins, plugin_loaded=next((p for p in plugins if p.path == loads), None),
             gdr=True if gstat == "found" else False if gstat == "absent" else None,
-            peermem=_s(gdr.get("peermem")), dmabuf=_b(gdr.get("dmabuf")),
+            gdr_why=_s(gdr.get("why")), peermem=_s(gdr.get("peermem")), dmabuf=_b(gdr.get("dmabuf")),
             iommu_mode=_s(iom.get("mode")), vm=_b(hyp.get("vm")), platform=_s(hyp.get("platform")),
             services={k: {kk: _b(_d(v).get(kk)) for kk in ("installed", "enabled", "running")}
                       for k, v in svc.items() if isinstance(v, dict)})

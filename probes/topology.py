@@ -26,7 +26,8 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional, Union
+from functools import cached_property
+from typing import Any, Iterable, NamedTuple, Optional, Union
 
 from gpucomm.probes import facts
 from gpucomm.probes.facts import integer, number
@@ -84,6 +85,20 @@ def _cpulist(v: Any) -> Optional[str]:
     except (ValueError, TypeError):
         return None
     return v
+
+
+def json_scalar(v: Any) -> Any:
+    """A JSON scalar as it is (None, a string, a bool, an int, a finite float), anything else None:
+    a value compared or printed as the document gives it.
+
+    >>> json_scalar("9.0"), json_scalar([9, 0]), json_scalar(float("nan"))
+    ('9.0', None, None)
+    """
+    if v is None or isinstance(v, (str, bool, int)):
+        return v
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    return None
 
 
 class _Cleaner:
@@ -258,6 +273,15 @@ def _imex(v: Any) -> Optional[dict]:
                 if isinstance(conn, dict) else None)
 
 
+def check_document(doc: Any) -> None:
+    """Refuse a mapping whose ``gpus`` is not a list (InputError): not a topology document at all, where
+    a view of it would only be empty.  Anything else the view cleans."""
+    if isinstance(doc, dict) and not isinstance(doc.get("gpus", []), list):
+        from gpucomm.probes.errors import InputError
+
+        raise InputError("not a topology document", expected="a gpucomm.topology/v1 mapping")
+
+
 def clean_document(doc: Any) -> tuple[dict, list[str]]:
     """(a copy of ``doc`` holding only well-typed values, the problems found) -- the first step of
     :meth:`Topology.of`, for callers that want the document itself."""
@@ -320,7 +344,12 @@ class Fabric:
     def attached(self) -> bool:
         """GPU Feature Discovery's test (go-nvlib IsFabricAttached): registration completed, a cluster
         UUID, status success (or not reported)."""
-        return self.completed and bool(self.cluster_uuid) and self.status in (None, "NVML_SUCCESS", "Success")
+        return self.completed and bool(self.cluster_uuid) and self.status_ok
+
+    @property
+    def status_ok(self) -> bool:
+        """NVML's status of the registration is success (or was not reported)."""
+        return self.status in (None, "NVML_SUCCESS", "Success")
 
     @property
     def clique(self) -> Optional[tuple]:
@@ -399,6 +428,51 @@ class GPU:
     fabric: Optional[Fabric] = None      # multi-node NVLink fabric (NVML, nvidia-smi -q, NCCL log)
     label: str = ""                      # GPU<index>, or <host>/GPU<local index> in a document of several hosts
 
+    # the rarer fields health checks, placement and diff read, as _Cleaner left them
+    @cached_property
+    def nvlink_states(self) -> tuple:
+        """NVML's records of this GPU's NVLinks (``gpus[].nvlink``), as :class:`NVLinkState`, in the
+        document's order; () when NVML gave none."""
+        return tuple(NVLinkState(l.get("link"), l.get("state"), l.get("remote"), l.get("bw_GBps"))
+                     for l in self.rec.get("nvlink") or ())
+
+    @property
+    def numa_affinity(self) -> tuple:
+        """NVML's NUMA affinity (NUMA node ids), () when unknown."""
+        return tuple(self.rec.get("numa_affinity") or ())
+
+    @property
+    def gpu_numa_id(self) -> Optional[int]:
+        """The NUMA node of the GPU's own memory (Grace Hopper/Blackwell: HBM exposed as NUMA memory)."""
+        return self.rec.get("gpu_numa_id")
+
+    @property
+    def compute_capability(self) -> Any:
+        """The compute capability as the document spells it (``"9.0"``; :func:`json_scalar`), for
+        comparing and printing; :attr:`sm` is the number."""
+        return json_scalar(self.rec.get("compute_capability"))
+
+    @property
+    def c2c(self) -> Optional[dict]:
+        """The GPU's chip-to-chip link to its CPU (Grace: ``{count, bw_MBps}``), None without one."""
+        return self.rec.get("c2c")
+
+    @property
+    def reported_arch(self) -> Optional[str]:
+        """The architecture the record names (``hopper``), None where :attr:`arch` is only guessed from
+        the compute capability."""
+        return self.rec.get("arch")
+
+
+class NVLinkState(NamedTuple):
+    """One NVLink of a GPU as NVML reports it: link number, state (active, inactive, ...), the
+    remote end's PCI bus id (a peer GPU, an NVSwitch), its bandwidth when recorded.  A named tuple:
+    a fleet builds 18 per GPU per node, and a frozen dataclass takes several times longer to make."""
+    link: Optional[int]
+    state: Optional[str]
+    remote: Optional[str]
+    bw_GBps: Optional[float]
+
 
 @dataclass(frozen=True)
 class Port:
@@ -435,6 +509,15 @@ class NIC:
     def active_ports(self) -> list[int]:
         return facts.nic_active_ports(self.rec)
 
+    @property
+    def fw_ver(self) -> Optional[str]:
+        return self.rec.get("fw_ver")
+
+    @property
+    def sys_image_guid(self) -> Optional[str]:
+        """The card's GUID (ibverbs' ``sys_image_guid``: the ports of one card share it; NCCL's net guid)."""
+        return self.rec.get("sys_image_guid")
+
 
 @dataclass(frozen=True)
 class CPU:
@@ -450,6 +533,15 @@ class CPU:
     sys_bw: Optional[float]      # facts.inter_cpu_bw (None: CPU not identified; see Topology.inter_cpu_bw)
     rec: dict = field(repr=False, compare=False)
     host: int = 0
+
+    @property
+    def cpulist(self) -> Optional[str]:
+        """The NUMA node's cpulist as the document gives it (``0-55,112-167``), None when unknown."""
+        return self.rec.get("cpus")
+
+    @property
+    def memory_bytes(self) -> Optional[int]:
+        return self.rec.get("memory_bytes")
 
 
 @dataclass(frozen=True)
@@ -493,6 +585,31 @@ class Switch:
     numa_node: Optional[int]
     pcie: Optional[PCIe]
     rec: dict = field(repr=False, compare=False)
+
+    @property
+    def vendor(self) -> Optional[str]:
+        """PCI vendor id (``0x1000``)."""
+        return self.rec.get("vendor")
+
+    @property
+    def device(self) -> Optional[str]:
+        """PCI device id."""
+        return self.rec.get("device")
+
+    @property
+    def acs(self) -> Optional[dict]:
+        """ACS control flags of the switch's ports: {port BDF: [flag, ...]} (``RR``, ``CR``, ...), None
+        when the probe could not read them."""
+        return self.rec.get("acs")
+
+
+@dataclass(frozen=True)
+class ProbeSource:
+    """How one probe source fared (``sources[]``): its name, ``ok``/``unavailable``/``partial``/``error``
+    and what it said."""
+    name: str
+    status: Optional[str]
+    detail: Optional[str]
 
 
 @dataclass(frozen=True)
@@ -911,6 +1028,77 @@ class Topology:
 
             sw = self.__dict__["_software"] = SoftwarePath.of(self.doc)
         return sw
+
+    # ---- the rest of the document, as the health checks, diff and placement read it ----------------
+    @cached_property
+    def pci_models(self) -> dict:
+        """PCI bus id -> (vendor id, device id) of every device the probe listed (``pci_devices``: lspci's
+        view, with or without a record of its own)."""
+        return {d["bdf"]: (_s(d.get("vendor")), _s(d.get("device"))) for d in self.doc["pci_devices"]}
+
+    @cached_property
+    def measured_p2p(self) -> dict:
+        """Measured copies between GPUs (``measured.p2p``, ``gpucomm bench p2p --save``): {GPU key: {GPU key:
+        GB/s or None}}, {} when nothing was measured."""
+        return {a: {b: c["bw_GBps"] for b, c in row.items()} for a, row in self.doc["measured"]["p2p"].items()}
+
+    @cached_property
+    def probe_sources(self) -> dict:
+        """{source name: :class:`ProbeSource`} of the probe that wrote the document (``sources``), {} for
+        any other input."""
+        out = {}
+        for s in self.doc["sources"]:
+            src = ProbeSource(_s(s.get("name")), _s(s.get("status")), _s(s.get("detail")))
+            out[src.name] = src
+        return out
+
+    @property
+    def is_nccl_graph(self) -> bool:
+        """True when the document came from an NCCL graph file (``<graphs>``: NCCL_GRAPH_FILE /
+        NCCL_GRAPH_DUMP_FILE, kept under ``nccl_graph``), which names channels, not the machine."""
+        return bool(self.doc.get("nccl_graph"))
+
+    def _copy_doc(self) -> dict:
+        import copy
+
+        return copy.deepcopy(self.doc)
+
+    def with_p2p(self, pairs: Iterable, status: str) -> "Topology":
+        """A view of the same machine in which NVML reports P2P ``status`` between the GPUs of each
+        (index, index) pair in ``pairs`` (what an NCCL log shows where the document says P2P works)."""
+        doc = self._copy_doc()
+        bus = {g["index"]: g["pci_bus_id"].lower() for g in doc["gpus"] if g.get("pci_bus_id")}
+        for g in doc["gpus"]:
+            for a, b in pairs:
+                other = b if g["index"] == a else a if g["index"] == b else None
+                if other is not None and other in bus:
+                    g["p2p"][bus[other]] = status
+        return Topology(doc, self.source)
+
+    def with_nic_rate(self, gbps: float) -> "Topology":
+        """A view of the same machine in which every NIC whose rate nothing gives runs at ``gbps`` (its
+        ports, ACTIVE where they have no state; one ACTIVE port where it lists none), taking over the
+        defaults this view applied (:meth:`absorb`)."""
+        doc = self._copy_doc()
+        for nic in doc["nics"]:
+            if facts.nic_rate_gbps(nic):
+                continue
+            ports = nic["ports"] or [{"port": 1, "state": "ACTIVE"}]
+            nic["ports"] = [dict(p, rate_gbps=float(gbps), state=p.get("state") or "ACTIVE") for p in ports]
+        view = Topology(doc, self.source)
+        view.absorb(self)
+        return view
+
+    def pci_code(self, a: Union[GPU, NIC], b: Union[GPU, NIC]) -> Optional[str]:
+        """nvidia-smi's code for the PCI path between two devices by the document's PCI tree (their
+        parents and NUMA nodes; :mod:`gpucomm.probes.matrix`, the one definition of nvidia-smi's
+        levels), None when the tree does not place them."""
+        from gpucomm.probes.matrix import ancestors, pci_level
+
+        switches = {sid: s.rec for sid, s in self.switches.items()}
+        level = pci_level(ancestors(a.parent, switches, a.numa_node), ancestors(b.parent, switches, b.numa_node),
+                          switches)
+        return None if level == "N/A" else level
 
     @property
     def has_pci_tree(self) -> bool:

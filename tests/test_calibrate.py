@@ -140,7 +140,7 @@ def test_bad_profiles_are_one_line_input_errors(bad, why):
 @given(st.dictionaries(st.sampled_from(list(timing.PARAMETERS) + ["x"]),
                        st.one_of(st.none(), st.booleans(), st.floats(allow_nan=True), st.text(max_size=3),
                                  st.integers(-5, 10 ** 7)), max_size=6))
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
 def test_fuzz_profiles_parse_or_input_error(params):
     try:
         p = calibrate.profile_from_document({"schema": calibrate.SCHEMA, "parameters": params}, "f.json")

@@ -203,7 +203,7 @@ def test_order_hosts_prefers_whole_blocks_per_leaf(tmp_path):
 
 
 def test_node_blocks():
-    from gpucomm.planners.placement.layout import RankGenerator
+    from gpucomm.planners.placement.ranks import RankGenerator
 
     assert cl.node_blocks(RankGenerator(tp=8, ep=1, dp=4, pp=2, cp=1), 8) == [4, 8]
     assert cl.node_blocks(RankGenerator(tp=2, ep=1, dp=4, pp=2, cp=1), 8) == [2]

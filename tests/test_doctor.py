@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from support import CAPTURES, FIXTURES, HOSTS, ROOT, run_cli
 
 from gpucomm.planners.health.doctor import RULES, SCHEMA, expected_pair_bw, nvlink_totals, run_doctor
-from gpucomm.probes.topology import clean_document
+from gpucomm.probes.topology import Topology
 from gpucomm.probes.load import load_topology
 
 FAULTS = FIXTURES / "faults"
@@ -212,18 +212,18 @@ def test_live_doctor_runs_here():
 # helpers
 def test_nvlink_totals_sources():
     deg = load_topology(str(FAULTS / "nvlink-down-nvml.json"))
-    t = nvlink_totals(clean_document(deg)[0])
+    t = nvlink_totals(Topology.of(deg))
     assert t["GPU0"][:2] == (11, "nvml") and t["GPU1"][:2] == (12, "nvml")
     cap = load_topology(str(CAPTURES / "topo" / "47_h100-x8_nv17-nv18-mixed_node.txt"))
-    t = nvlink_totals(clean_document(cap)[0])
+    t = nvlink_totals(Topology.of(cap))
     assert t["GPU2"][0] == 17 and t["GPU0"][0] == 18
 
 
 def test_expected_pair_bw():
-    doc = clean_document(load_topology(str(FAULTS / "pcie-4gpu-healthy.json")))[0]
-    g = {x["index"]: x for x in doc["gpus"]}
-    assert expected_pair_bw(doc, g[0], g[1]) == pytest.approx(12 * 20.6)   # NV12 bridge, NCCL SM90 constant
-    assert expected_pair_bw(doc, g[0], g[2]) is None                      # SYS: not judged
+    topo = Topology.of(load_topology(str(FAULTS / "pcie-4gpu-healthy.json")))
+    g = topo.gpu
+    assert expected_pair_bw(topo, g(0), g(1)) == pytest.approx(12 * 20.6)   # NV12 bridge, NCCL SM90 constant
+    assert expected_pair_bw(topo, g(0), g(2)) is None                      # SYS: not judged
 
 
 # --------------------------------------------------------------------------------------------
@@ -248,7 +248,7 @@ _BASE = json.loads((FAULTS / "measured-bw-low.json").read_text(encoding="utf-8")
 _BASE_PATHS = [p for p in _paths(_BASE) if p and p[0] != "schema"]
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(st.tuples(st.sampled_from(_BASE_PATHS), _JUNK), min_size=1, max_size=6))
 def test_doctor_never_crashes_on_mutated_documents(edits):
     import copy

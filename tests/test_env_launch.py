@@ -17,7 +17,8 @@ from gpucomm.planners.plan import build_full_plan
 from gpucomm.probes import facts
 from gpucomm.planners.launch import env as penv
 from gpucomm.planners.launch import scripts as launch
-from gpucomm.planners.placement import layout as pl
+from gpucomm.planners.placement import binding as pbind
+from gpucomm.planners.placement import nodeview as pview
 from gpucomm.probes.matrix import compute_matrix
 from gpucomm.probes.model import finalize, nic_record, parse_cpulist
 from support import hgx_doc, pcie_pairs_doc, vm_flat_doc
@@ -77,7 +78,7 @@ def test_cuda_device_order_when_nvml_order_is_not_pci_order():
     doc = hgx_doc()
     g0, g1 = doc["gpus"][0], doc["gpus"][1]
     g0["pci_bus_id"], g1["pci_bus_id"] = g1["pci_bus_id"], g0["pci_bus_id"]
-    v = pl.node_view(doc)
+    v = pview.node_view(doc)
     idx = penv.cuda_indices(v)
     assert idx[0] == 1 and idx[1] == 0
     plan = build_full_plan(doc, nodes=1, tp=8)
@@ -89,7 +90,7 @@ def test_vm_flat_tree_gets_a_topology_file_that_imports_back(tmp_path):
     from gpucomm.probes.formats.nccl_xml import parse_nccl_xml
 
     doc = vm_flat_doc()
-    v = pl.node_view(doc)
+    v = pview.node_view(doc)
     assert penv.flat_pcie(v)
     plan = build_full_plan(doc, nodes=2, tp=8, topo_file_path="/opt/nccl-topo.xml")
     assert plan["env"]["NCCL_TOPO_FILE"]["value"] == "/opt/nccl-topo.xml"
@@ -108,8 +109,8 @@ def test_vm_flat_tree_gets_a_topology_file_that_imports_back(tmp_path):
 
 
 def test_vm_with_numa_minus_one_is_flat_but_bare_metal_is_not(tmp_path):
-    assert penv.flat_pcie(pl.node_view(vm_flat_doc(n_gpus=2, n_nics=1, numa_minus_one=True)))
-    assert not penv.flat_pcie(pl.node_view(hgx_doc()))
+    assert penv.flat_pcie(pview.node_view(vm_flat_doc(n_gpus=2, n_nics=1, numa_minus_one=True)))
+    assert not penv.flat_pcie(pview.node_view(hgx_doc()))
     r = run_cli("plan", _save(hgx_doc(), tmp_path), "--tp", "8", "--emit", "nccl-xml")
     # bare metal: the XML NCCL detects itself, saying so (issue 29: never exit 3 and no output)
     assert r.code == 0 and "NCCL would find the same on its own" in r.stdout
@@ -153,7 +154,7 @@ def test_numa_binding_identical_under_torchrun_srun_mpirun():
     doc = hgx_doc()
     plan = build_full_plan(doc, nodes=2, tp=8, hosts=["a", "b"])
     binding = {b["local_rank"]: b for b in plan["binding"]}
-    v = pl.node_view(doc)
+    v = pview.node_view(doc)
     # wrapper (torchrun --no-python / srun / mpirun all run it)
     wrapper = plan["launch"]["wrapper"]
     cases = dict(re.findall(r"^  (\d+)\) GPUCOMM_CPUS=([^;]*);", wrapper, re.M))
@@ -166,7 +167,7 @@ def test_numa_binding_identical_under_torchrun_srun_mpirun():
         assert cpus == parse_cpulist(binding[lr]["cpus"])
     assert "--mem-bind=map_mem:0,0,0,0,1,1,1,1" in plan["launch"]["slurm"]
     # rankfile: logical cores (hwloc numbering) of the same CPU sets
-    core_of = pl.core_map(v)
+    core_of = pbind.core_map(v)
     cores = sorted(set(core_of.values()))
     for line in plan["launch"]["rankfile"].splitlines():
         if line.startswith("rank "):
@@ -444,7 +445,7 @@ def test_rankfile_rank_without_cpus_gets_every_core_not_every_thread():
         g["numa_affinity"] = []
         g["cpu_affinity"] = None
     plan = build_full_plan(doc, nodes=1, tp=8)
-    ncores = len(set(pl.core_map(pl.node_view(doc)).values()))
+    ncores = len(set(pbind.core_map(pview.node_view(doc)).values()))
     assert ncores == 112
     slots = set(re.findall(r"^rank \d+=\S+ slot=(\S+)$", plan["launch"]["rankfile"], re.M))
     assert slots == {f"0-{ncores - 1}"}
@@ -469,7 +470,7 @@ def test_odd_nic_in_a_shared_set_is_not_a_rail():
         doc2["nics"].append(extra)
     compute_matrix(doc2)
     finalize(doc2)
-    v = pl.node_view(doc2)
+    v = pview.node_view(doc2)
     assert all(len(v.gpu_nics[g]) == 2 for g in range(4))
 
 

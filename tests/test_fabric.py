@@ -349,7 +349,7 @@ def fabrics(draw):
     return switches, cas, links, hosts
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(fabrics())
 def test_ibnetdiscover_writer_and_reader_round_trip(fab):
     switches, cas, links, hosts = fab

@@ -106,15 +106,15 @@ def test_eth_nic_with_guid_is_rdma_everywhere(tmp_path):
     env = _ok("plan", path, "--nodes", "2", "--tp", "2", "--emit", "env").stdout
     assert "NCCL_IB_HCA='=eth0" in env and "NCCL_SOCKET_IFNAME='=eth0'" not in env
     from gpucomm.planners.health.doctor import RULES
-    from gpucomm.planners.placement.layout import compute_nics
+    from gpucomm.planners.placement.nics import compute_nics
 
-    assert "eth0" in compute_nics({"eth0": topo.nic("eth0").rec})
+    assert "eth0" in compute_nics({"eth0": topo.nic("eth0")})
     # the doctor's IB rules look at the same NICs (a down port on it would be reported)
     d2 = copy.deepcopy(doc)
     d2["nics"][0]["ports"] = [{"port": 1, "state": "DOWN", "rate_gbps": 100.0}]
     d2["nics"].append(dict(d2["nics"][0], name="eth1", guid="0x5678",
                            ports=[{"port": 1, "state": "ACTIVE", "rate_gbps": 100.0}]))
-    findings = RULES["ib-port-down"](Topology.of(d2).doc)
+    findings = RULES["ib-port-down"](Topology.of(d2), {})
     assert [f["subject"] for f in findings] == ["eth0/1"]
 
 

@@ -442,7 +442,7 @@ _JUNK = st.one_of(st.none(), st.booleans(), st.integers(-3, 300), st.text(max_si
                   st.lists(st.integers(-1, 9), max_size=3), st.dictionaries(st.text(max_size=4), st.integers(), max_size=2))
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(st.tuples(st.sampled_from(_BASE_PATHS), _JUNK), min_size=1, max_size=3))
 def test_malformed_machine_descriptions_raise_input_error(mutations):
     m = copy.deepcopy(_BASE)

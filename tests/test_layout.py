@@ -249,6 +249,87 @@ def test_no_private_name_of_another_distribution():
     assert not bad, "private names of other distributions: " + "; ".join(bad)
 
 
+# ---- planners read the typed view (probes/topology.py), never the raw topology document ----------
+# Keys of a topology document (gpucomm.topology/v1) and of its GPU/NIC/NUMA records that a view reads.
+DOC_KEYS = {"gpus", "nics", "links", "switches", "numa_nodes", "matrix", "host", "hosts", "pci_devices", "measured",
+            "sources", "nccl", "imex", "nccl_graph", "fabric", "pcie", "ports", "cpus"}
+# Where a planner may still handle the raw document, "file" (every function) or "file::function".
+# Composers and loaders, which build or load documents rather than read a machine:
+DOCUMENT_COMPOSERS = {
+    # loads saved node texts; checks a text's identifiers against its parsed document (content keys)
+    # and sums up nodes that are never viewed (fleets of 10,000 read each distinct text once)
+    "planners/health/stream.py",
+    # writes measured bandwidths into the topology document (bench --save)
+    "planners/measure/save.py",
+    # a copy of the document whose names NCCL's XML can hold, before the view and the XML are built
+    "planners/nccl/pinning.py::_writable_names",
+    # reads fabric documents (gpucomm.fabric/v1: switches, hosts, blocks), which have no typed view
+    "planners/placement/fabric.py",
+}
+
+
+def _is_doc(node) -> bool:
+    """A name for a topology document: ``doc``, ``document``, ``*_doc`` (``fabric_doc`` is a fabric)."""
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+    return name is not None and name != "fabric_doc" and (name in ("doc", "document") or name.endswith("_doc"))
+
+
+def document_reads(source: str) -> list:
+    """[(function, line, expression)] where the code indexes a topology document: ``doc["gpus"]``,
+    ``doc.get("host")`` (a document name with a document key), or anything reached through a view's raw
+    parts, ``topo.doc[...]``/``topo.doc.get(...)``, ``gpu.rec[...]``/``gpu.rec.get(...)``."""
+    out = []
+
+    def visit(node, where):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            where = f"{where}.{node.name}" if where else node.name
+        recv = key = None
+        if isinstance(node, ast.Subscript) and not isinstance(node.ctx, ast.Store) \
+                and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
+            recv, key = node.value, node.slice.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
+                and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+            recv, key = node.func.value, node.args[0].value
+        if recv is not None and ((isinstance(recv, ast.Attribute) and recv.attr in ("doc", "rec"))
+                                 or (_is_doc(recv) and key in DOC_KEYS)):
+            out.append((where or "<module>", node.lineno, ast.unparse(node)))
+        for child in ast.iter_child_nodes(node):
+            visit(child, where)
+
+    visit(ast.parse(source), "")
+    return out
+
+
+def test_document_reads_are_found():
+    src = ("def f(doc, topo, view, fabric_doc, plan):\n"
+           "    a = doc['gpus']; b = doc.get('host') or {}; c = topo.doc.get('nics')\n"
+           "    d = view.topo.doc['links']; e = topo.gpus[0].rec.get('c2c')\n"
+           "    ok = [topo.host.get('hostname'), fabric_doc['hosts'], plan.get('gpus'), doc.get(k)]\n"
+           "    doc['summary'] = 1\n"
+           "class C:\n"
+           "    def g(self):\n"
+           "        return self.topo_doc.get('matrix')\n")
+    assert [(w, ln) for w, ln, _ in document_reads(src)] == [("f", 2), ("f", 2), ("f", 2), ("f", 3), ("f", 3),
+                                                             ("C.g", 8)]
+
+
+def test_planners_read_the_typed_view_not_the_document():
+    """Planners are pure functions over :class:`Topology` (docs/ARCHITECTURE.md): a planner module that
+    indexes a topology document -- outside the composers listed above -- fails here."""
+    bad, listed = [], set()
+    for path in sorted((ROOT / "planners").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        for where, line, expr in document_reads(path.read_text(encoding="utf-8")):
+            allowed = {rel, f"{rel}::{where}"} & DOCUMENT_COMPOSERS
+            if allowed:
+                listed |= allowed
+            else:
+                bad.append(f"{rel}:{line} ({where}): {expr}")
+    stale = sorted(DOCUMENT_COMPOSERS - listed)
+    assert not bad, "planners index the topology document instead of its view: " + "; ".join(bad)
+    assert not stale, f"allow-listed but reading no document any more: remove {stale}"
+
+
 def test_architecture_document_names_every_module():
     text = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
     missing = []

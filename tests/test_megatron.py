@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpucomm.planners.placement import layout as pl
+from gpucomm.planners.placement import ranks as pranks
 from gpucomm.probes.errors import PlanInfeasible
 
 from support import hgx_doc, run_cli
@@ -46,7 +47,7 @@ def megatron_reference(axes: dict, order: str) -> dict:
     expert = MEGATRON.RankGenerator(tp=etp, ep=ep, dp=world // (etp * ep * pp), pp=pp, cp=1, order=order,
                                     rank_offset=0)
     out = {}
-    for key, (kind, token, _) in pl.MEGATRON_GROUPS.items():
+    for key, (kind, token, _) in pranks.MEGATRON_GROUPS.items():
         out[key] = (expert if kind == "expert" else dense).get_ranks(token)
     return out
 
@@ -86,7 +87,7 @@ def test_plan_groups_are_megatrons(nodes, tp, cp, dp, pp, ep, etp, order):
 def test_generators_agree_with_megatron_core(tp, cp, dp, pp, ep, etp, order):
     axes = {"tp": tp, "cp": cp, "dp": dp, "pp": pp, "ep": ep, "etp": etp}
     try:
-        dense, expert = pl.megatron_generators(axes, order)
+        dense, expert = pranks.megatron_generators(axes, order)
     except PlanInfeasible:
         world = tp * cp * dp * pp
         e = (etp or tp) * ep * pp
@@ -99,7 +100,7 @@ def test_generators_agree_with_megatron_core(tp, cp, dp, pp, ep, etp, order):
                 tp=etp or tp, ep=ep, dp=edp, pp=pp, cp=1, order=order).get_ranks("pp")
         return
     ref = megatron_reference(axes, order)
-    for key, (kind, token, _) in pl.MEGATRON_GROUPS.items():
+    for key, (kind, token, _) in pranks.MEGATRON_GROUPS.items():
         assert (expert if kind == "expert" else dense).get_ranks(token) == ref[key], key
 
 
@@ -260,4 +261,4 @@ def test_rank_groups_equal_megatrons_algorithm(shape, data):
     world = 1
     for s in shape:
         world *= s
-    assert pl.generate_masked_orthogonal_rank_groups(world, shape, mask) == _megatron_groups(world, shape, mask)
+    assert pranks.generate_masked_orthogonal_rank_groups(world, shape, mask) == _megatron_groups(world, shape, mask)

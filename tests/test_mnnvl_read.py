@@ -188,7 +188,7 @@ def test_smi_query_round_trip(gpus):
         assert g["platform"] == {"chassis_serial": "1821325190042", "tray_index": tray}
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.text(max_size=400))
 def test_smi_query_junk_is_refused_in_one_line(text):
     try:
@@ -484,7 +484,7 @@ _FUSED_VALUES = st.sampled_from(["", "0", "-1", "0x10", "0x78973abf567f863e", "0
                                  "0009:06:00.0", "fffffff:ffff:ff", "0x030200", "0x068000", "arm64", "103", "18", "mlx5_bond_0"])
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.data())
 def test_mutated_fused_dumps_read_or_refuse_in_one_line(data):
     """Attribute values of the fused dump replaced (host hashes among them): an InputError of one line,

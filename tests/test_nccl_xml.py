@@ -984,7 +984,7 @@ def mutated(draw):
     return text
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
 @given(mutated())
 def test_fuzz_mutated_files_give_input_error_or_valid_document(text):
     try:
@@ -1019,7 +1019,7 @@ def value_mutated(draw):
     return text
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(text=value_mutated())
 def test_fuzz_attribute_values_give_valid_document_and_strict_export(text, validator):
     try:

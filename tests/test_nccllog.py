@@ -175,7 +175,7 @@ def test_bad_input_is_one_input_error(text, msg):
 LABELS = ["", "0: ", "[1,0]<stdout>:", "[0] ", "2024-05-01 12:00:00,123 - INFO - ", "(RayWorker pid=12) ", "> "]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(nodes=st.integers(1, 4), gpn=st.integers(1, 8), k=st.integers(1, 3), rnd=st.randoms(use_true_random=False),
        label=st.sampled_from(LABELS), old_trees=st.booleans(),
        junk=st.lists(st.text(alphabet=string.ascii_letters + " .,=-#/", max_size=40), max_size=6),

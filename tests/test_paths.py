@@ -214,13 +214,13 @@ def _check_types(doc: dict, source: dict) -> None:
             assert p.type == CODE_TO_TYPE[code], (ka, kb, code, p.type, p.nodes)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(pci_trees())
 def test_generated_trees_types_match_the_matrix(doc):
     _check_types(doc, doc)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(pci_trees())
 def test_matrix_only_document_rebuilds_an_equivalent_tree(doc):
     """A bare ``nvidia-smi topo -m`` document: NCCL's XML is written from the tree the matrix implies

@@ -10,6 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpucomm.planners.placement import layout as pl
+from gpucomm.planners.placement import binding as pbind
+from gpucomm.planners.placement import nics as pnics
+from gpucomm.planners.placement import nodeview as pview
+from gpucomm.planners.placement import ranks as pranks
 from gpucomm.probes.errors import InputError, NothingToDo, PlanInfeasible
 from gpucomm.probes.matrix import compute_matrix
 from gpucomm.probes.model import (new_document, nic_record, parse_cpulist)
@@ -19,56 +23,56 @@ from support import hgx_doc, pcie_pairs_doc
 # Megatron RankGenerator
 def test_megatron_docstring_example_16_gpus_tp2_pp4():
     # parallel_state.initialize_model_parallel docstring: 16 GPUs, TP=2, PP=4 (so DP=2).
-    g = pl.RankGenerator(tp=2, ep=1, dp=2, pp=4, cp=1, order="tp-cp-ep-dp-pp")
+    g = pranks.RankGenerator(tp=2, ep=1, dp=2, pp=4, cp=1, order="tp-cp-ep-dp-pp")
     assert g.get_ranks("dp") == [[0, 2], [1, 3], [4, 6], [5, 7], [8, 10], [9, 11], [12, 14], [13, 15]]
     assert g.get_ranks("tp") == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9], [10, 11], [12, 13], [14, 15]]
     assert g.get_ranks("pp") == [[0, 4, 8, 12], [1, 5, 9, 13], [2, 6, 10, 14], [3, 7, 11, 15]]
 
 
 def test_worked_example_2x8_both_orders():
-    g = pl.RankGenerator(tp=2, ep=1, dp=4, pp=2, cp=1, order="tp-cp-ep-dp-pp")
+    g = pranks.RankGenerator(tp=2, ep=1, dp=4, pp=2, cp=1, order="tp-cp-ep-dp-pp")
     assert g.get_ranks("tp")[:2] == [[0, 1], [2, 3]]
     assert g.get_ranks("dp") == [[0, 2, 4, 6], [1, 3, 5, 7], [8, 10, 12, 14], [9, 11, 13, 15]]
     assert g.get_ranks("pp") == [[i, i + 8] for i in range(8)]
-    g2 = pl.RankGenerator(tp=2, ep=1, dp=4, pp=2, cp=1, order="tp-cp-ep-pp-dp")
+    g2 = pranks.RankGenerator(tp=2, ep=1, dp=4, pp=2, cp=1, order="tp-cp-ep-pp-dp")
     assert g2.get_ranks("pp")[:3] == [[0, 2], [1, 3], [4, 6]]
     assert g2.get_ranks("dp")[:2] == [[0, 4, 8, 12], [1, 5, 9, 13]]
 
 
 def test_order_missing_axis_of_size_one_is_appended_and_larger_is_an_error():
-    g = pl.RankGenerator(tp=2, ep=1, dp=2, pp=1, cp=1, order="tp-dp")
+    g = pranks.RankGenerator(tp=2, ep=1, dp=2, pp=1, cp=1, order="tp-dp")
     assert g.order == "tp-dp-pp-ep-cp"
     with pytest.raises(InputError, match="pp is 2"):
-        pl.RankGenerator(tp=2, ep=1, dp=2, pp=2, cp=1, order="tp-dp")
+        pranks.RankGenerator(tp=2, ep=1, dp=2, pp=2, cp=1, order="tp-dp")
     with pytest.raises(InputError):
-        pl.parse_order("tp-xx-dp")
+        pranks.parse_order("tp-xx-dp")
     with pytest.raises(InputError):
-        pl.parse_order("tp-tp")
+        pranks.parse_order("tp-tp")
 
 
 def test_multi_axis_token_masks_several_axes():
-    g = pl.RankGenerator(tp=2, ep=1, dp=2, pp=2, cp=1)
+    g = pranks.RankGenerator(tp=2, ep=1, dp=2, pp=2, cp=1)
     # model-parallel group = tp-pp: ranks differing only in tp and pp
     assert g.get_ranks("tp-pp") == [[0, 1, 4, 5], [2, 3, 6, 7]]
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.sampled_from([1, 2, 3, 4]), min_size=5, max_size=5), st.permutations(list(pl.AXES)))
+@given(st.lists(st.sampled_from([1, 2, 3, 4]), min_size=5, max_size=5), st.permutations(list(pranks.AXES)))
 def test_rank_generator_properties(sizes, perm):
     tp, cp, ep, dp, pp = sizes
     if ep > 1 and cp > 1:
         ep = 1
     order = "-".join(perm)
-    g = pl.RankGenerator(tp=tp, ep=ep, dp=dp, pp=pp, cp=cp, order=order)
+    g = pranks.RankGenerator(tp=tp, ep=ep, dp=dp, pp=pp, cp=cp, order=order)
     world = g.world_size
-    for axis in pl.AXES:
+    for axis in pranks.AXES:
         groups = g.get_ranks(axis)
         assert sorted(r for grp in groups for r in grp) == list(range(world))
         size = g.name_to_size[axis]
         assert all(len(grp) == size for grp in groups)
         for grp in groups:  # members differ only in this axis' coordinate
             cs = [g.coords(r) for r in grp]
-            for other in pl.AXES:
+            for other in pranks.AXES:
                 if other != axis:
                     assert len({c[other] for c in cs}) == 1
             assert sorted(c[axis] for c in cs) == list(range(size))
@@ -79,8 +83,8 @@ def test_rank_generator_properties(sizes, perm):
 
 
 def test_mesh_translations_reverse_the_order():
-    g = pl.RankGenerator(tp=8, ep=1, dp=4, pp=2, cp=1)
-    m = pl.mesh_translations(g)
+    g = pranks.RankGenerator(tp=8, ep=1, dp=4, pp=2, cp=1)
+    m = pranks.mesh_translations(g)
     assert m["device_mesh"]["mesh_dim_names"] == ["pp", "dp", "tp"]
     assert m["device_mesh"]["mesh_shape"] == [2, 4, 8]
     assert m["deepspeed_axes"] == ["pipe", "data", "model"]
@@ -95,7 +99,7 @@ def test_mesh_translations_reverse_the_order():
 # ============================================================================================
 # Node view, CPUs, NICs
 def test_node_view_hgx():
-    v = pl.node_view(hgx_doc())
+    v = pview.node_view(hgx_doc())
     assert v.nvswitch and v.nvlink_domains == [list(range(8))]
     assert v.gpu_nics == {i: [f"mlx5_{i}"] for i in range(8)}
     assert set(v.gpu_nic_level.values()) == {"PIX"}
@@ -105,8 +109,8 @@ def test_node_view_hgx():
 def test_cpu_binding_matches_torchrun_exclusive_split():
     # 2 NUMA nodes x 56 cores (+ SMT siblings at +112), 4 GPUs per NUMA node: 14 cores each,
     # whole physical cores (both hyperthreads), lowest local rank first.
-    v = pl.node_view(hgx_doc())
-    b = pl.cpu_binding(v, list(range(8)))
+    v = pview.node_view(hgx_doc())
+    b = pbind.cpu_binding(v, list(range(8)))
     assert b[0]["cpus"] == "0-13,112-125" and b[0]["cores"] == 14 and b[0]["mems"] == 0
     assert b[4]["cpus"] == "56-69,168-181" and b[4]["mems"] == 1
     all_cpus = [c for x in b for c in parse_cpulist(x["cpus"])]
@@ -114,8 +118,8 @@ def test_cpu_binding_matches_torchrun_exclusive_split():
 
 
 def test_cpu_binding_remainder_goes_to_lower_ranks():
-    v = pl.node_view(hgx_doc(n_gpus=3, numa_nodes=1, cpus_per_numa=10, smt=False))
-    b = pl.cpu_binding(v, [0, 1, 2])
+    v = pview.node_view(hgx_doc(n_gpus=3, numa_nodes=1, cpus_per_numa=10, smt=False))
+    b = pbind.cpu_binding(v, [0, 1, 2])
     assert [x["cores"] for x in b] == [4, 3, 3]
     assert [x["cpus"] for x in b] == ["0-3", "4-6", "7-9"]
 
@@ -127,7 +131,7 @@ def test_nics_rail_tie_break_and_storage_nic_ignored():
                                   link_layer="Ethernet", parent="0000:16:00.0",
                                   ports=[{"port": 1, "state": "ACTIVE", "rate_gbps": 100.0}]))
     compute_matrix(doc)
-    v = pl.node_view(doc)
+    v = pview.node_view(doc)
     assert v.gpu_nics[0] == ["mlx5_0"]
     # two GPUs, two NICs under one switch: dealt out in order (rail k -> NIC k)
     d2 = pcie_pairs_doc(n_gpus=2, pairs=())
@@ -135,14 +139,14 @@ def test_nics_rail_tie_break_and_storage_nic_ignored():
                              parent="0000:10:00.0", ports=[{"port": 1, "state": "ACTIVE", "rate_gbps": 200.0}])
                   for k, n in enumerate(["mlx5_0", "mlx5_1"])]
     compute_matrix(d2)
-    v2 = pl.node_view(d2)
+    v2 = pview.node_view(d2)
     assert v2.gpu_nics == {0: ["mlx5_0"], 1: ["mlx5_1"]}
 
 
 def test_down_nic_left_out():
     doc = hgx_doc()
     doc["nics"][3]["ports"][0]["state"] = "DOWN"
-    v = pl.node_view(doc)
+    v = pview.node_view(doc)
     assert "mlx5_3" not in v.nics and any("mlx5_3" in n for n in v.notes)
 
 
@@ -154,11 +158,11 @@ def test_plan_hgx_two_nodes_tp8_pp2_invariants():
     assert pl.check_plan_invariants(p) == []
     assert p["world_size"] == 16 and p["parallelism"]["dp"] == 1
     assert p["groups"]["pp"] == [[i, i + 8] for i in range(8)]
-    v = pl.node_view(doc)
+    v = pview.node_view(doc)
     for r in p["ranks"]:
         # NIC of each rank on its GPU's PCIe switch (PIX)
         assert r["nics"] and doc["matrix"][f"GPU{r['gpu']}"][r["nics"][0]] == "PIX"
-        assert r["numa_node"] == v.gpu(r["gpu"])["numa_node"]
+        assert r["numa_node"] == v.gpu(r["gpu"]).numa_node
     # rail alignment: PP peers use NICs of the same rail
     by = {r["rank"]: r for r in p["ranks"]}
     for a, b in p["groups"]["pp"]:
@@ -261,7 +265,7 @@ def test_fixture_hosts_plan(tmp_path):
         pytest.skip("no recorded hosts installed")
     for n in names:
         doc = load_topology(f"example:{n}")
-        v = pl.node_view(doc)
+        v = pview.node_view(doc)
         tp = 2
         p = pl.build_plan(doc, nodes=2, tp=tp)
         assert pl.check_plan_invariants(p) == [], n
@@ -272,10 +276,10 @@ def test_fixture_hosts_plan(tmp_path):
                 assert doc["matrix"][f"GPU{a}"][f"GPU{b}"].startswith("NV"), (n, a, b)
         for r in p["ranks"]:
             lvl = [doc["matrix"][f"GPU{r['gpu']}"].get(x) for x in r["nics"]]
-            best = min((pl.NIC_LEVEL_RANK.get(doc["matrix"][f"GPU{r['gpu']}"].get(x.get("name")), 9)
+            best = min((pnics.NIC_LEVEL_RANK.get(doc["matrix"][f"GPU{r['gpu']}"].get(x.get("name")), 9)
                         for x in doc["nics"] if x["name"] in v.gpu_nics.get(r["gpu"], [])), default=None)
             if best is not None:
-                assert min(pl.NIC_LEVEL_RANK.get(x, 9) for x in lvl) == best
+                assert min(pnics.NIC_LEVEL_RANK.get(x, 9) for x in lvl) == best
 
 
 def test_dgx1_hybrid_cube_mesh_tp4_stays_in_a_quad():
@@ -306,17 +310,17 @@ def test_dgx1_tp8_ring_stays_on_nvlink():
     p = pl.build_plan(doc, tp=8)
     tier = p["tiers"]["tp"]
     assert tier["where"] == "nvlink"
-    v = pl.node_view(doc)
+    v = pview.node_view(doc)
     assert tier["intra_GBps"] == pytest.approx(2 * 20.0)          # NV2 on V100: 2 x 20 GB/s (NCCL sm70)
-    assert pl.best_ring(v, [0, 1, 2, 3, 4, 5, 6, 7]) == (pytest.approx(40.0), True)
+    assert pview.best_ring(v, [0, 1, 2, 3, 4, 5, 6, 7]) == (pytest.approx(40.0), True)
     # brute force agrees: no cycle does better, and some pair is narrower (GPU0-GPU5: no NVLink, NCCL
     # relays through a peer, NVB)
     assert min(v.pair_bw(a, b) for a, b in itertools.combinations(range(8), 2)) < 40
     # a group split over two sockets without NVLink between them stays "pcie"
     pc = load_topology("example:pcie-8x-consumer") if "pcie-8x-consumer" in list_examples() else None
     if pc is not None:
-        vp = pl.node_view(pc)
-        bw, nv = pl.best_ring(vp, [0, 2, 4, 6])
+        vp = pview.node_view(pc)
+        bw, nv = pview.best_ring(vp, [0, 2, 4, 6])
         assert not nv and bw == pytest.approx(min(vp.pair_bw(0, 4), vp.pair_bw(2, 6)))
 
 
@@ -336,13 +340,13 @@ def test_cpu_binding_partitions_each_numa_node(numa_nodes, cores, smt, interleav
     for g, n in zip(doc["gpus"], gpu_numa):
         g["numa_node"] = n % numa_nodes
         g["numa_affinity"] = [n % numa_nodes]
-    v = pl.node_view(doc)
-    b = pl.cpu_binding(v, [g["index"] for g in doc["gpus"]])
+    v = pview.node_view(doc)
+    b = pbind.cpu_binding(v, [g["index"] for g in doc["gpus"]])
     by_numa = {}
     for x in b:
         by_numa.setdefault(x["numa_node"], []).append(x)
     slots = []
-    core_of = pl.core_map(v)
+    core_of = pbind.core_map(v)
     for numa, xs in by_numa.items():
         node_cpus = set(parse_cpulist(doc["numa_nodes"][numa]["cpus"]))
         sets = [set(parse_cpulist(x["cpus"])) for x in xs]
@@ -353,7 +357,7 @@ def test_cpu_binding_partitions_each_numa_node(numa_nodes, cores, smt, interleav
             assert sum(len(s) for s in sets) == len(set().union(*sets)) == len(node_cpus)
             slots += [c for x in xs for c in parse_cpulist(x["logical_cores"])]
     assert len(slots) == len(set(slots))
-    assert all(0 <= s < len(set(pl.core_map(v).values())) for s in slots)
+    assert all(0 <= s < len(set(pbind.core_map(v).values())) for s in slots)
 
 
 @settings(max_examples=200, deadline=None)
@@ -364,7 +368,7 @@ def test_cpu_binding_partitions_each_numa_node(numa_nodes, cores, smt, interleav
 def test_a_nodes_share_of_the_groups_equals_the_filtered_groups(tp, ep, dp, pp, order, token, offset, lo, width):
     """RankGenerator.get_local_ranks (a node's share, computed from its ranks only) equals Megatron's
     groups filtered to the node."""
-    from gpucomm.planners.placement.layout import RankGenerator
+    from gpucomm.planners.placement.ranks import RankGenerator
 
     if "ep" not in order and ep > 1:
         order += "-ep"

@@ -16,6 +16,8 @@ from support import run_cli
 from gpucomm.planners.plan import build_full_plan
 from gpucomm.planners.placement import models as ms
 from gpucomm.planners.placement import layout as pl
+from gpucomm.planners.placement import nodeview as pview
+from gpucomm.planners.placement import ranks as pranks
 from gpucomm.probes.errors import InputError, PlanInfeasible
 from support import hgx_doc
 
@@ -220,7 +222,7 @@ def test_memory_most_loaded_stage_holds_the_embedding():
 
 def test_volumes_and_bubble():
     doc = hgx_doc()
-    v = pl.node_view(doc)
+    v = pview.node_view(doc)
     m = ms.parse_model_spec("llama-8b,gbs=64,seq=4096")
     axes = {"tp": 8, "pp": 2, "dp": 1, "cp": 1, "ep": 1}
     lay = pl.make_layout(v, 2, 8, axes)
@@ -319,10 +321,10 @@ def test_ranking_stops_timing_only_what_cannot_rank(nodes, model, top):
 
 
 def test_ranking_llama70b_on_64_gpus():
-    v = pl.node_view(hgx_doc())
+    v = pview.node_view(hgx_doc())
     m = ms.parse_model_spec("llama-70b")
     assert len(ms.candidate_axes(m, 64, 8, {})) > 20
-    rows = ms.rank_factorizations(v, 8, 8, m, pl.DEFAULT_ORDER, top=4)
+    rows = ms.rank_factorizations(v, 8, 8, m, pranks.DEFAULT_ORDER, top=4)
     assert len(rows) == 4 and all(r["estimate"]["memory"]["fits"] for r in rows)
     times = [r["estimate"]["step_time_s"] for r in rows]
     assert times == sorted(times)
@@ -350,21 +352,21 @@ def test_ranking_through_the_cli(hgx_file):
 
 
 def test_uneven_pipeline_stages_for_405b():
-    v = pl.node_view(hgx_doc())
+    v = pview.node_view(hgx_doc())
     m = ms.parse_model_spec("llama-405b,gbs=2048")
-    rows = ms.rank_factorizations(v, 64, 8, m, pl.DEFAULT_ORDER, {"tp": 8, "pp": 16})
+    rows = ms.rank_factorizations(v, 64, 8, m, pranks.DEFAULT_ORDER, {"tp": 8, "pp": 16})
     assert rows and all(r["parallelism"]["pp"] == 16 for r in rows)
     assert any("uneven stages" in a for a in rows[0]["estimate"]["assumptions"])
     with pytest.raises(PlanInfeasible, match="does not fit"):
-        ms.rank_factorizations(v, 1, 8, m, pl.DEFAULT_ORDER)
+        ms.rank_factorizations(v, 1, 8, m, pranks.DEFAULT_ORDER)
 
 
 @pytest.mark.slow   # NCCL's search in Python on 2-node GPU subsets: tens of seconds
 def test_moe_needs_experts_for_ep():
-    v = pl.node_view(hgx_doc())
+    v = pview.node_view(hgx_doc())
     m = ms.parse_model_spec("layers=16,hidden=4096,heads=32,experts=8,topk=2,ffn=14336,gbs=64")
     assert any(a["ep"] > 1 for a in ms.candidate_axes(m, 16, 8, {}))
-    rows = ms.rank_factorizations(v, 2, 8, m, pl.DEFAULT_ORDER, {"ep": 4}, top=2)
+    rows = ms.rank_factorizations(v, 2, 8, m, pranks.DEFAULT_ORDER, {"ep": 4}, top=2)
     # Megatron: ep comes out of dp*cp (the world is tp*cp*dp*pp), and cp may be > 1 beside ep.
     assert rows and all(r["parallelism"]["ep"] == 4 for r in rows)
     assert all((p["tp"] * p["cp"] * p["dp"] * p["pp"], (p["dp"] * p["cp"] * p["tp"]) % (p["ep"] * p["etp"]))
@@ -396,11 +398,11 @@ def test_405b_without_axes_falls_back_to_uneven_pipelines():
     and a power-of-two GPU count leave only pp = 1 or 2 when pp must divide the layers, and the
     6 bytes/param that the distributed optimizer does not shard need a deep pipeline.  Llama 3
     405B trains on pp=16 with uneven stages; the ranking now tries those when nothing else fits."""
-    v = pl.node_view(hgx_doc())
+    v = pview.node_view(hgx_doc())
     m = ms.parse_model_spec("llama-405b")
     even = ms.candidate_axes(m, 512, 8, {})
     assert {a["pp"] for a in even} <= {1, 2}
-    rows = ms.rank_factorizations(v, 64, 8, m, pl.DEFAULT_ORDER, top=1)
+    rows = ms.rank_factorizations(v, 64, 8, m, pranks.DEFAULT_ORDER, top=1)
     best = rows[0]
     assert best["estimate"]["memory"]["fits"] is True and 126 % best["parallelism"]["pp"]
     assert any("uneven stages" in a for a in best["estimate"]["assumptions"])
@@ -410,7 +412,7 @@ def test_uneven_stages_cost_compute_and_memory():
     """The slowest (ceil(l/p)-layer) stage sets the pace and the memory: 10 layers on pp=4 run at
     12/10 of the balanced compute time, and the first stage holds 3 layers' weights, not 2.5."""
     m = ms.parse_model_spec("layers=10,hidden=4096,heads=32,ffn=14336,vocab=1000,gbs=64,zero=0")
-    v = pl.node_view(hgx_doc())
+    v = pview.node_view(hgx_doc())
     est = {}
     for pp in (2, 4):
         lay = pl.make_layout(v, 1, 8, {"tp": 2, "pp": pp, "dp": 8 // (2 * pp), "cp": 1, "ep": 1})

@@ -181,7 +181,7 @@ def small_machines(draw):
     return doc
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(small_machines())
 def test_widest_channel_is_exact_on_small_machines(doc):
     idx = sorted(g["index"] for g in doc["gpus"])[:6]
@@ -340,7 +340,7 @@ def damaged_docs(draw):
     return doc
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(damaged_docs(), st.sampled_from([1, 2]))
 def test_damaged_documents_never_crash(doc, nodes):
     from gpucomm.probes.errors import GpucommError

@@ -363,7 +363,7 @@ def draw_select_nodes(res: dict, console) -> None:
 def select_nodes_cmd(topo: Optional[str], nodes: Optional[int], cluster: Optional[str], free: Optional[str],
                      count: Optional[int], nvlink_domain: Optional[int] = None) -> None:
     from gpucomm.planners.placement.cluster import load_cluster
-    from gpucomm.planners.placement.select import select_nodes
+    from gpucomm.planners.placement.select import node_nic_gbps, select_nodes
     from gpucomm.render.output import emit as emit_doc
 
     if nodes is None or cluster is None:
@@ -376,21 +376,13 @@ def select_nodes_cmd(topo: Optional[str], nodes: Optional[int], cluster: Optiona
         from gpucomm.planners.placement.cluster import with_consecutive_domains
 
         cl = with_consecutive_domains(cl, nvlink_domain)
-    res = select_nodes(cl, nodes, free_hosts, nic_gbps=_node_nic_gbps(cl.doc(cl.nodes[0])))
+    res = select_nodes(cl, nodes, free_hosts, nic_gbps=node_nic_gbps(cl.doc(cl.nodes[0])))
     emit_doc(res, table=lambda console: draw_select_nodes(res, console), extra={"list": lambda: res["hostlist"]},
              allowed=["table", "json", "yaml", "list"])
     for w in res.get("warnings", []) + cl.warnings:
         diag(f"gpucomm: warning: {w}")
 
 
-def _node_nic_gbps(doc: dict) -> Optional[float]:
-    """One node's RDMA rate to the fabric (its compute NICs, summed), or None."""
-    from gpucomm.planners.placement.layout import compute_nics
-    from gpucomm.probes.facts import nic_is_rdma, nic_rate_gbps
-
-    nics = {n["name"]: n for n in doc.get("nics") or [] if isinstance(n, dict) and n.get("name")}
-    rate = sum((nic_rate_gbps(n) or 0) for n in compute_nics(nics).values() if nic_is_rdma(n)) if nics else 0
-    return rate or None
 
 
 # ============================================================================================
@@ -417,6 +409,7 @@ def synth(
     import yaml
 
     from gpucomm.planners.placement.cluster import synth_cluster, synth_ibnetdiscover
+    from gpucomm.planners.placement.select import node_nic_gbps
     from gpucomm.probes.load import load_topology
 
     from gpucomm.render.output import chosen_format, write_text
@@ -431,7 +424,7 @@ def synth(
     if (nodes is None) == (fabric_file is None):
         usage_error("give --nodes N (a synthetic fat tree) or --fabric FILE (a real one), not both")
     doc = load_topology(node)  # the node must load, and gives the uplink speed
-    rate = _node_nic_gbps(doc)
+    rate = node_nic_gbps(doc)
     src = node
     if out_dir is not None and not node.startswith("example:"):
         src = os.path.relpath(os.path.abspath(node), os.path.abspath(out_dir))

@@ -696,13 +696,13 @@ def document(p: timing.Profile, fitted: Sequence[str], topo, topology_source: st
     }
 
 
-def profile_from_document(doc, source: str = "<calibration>") -> timing.Profile:
+def profile_from_document(profile, source: str = "<calibration>") -> timing.Profile:
     """The :class:`~gpucomm.planners.collectives.timing.Profile` of a ``gpucomm.calibration/v1``
     document.  Raises InputError (one line, naming ``source``) for anything else."""
-    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+    if not isinstance(profile, dict) or profile.get("schema") != SCHEMA:
         raise InputError("not a calibration profile", source, expected=f'a JSON document with "schema": "{SCHEMA}" '
                          "(written by gpucomm calibrate or gpucomm bench --save-calibration)")
-    params = doc.get("parameters")
+    params = profile.get("parameters")
     if not isinstance(params, dict):
         raise InputError("calibration profile has no 'parameters' mapping", source)
     vals = {}
@@ -728,11 +728,11 @@ def profile_from_document(doc, source: str = "<calibration>") -> timing.Profile:
     return timing.Profile(**vals)
 
 
-def applied_note(doc: dict, source: str, topo: Union[Topology, dict]) -> list[str]:
+def applied_note(profile: dict, source: str, topo: Union[Topology, dict]) -> list[str]:
     """The notes a prediction with a profile carries: which profile, and any sign that it was fitted
     on another machine (GPU model, GPU count, NIC rate)."""
-    out = [f"calibrated: {source} (fitted: {', '.join(doc.get('fitted') or []) or 'nothing'})"]
-    fitted_on = doc.get("machine") if isinstance(doc.get("machine"), dict) else {}
+    out = [f"calibrated: {source} (fitted: {', '.join(profile.get('fitted') or []) or 'nothing'})"]
+    fitted_on = profile.get("machine") if isinstance(profile.get("machine"), dict) else {}
     here = machine_summary(topo)
     diffs = [f"{k} {fitted_on.get(k)!r} there, {here.get(k)!r} here" for k in ("gpu", "gpus", "nic_gbps")
              if fitted_on.get(k) is not None and here.get(k) is not None and fitted_on.get(k) != here.get(k)]

@@ -447,17 +447,7 @@ def _topology_for_reference(topo: Topology, fabric_gbps: Optional[float]) -> Top
     socket transport) even when the transport delivers less."""
     if fabric_gbps is None or all(n.rate_gbps for n in topo.nics):
         return topo
-    import copy
-
-    out = copy.deepcopy(topo.doc)
-    for nic in out["nics"]:
-        if facts.nic_rate_gbps(nic):
-            continue
-        ports = nic.get("ports") or [{"port": 1, "state": "ACTIVE"}]
-        nic["ports"] = [dict(p, rate_gbps=float(fabric_gbps), state=p.get("state") or "ACTIVE") for p in ports]
-    view = Topology(out, topo.source)
-    view.absorb(topo)
-    return view
+    return topo.with_nic_rate(fabric_gbps)
 
 
 # --------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import re
 from typing import Any, Optional
 
 from gpucomm.probes.formats.nccllog import PATH_TYPES, TREE_PATTERNS, nccl_bus_id
+from gpucomm.probes.topology import Topology
 
 
 def _fmt(x: Any) -> str:
@@ -33,23 +34,19 @@ def pick_graph(log: dict, patterns: tuple) -> Optional[dict]:
                                      g.get("line") or 0))
 
 
-def _doc_gpus(doc: dict) -> dict:
-    """GPU index -> normalised PCI bus id (lower case) of a topology document."""
-    out = {}
-    for g in doc.get("gpus") or []:
-        if isinstance(g, dict) and isinstance(g.get("index"), int) and g.get("pci_bus_id"):
-            out[g["index"]] = str(g["pci_bus_id"]).lower()
-    return out
+def _bus_ids(topo: Topology) -> dict:
+    """GPU index -> PCI bus id (lower case) of the GPUs that have one."""
+    return {g.index: g.pci_bus_id.lower() for g in topo.gpus if g.pci_bus_id}
 
 
-def rank_to_gpu(log: dict, doc: dict, gpus: list) -> tuple:
-    """Local rank -> GPU index of ``doc`` for the ``len(gpus)`` ranks of a node: by PCI bus id (the
+def rank_to_gpu(log: dict, topo: Topology, gpus: list) -> tuple:
+    """Local rank -> GPU index of ``topo`` for the ``len(gpus)`` ranks of a node: by PCI bus id (the
     log's topology dump, comm lines or nccl-tests header), else by CUDA device (assumes no
     CUDA_VISIBLE_DEVICES reordering), else local rank k = k-th of ``gpus``.  Returns (mapping,
     how, warnings)."""
     L = log.get("local_ranks") or len(gpus)
     n = len(gpus)
-    bus_to_idx = {b: i for i, b in _doc_gpus(doc).items() if i in gpus}
+    bus_to_idx = {b: i for i, b in _bus_ids(topo).items() if i in gpus}
     by_bus: dict = {}
     by_dev: dict = {}
     for info in sorted(log.get("ranks") or [], key=lambda x: x["rank"]):
@@ -124,7 +121,7 @@ def _node_chain(order: list, L: int, node: int = 0) -> Optional[list]:
     return chain if len(chain) == len(mine) else None
 
 
-def _paths_vs_ours(log: dict, doc: dict) -> dict:
+def _paths_vs_ours(log: dict, topo: Topology) -> dict:
     """NCCL's GPU->GPU path types (its path print, for the first host that printed one) next to our
     model's (NCCL's system of the node, :func:`gpucomm.planners.nccl.sysview.node_system`), matched by
     PCI bus id."""
@@ -136,9 +133,8 @@ def _paths_vs_ours(log: dict, doc: dict) -> dict:
     if not rows:
         return {"compared": 0, "same": 0, "differ": [], "p2p_off": []}
     host = rows[0]["host"]
-    gpus = _doc_gpus(doc)
-    by_bus = {b: i for i, b in gpus.items()}
-    ns = node_system(doc)   # the plan was built from this document, so NCCL's model runs on it
+    by_bus = {b: i for i, b in _bus_ids(topo).items()}
+    ns = node_system(topo)   # the plan was built from this topology, so NCCL's model runs on it
     by_node = {ns.nodes[g]["bus"]: g for g in ns.gpus}
     compared = same = 0
     differ, off = [], []
@@ -176,26 +172,14 @@ def _shm_pairs(log: dict, mapping: dict) -> list:
     return sorted(set(out))
 
 
-def _adjusted_reference(doc: dict, pairs: list, nodes: int, gpus: list) -> Optional[dict]:
-    """nccl_reference on a copy of ``doc`` with NVML P2P status NOT_SUPPORTED between ``pairs``."""
-    import copy
-
+def _adjusted_reference(topo: Topology, pairs: list, nodes: int, gpus: list) -> Optional[dict]:
+    """nccl_reference on the machine of ``topo`` with NVML P2P status NOT_SUPPORTED between ``pairs``."""
     from gpucomm.probes.errors import GpucommError
 
     from gpucomm.planners.nccl.comm import nccl_reference
 
-    d2 = copy.deepcopy(doc)
-    bus = _doc_gpus(d2)
-    for g in d2.get("gpus") or []:
-        mine = g.get("index")
-        for a, b in pairs:
-            other = b if mine == a else a if mine == b else None
-            if other is not None and other in bus:
-                p2p = g.get("p2p") if isinstance(g.get("p2p"), dict) else {}
-                p2p[bus[other]] = "NOT_SUPPORTED"
-                g["p2p"] = p2p
     try:
-        return nccl_reference(d2, nodes=nodes, gpus=gpus)
+        return nccl_reference(topo.with_p2p(pairs, "NOT_SUPPORTED"), nodes=nodes, gpus=gpus)
     except GpucommError:
         return None
 
@@ -244,8 +228,8 @@ def _version_note(log: dict, diffs: list) -> list:
     return []
 
 
-def _base_section(log: dict, nodes: int, gpus: list, doc: dict) -> tuple:
-    mapping, how, warns = rank_to_gpu(log, doc, gpus)
+def _base_section(log: dict, nodes: int, gpus: list, topo: Topology) -> tuple:
+    mapping, how, warns = rank_to_gpu(log, topo, gpus)
     warns = _layout_warnings(log, nodes, len(gpus)) + warns
     kinds = dict(log.get("transport_kinds") or {})
     by_via: dict = {}
@@ -271,12 +255,12 @@ def _base_section(log: dict, nodes: int, gpus: list, doc: dict) -> tuple:
     return sec, mapping, warns
 
 
-def _p2p_note(log: dict, doc: dict, mapping: dict, nodes: int, gpus: list,
+def _p2p_note(log: dict, topo: Topology, mapping: dict, nodes: int, gpus: list,
               g: Optional[dict], key: str = "ring") -> tuple:
     """Pairs where NCCL had no P2P but our topology would (path print or SHM transports), and what
     our model of NCCL predicts with P2P off there.  Returns (paths summary, adjusted dict, notes,
     the adjusted model's full reference dict or None)."""
-    paths = _paths_vs_ours(log, doc)
+    paths = _paths_vs_ours(log, topo)
     pairs = sorted(set(paths.pop("p2p_off")) | set(_shm_pairs(log, mapping)))
     notes = []
     if paths["compared"]:
@@ -289,7 +273,7 @@ def _p2p_note(log: dict, doc: dict, mapping: dict, nodes: int, gpus: list,
     adjusted = adj = None
     if pairs:
         why = [k for k in ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL") if k in (log.get("env") or {})]
-        adj = _adjusted_reference(doc, pairs, nodes, gpus)
+        adj = _adjusted_reference(topo, pairs, nodes, gpus)
         if adj is not None:
             adjusted = dict(_model_summary(adj, key) or {}, p2p_off_pairs=[list(p) for p in pairs])
             _, diffs = _graph_diffs(g, adjusted, (log.get("nnodes") or nodes) > 1)
@@ -306,13 +290,14 @@ def _p2p_note(log: dict, doc: dict, mapping: dict, nodes: int, gpus: list,
     return paths, adjusted, notes, adj
 
 
-def compare_rings(log: dict, plan: dict, ref: Optional[dict], doc: dict, nodes: int) -> dict:
+def compare_rings(log: dict, plan: dict, ref: Optional[dict], topo, nodes: int) -> dict:
     """The ``nccl_log`` section of ``gpucomm rings --compare``: what NCCL did per the log (channels,
     ring graph, per-channel orders, transports) next to our model of NCCL (``ref``, the full
     :func:`gpucomm.planners.nccl.comm.nccl_reference` dict) and our rings (``plan``, gpucomm.rings/v1),
     with a one-line verdict."""
     gpus = list(plan.get("gpus") or [])
-    sec, mapping, warns = _base_section(log, nodes, gpus, doc)
+    topo = Topology.of(topo)
+    sec, mapping, warns = _base_section(log, nodes, gpus, topo)
     L = log.get("local_ranks") or len(gpus)
     lnodes = log.get("nnodes") or nodes
     g = pick_graph(log, (4,))
@@ -346,11 +331,11 @@ def compare_rings(log: dict, plan: dict, ref: Optional[dict], doc: dict, nodes: 
                               "same_as_ours": None if not order_nccl or not ours0 else
                               (_same_cycle(order_nccl, ours0) if not inter else order_nccl == ours0)}
     comp["orders"] = _orders_vs_model(rings, ref, inter)
-    paths, adjusted, notes, _ = _p2p_note(log, doc, mapping, nodes, gpus, g, "ring")
+    paths, adjusted, notes, _ = _p2p_note(log, topo, mapping, nodes, gpus, g, "ring")
     comp["paths"] = paths
     comp["adjusted_model"] = adjusted
     if order_nccl and ours0 and len(order_nccl) == len(ours0) and not comp["order_channel0"]["same_as_ours"]:
-        if set(order_nccl) == set(ours0) and _one_nvswitch(doc):
+        if set(order_nccl) == set(ours0) and _one_nvswitch(topo):
             notes.append("channel orders differ, which costs nothing here: every GPU hangs off one NVSwitch, "
                          "so any order loads each NVLink the same")
     sec["comparison"] = comp
@@ -387,7 +372,7 @@ def compare_rings(log: dict, plan: dict, ref: Optional[dict], doc: dict, nodes: 
     parts.append(f"our rings give {_fmt(ours_bw)} GB/s" +
                  (f" vs NCCL's {_fmt(nccl_bw)}" if nccl_bw is not None else ""))
     sec["verdict"] = "; ".join(parts)
-    sec["transport"], tnote = transport_vs_probe(log, doc)
+    sec["transport"], tnote = transport_vs_probe(log, topo)
     if tnote:
         notes.append(tnote)
     sec["notes"] = notes + [n for n in _version_note(log, diffs) if n not in notes]
@@ -395,16 +380,15 @@ def compare_rings(log: dict, plan: dict, ref: Optional[dict], doc: dict, nodes: 
     return sec
 
 
-def transport_vs_probe(log: dict, doc: dict) -> tuple[Optional[dict], Optional[str]]:
+def transport_vs_probe(log: dict, topo) -> tuple[Optional[dict], Optional[str]]:
     """({log, probe, differs}, the note when the log's inter-node transport is not the one the probe
     expects NCCL to choose) -- None when the log shows no network."""
     from gpucomm.planners.collectives import transport as tr
-    from gpucomm.probes.topology import Topology
 
     seen = tr.from_log(log, log.get("source") or "the NCCL log")
     if seen is None:
         return None, None
-    expect = tr.from_probe(Topology.of(doc))
+    expect = tr.from_probe(Topology.of(topo))
     differs = seen.name != expect.name
     rec = {"log": seen.to_dict(), "probe": expect.to_dict(), "differs": differs}
     if not differs:
@@ -466,21 +450,21 @@ def _same_cycle(a: list, b: list) -> bool:
     return rot == a or [rot[0]] + rot[1:][::-1] == a
 
 
-def _one_nvswitch(doc: dict) -> bool:
+def _one_nvswitch(topo: Topology) -> bool:
     """Every GPU's NVLinks go to NVSwitches (HGX/DGX): any ring order loads each link the same."""
-    nvs = {s.get("id") for s in doc.get("switches") or [] if isinstance(s, dict) and s.get("kind") == "nvswitch"}
-    gpus = [g.get("pci_bus_id") or f"GPU{g.get('index')}" for g in doc.get("gpus") or [] if isinstance(g, dict)]
+    nvs = {s.id for s in topo.switches.values() if s.kind == "nvswitch"}
+    gpus = [g.id for g in topo.gpus]
     if not nvs or not gpus:
         return False
     ends: dict = {}
-    for lk in doc.get("links") or []:
-        if isinstance(lk, dict) and lk.get("kind") == "nvlink":
-            for a, b in ((lk.get("a"), lk.get("b")), (lk.get("b"), lk.get("a"))):
+    for lk in topo.links:
+        if lk.kind == "nvlink":
+            for a, b in ((lk.a, lk.b), (lk.b, lk.a)):
                 ends.setdefault(a, set()).add(b)
     return all(ends.get(g) and ends[g] <= nvs for g in gpus)
 
 
-def compare_trees(log: dict, plan: dict, ref: Optional[dict], doc: dict, nodes: int) -> dict:
+def compare_trees(log: dict, plan: dict, ref: Optional[dict], topo, nodes: int) -> dict:
     """The ``nccl_log`` section of ``gpucomm trees --compare``: NCCL's tree channels and tree graph
     per the log next to our model of NCCL and our trees (``plan``, gpucomm.trees/v1); every logged
     ``(channel, rank) -> up/down`` entry is checked against our trees and against trees rebuilt
@@ -493,7 +477,8 @@ def compare_trees(log: dict, plan: dict, ref: Optional[dict], doc: dict, nodes: 
     first = (plan.get("channels") or [{}])[0].get("ranks") or []
     sel = [r["gpu"] for r in sorted(first, key=lambda r: r["rank"]) if r.get("node") == 0]
     gpn = plan.get("gpus_per_node") or len(sel)
-    sec, mapping, warns = _base_section(log, nodes, sel, doc)
+    topo = Topology.of(topo)
+    sec, mapping, warns = _base_section(log, nodes, sel, topo)
     L = log.get("local_ranks") or gpn
     lnodes = log.get("nnodes") or nodes
     g = pick_graph(log, TREE_PATTERNS)
@@ -574,7 +559,7 @@ def compare_trees(log: dict, plan: dict, ref: Optional[dict], doc: dict, nodes: 
             chains.append(loc)
         rebuilt = check_chains(chains, g["pattern_name"])
     comp["links_vs_nccl_chains"] = rebuilt
-    paths, adjusted, notes, adj_ref = _p2p_note(log, doc, mapping, nodes, sel, g, "tree")
+    paths, adjusted, notes, adj_ref = _p2p_note(log, topo, mapping, nodes, sel, g, "tree")
     comp["paths"] = paths
     comp["adjusted_model"] = adjusted
     # the trees our model of NCCL builds with P2P off where the log shows it off
@@ -616,14 +601,12 @@ def rings_with_log(doc, log: dict, gpus: Optional[list] = None, channels: str = 
                    nvlink_domain: Optional[int] = None) -> dict:
     """``gpucomm rings --compare LOG``: our rings (gpucomm.rings/v1) with the ``nccl_log`` section of
     :func:`compare_rings` (``log``: a parsed NCCL debug log)."""
-    from gpucomm.probes.topology import Topology
-
     from gpucomm.planners.collectives.rings import search_rings
 
     topo = Topology.of(doc)
     plan = search_rings(topo, gpus=gpus, channels=channels, nodes=nodes, nvlink_domain=nvlink_domain)
     out = plan.to_dict()
-    out["nccl_log"] = compare_rings(log, out, plan.nccl_reference, topo.doc, nodes)
+    out["nccl_log"] = compare_rings(log, out, plan.nccl_reference, topo, nodes)
     return out
 
 
@@ -631,12 +614,10 @@ def trees_with_log(doc, log: dict, nodes: int = 1, gpus_per_node: Optional[int] 
                    gpus: Optional[list] = None, nvlink_domain: Optional[int] = None) -> dict:
     """``gpucomm trees --compare LOG``: our trees (gpucomm.trees/v1) with the ``nccl_log`` section of
     :func:`compare_trees`."""
-    from gpucomm.probes.topology import Topology
-
     from gpucomm.planners.collectives.trees import build_trees
 
     topo = Topology.of(doc)
     plan = build_trees(topo, nodes=nodes, gpus_per_node=gpus_per_node, gpus=gpus, nvlink_domain=nvlink_domain)
     out = plan.to_dict()
-    out["nccl_log"] = compare_trees(log, out, plan.nccl_reference, topo.doc, nodes)
+    out["nccl_log"] = compare_trees(log, out, plan.nccl_reference, topo, nodes)
     return out

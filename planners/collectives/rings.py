@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Union
 
 from gpucomm.probes.errors import InputError, NothingToDo, PlanInfeasible, TopologyError
-from gpucomm.probes.topology import Topology
+from gpucomm.probes.topology import Topology, check_document
 
 from gpucomm.planners.nccl.comm import nccl_reference, tray_layout
 from gpucomm.planners.nccl.names import MAXCHANNELS
@@ -173,8 +173,7 @@ def search_rings(doc: Any, gpus: Optional[Iterable[int]] = None, channels: Union
     want = _parse_channels(channels)
     if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
         raise InputError(f"--nodes {nodes!r} is out of range", expected="an integer >= 1")
-    if isinstance(doc, dict) and not isinstance(doc.get("gpus", []), list):
-        raise InputError("not a topology document", expected="a gpucomm.topology/v1 mapping")
+    check_document(doc)
     topo = Topology.of(doc)
     if not topo.gpus:
         raise NothingToDo("topology has no GPUs")

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from gpucomm.probes.errors import InputError, NothingToDo, PlanInfeasible
-from gpucomm.probes.topology import Topology
+from gpucomm.probes.topology import Topology, check_document
 
 from gpucomm.planners.collectives.validate import validate_tree
 from gpucomm.planners.nccl import comm as nccl_comm
@@ -236,8 +236,7 @@ def build_trees(doc: Any, nodes: int = 1, gpus_per_node: Optional[int] = None, *
 
     if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
         raise InputError(f"--nodes {nodes!r} is out of range", expected="an integer >= 1")
-    if isinstance(doc, dict) and not isinstance(doc.get("gpus", []), list):
-        raise InputError("not a topology document", expected="a gpucomm.topology/v1 mapping")
+    check_document(doc)
     topo = Topology.of(doc)
     allg = sorted(g.index for g in topo.gpus)
     if not allg:

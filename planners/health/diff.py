@@ -29,17 +29,17 @@ from collections import Counter
 from typing import Any, Optional
 
 from gpucomm.planners.health.stream import VOLATILE_KEYS, NodeClasses, stream_sources
-from gpucomm.probes.model import gpu_id, nic_id
 from gpucomm.probes.model import natural_key as _natural
+from gpucomm.probes.topology import PCIe, Topology, json_scalar
 
 SCHEMA = "gpucomm.diff/v1"
 
 
-def _pcie_text(p: Any) -> Optional[str]:
-    if not isinstance(p, dict):
+def _pcie_text(p: Optional[PCIe]) -> Optional[str]:
+    if p is None:
         return None
     # current gen is left out on purpose: GPUs drop PCIe speed when idle, width does not change.
-    w, mw, mg = p.get("width"), p.get("max_width"), p.get("max_gen")
+    w, mw, mg = p.width, p.max_width, p.max_gen
     if w is None and mw is None:
         return None
     s = f"x{w}" if w is not None else "x?"
@@ -48,80 +48,68 @@ def _pcie_text(p: Any) -> Optional[str]:
     return s
 
 
-def _scalar(v: Any) -> Any:
-    """JSON scalars pass; anything else (a list where a string belongs) is unknown."""
-    if v is None or isinstance(v, (str, bool, int)):
-        return v
-    if isinstance(v, float):
-        return v if v == v and abs(v) != float("inf") else None
-    return None
+def _gib(v: Optional[int]) -> Optional[int]:
+    return round(v / (1 << 30)) if v is not None else None
 
 
-def _gib(v: Any) -> Optional[int]:
-    v = _scalar(v)
-    return round(v / (1 << 30)) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
-def fingerprint(doc: dict) -> dict:
-    """Flatten a topology into comparable attributes (see the module docstring)."""
+def fingerprint(topo) -> dict:
+    """Flatten a topology (a :class:`Topology` or a document) into comparable attributes (see the
+    module docstring)."""
     from gpucomm.planners.health.doctor import nvlink_totals
-    from gpucomm.probes.topology import clean_document
 
-    doc = clean_document(doc)[0]   # what Topology.of(doc).doc holds, without building the view
+    topo = Topology.of(topo)
     fp: dict = {}
-    host = doc.get("host") or {}
     for k in ("driver_version", "cuda_version", "cpu_vendor", "cpu_model", "cpu_arch", "sockets", "os", "kernel",
               "iommu", "gdr"):
-        fp[f"host.{k}"] = _scalar(host.get(k))
-    gpus = sorted(doc.get("gpus", []), key=lambda g: g["index"])
+        fp[f"host.{k}"] = json_scalar(topo.host.get(k))
+    gpus = topo.gpus    # in index order
     fp["gpus.count"] = len(gpus)
     # a GPU without a name (an NCCL XML names none) makes the summary unknown, not a difference
-    models = Counter(g.get("name") for g in gpus)
+    models = Counter(g.name for g in gpus)
     fp["gpus.models"] = (", ".join(f"{n}x {m}" for m, n in sorted(models.items()))
                          if gpus and None not in models else None)
-    nvl = nvlink_totals(doc)
+    nvl = nvlink_totals(topo)
     for g in gpus:
-        k = f"GPU{g['index']}"
+        k = g.key
         fp[f"{k}.present"] = True
-        fp[f"{k}.name"] = g.get("name")
-        fp[f"{k}.pci_bus_id"] = g.get("pci_bus_id")
-        fp[f"{k}.memory_GiB"] = _gib(g.get("memory_bytes"))
-        fp[f"{k}.compute_capability"] = _scalar(g.get("compute_capability"))
-        fp[f"{k}.numa_node"] = g.get("numa_node")
-        fp[f"{k}.cpu_affinity"] = g.get("cpu_affinity")
-        fp[f"{k}.pcie"] = _pcie_text(g.get("pcie"))
+        fp[f"{k}.name"] = g.name
+        fp[f"{k}.pci_bus_id"] = g.pci_bus_id
+        fp[f"{k}.memory_GiB"] = _gib(g.memory_bytes)
+        fp[f"{k}.compute_capability"] = g.compute_capability
+        fp[f"{k}.numa_node"] = g.numa_node
+        fp[f"{k}.cpu_affinity"] = g.cpu_affinity
+        fp[f"{k}.pcie"] = _pcie_text(g.pcie)
         fp[f"{k}.nvlinks_active"] = nvl.get(k, (None,))[0]
-        fp[f"{k}.mig"] = g.get("mig")
-    nics = sorted(doc.get("nics", []), key=lambda n: _natural(n["name"]))
+        fp[f"{k}.mig"] = g.mig
+    nics = sorted(topo.nics, key=lambda n: _natural(n.name))
     fp["nics.count"] = len(nics)
     for n in nics:
-        k = n["name"]
+        k = n.name
         fp[f"{k}.present"] = True
-        fp[f"{k}.pci_bus_id"] = n.get("pci_bus_id")
-        fp[f"{k}.numa_node"] = n.get("numa_node")
-        fp[f"{k}.link_layer"] = n.get("link_layer")
-        fp[f"{k}.fw_ver"] = n.get("fw_ver")
-        fp[f"{k}.pcie"] = _pcie_text(n.get("pcie"))
-        for p in n.get("ports") or []:
-            fp[f"{k}.port{p.get('port')}.state"] = p.get("state")
-            fp[f"{k}.port{p.get('port')}.rate_gbps"] = p.get("rate_gbps")
-    numa = sorted(doc.get("numa_nodes", []), key=lambda n: n.get("id", 0))
+        fp[f"{k}.pci_bus_id"] = n.pci_bus_id
+        fp[f"{k}.numa_node"] = n.numa_node
+        fp[f"{k}.link_layer"] = n.link_layer
+        fp[f"{k}.fw_ver"] = n.fw_ver
+        fp[f"{k}.pcie"] = _pcie_text(n.pcie)
+        for p in n.ports:
+            fp[f"{k}.port{p.port}.state"] = p.state
+            fp[f"{k}.port{p.port}.rate_gbps"] = p.rate_gbps
+    numa = sorted(topo.cpus.values(), key=lambda c: c.numa)
     fp["numa.count"] = len(numa) if numa else None
-    for n in numa:
-        fp[f"numa{n.get('id')}.cpus"] = n.get("cpus")
-        fp[f"numa{n.get('id')}.memory_GiB"] = _gib(n.get("memory_bytes"))
-    kinds = Counter(s.get("kind") for s in doc.get("switches", []))
+    for c in numa:
+        fp[f"numa{c.numa}.cpus"] = c.cpulist
+        fp[f"numa{c.numa}.memory_GiB"] = _gib(c.memory_bytes)
+    kinds = Counter(s.kind for s in topo.switches.values())
     for kind in ("pcie", "nvswitch", "host_bridge"):
-        fp[f"switches.{kind}"] = kinds.get(kind, 0) if doc.get("switches") else None
+        fp[f"switches.{kind}"] = kinds.get(kind, 0) if topo.switches else None
     # PCIe link widths/gens from each GPU/NIC to its parent (down-trained links show here)
-    names = {gpu_id(g): f"GPU{g['index']}" for g in gpus}
-    names.update({nic_id(n): n["name"] for n in nics})
-    for l in doc.get("links", []):
-        if l.get("kind") == "pcie" and l.get("a") in names:
+    names = {g.id: g.key for g in gpus}
+    names.update({n.id: n.name for n in nics})
+    for l in topo.links:
+        if l.kind == "pcie" and l.a in names:
             # both known, or not compared (an NCCL XML's link_width="0": NCCL could not read it)
-            fp[f"{names[l['a']]}.uplink"] = (f"Gen{l.get('gen')} x{l.get('width')}"
-                                             if l.get("gen") and l.get("width") else None)
-    m = doc.get("matrix") or {}
+            fp[f"{names[l.a]}.uplink"] = f"Gen{l.gen} x{l.width}" if l.gen and l.width else None
+    m = topo.matrix
     keys = sorted(m, key=_natural)
     for i, a in enumerate(keys):
         for b in keys[i + 1:]:
@@ -132,20 +120,26 @@ def fingerprint(doc: dict) -> dict:
     return fp
 
 
-
-
 def _presence(attr: str) -> bool:
     """Attributes where "absent" is a value of its own (a GPU missing from one node)."""
     return attr.endswith(".present") or attr in ("gpus.count", "nics.count")
 
 
 def diff_documents(named: list) -> dict:
-    """``named`` = [(input name, document), ...] (2 or more) -> the ``gpucomm.diff/v1`` report."""
+    """``named`` = [(input name, topology), ...] (2 or more; a :class:`Topology` or a document each)
+    -> the ``gpucomm.diff/v1`` report."""
     return diff_stream(iter(named))
 
 
 def _class_key(fp: dict) -> str:
     return repr(sorted(fp.items()))
+
+
+def _summary(topo: Topology) -> dict:
+    """What a fleet report says about an input given as a view: host name, provenance, GPU and NIC
+    counts (:func:`stream_sources` gives the same summary of each input it loads)."""
+    return {"hostname": topo.host.get("hostname"), "provenance": topo.host.get("provenance"), "gpus": len(topo.gpus),
+            "nics": len(topo.nics)}
 
 
 def diff_sources(named_sources, fingerprints: Optional[list] = None) -> dict:
@@ -154,8 +148,8 @@ def diff_sources(named_sources, fingerprints: Optional[list] = None) -> dict:
 
 
 def diff_stream(named, fingerprints: Optional[list] = None) -> dict:
-    """:func:`diff_documents` over an iterable of (name, document[, content key, summary]) items,
-    read one at a time: each document is reduced to its fingerprint and dropped; nodes with the
+    """:func:`diff_documents` over an iterable of (name, topology[, content key, summary]) items,
+    read one at a time: each topology is reduced to its fingerprint and dropped; nodes with the
     same fingerprint share one, and an item whose content key was seen before takes that input's
     class without a fingerprint of its own (its document may then be None, its summary given:
     :func:`stream_sources`).
@@ -166,17 +160,16 @@ def diff_stream(named, fingerprints: Optional[list] = None) -> dict:
     grouped = NodeClasses(fingerprint, _class_key)
     member, classes, first_member = grouped.member, grouped.classes, grouped.first_member
     for item in named:
-        name, doc = item[0], item[1]
+        name, topo = item[0], item[1]
         text_key = item[2] if len(item) > 2 else None
         seen[name] += 1
         names.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
-        if doc is None:      # stream_sources: same text as an earlier input, which has the class
+        if topo is None:     # stream_sources: same text as an earlier input, which has the class
             inputs.append({"name": names[-1], **item[3]})
         else:
-            h = doc.get("host") or {}
-            inputs.append({"name": names[-1], "hostname": h.get("hostname"), "provenance": h.get("provenance"),
-                           "gpus": len(doc.get("gpus", [])), "nics": len(doc.get("nics", []))})
-        c = grouped.add(doc, text_key)
+            topo = Topology.of(topo)
+            inputs.append({"name": names[-1], **_summary(topo)})
+        c = grouped.add(topo, text_key)
         if fingerprints is not None:
             fingerprints.append(classes[c])
     n = len(names)

@@ -1,9 +1,10 @@
 """``gpucomm doctor``: find degraded or misconfigured links in a topology document.
 
-Each rule is a small pure function ``rule(doc) -> [finding]`` over the document (no I/O), where a
-finding is ``{rule, severity, subject, message, fix}`` and severity is ``error`` (something is
-broken: a link or port down, P2P redirected), ``warning`` (running slower than the hardware can, or
-misreported) or ``info`` (worth knowing, nothing to repair).  ``gpucomm doctor`` exits 5 when any
+Each rule is a small pure function ``rule(topo, env) -> [finding]`` over the typed view of the
+document (:class:`~gpucomm.probes.topology.Topology`; no I/O), where a finding is ``{rule, severity,
+subject, message, fix}`` and severity is ``error`` (something is broken: a link or port down, P2P
+redirected), ``warning`` (running slower than the hardware can, or misreported) or ``info`` (worth
+knowing, nothing to repair).  ``gpucomm doctor`` exits 5 when any
 error or warning is found (exit code DEGRADED), 0 otherwise.
 
 Rules and what they read (everything optional: a rule that finds nothing to check finds nothing):
@@ -35,14 +36,13 @@ troubleshooting guide (ACS, IOMMU).
 """
 from __future__ import annotations
 
-import re
 from collections import Counter
 from typing import Callable, Optional
 
-from gpucomm.probes.facts import nic_is_rdma, pcie_bw_GBps, port_active
-from gpucomm.probes.model import gpu_id, nic_id, parse_cpulist, smi_rank
+from gpucomm.probes.facts import pcie_bw_GBps
+from gpucomm.probes.model import parse_cpulist, smi_rank
 from gpucomm.probes.model import natural_key as _natural
-from gpucomm.probes.topology import Topology
+from gpucomm.probes.topology import GPU, NVS_ID, Topology, nv_count
 
 SCHEMA = "gpucomm.doctor/v1"
 SEVERITIES = ("error", "warning", "info")
@@ -73,16 +73,12 @@ def finding(rule_name: str, severity: str, subject: str, message: str, fix: str)
 
 # --------------------------------------------------------------------------------------------
 # helpers
-def _gkey(g: dict) -> str:
-    return f"GPU{g['index']}"
+def _bdf(rec) -> str:
+    return rec.pci_bus_id or "<bus id>"
 
 
-def _bdf(rec: dict) -> str:
-    return rec.get("pci_bus_id") or "<bus id>"
-
-
-def _model(g: dict) -> str:
-    return g.get("name") or "GPU"
+def _model(g: GPU) -> str:
+    return g.name or "GPU"
 
 
 def _others(model: str) -> str:
@@ -90,85 +86,70 @@ def _others(model: str) -> str:
     return "other GPUs" if model == "GPU" else f"other {model} GPUs"
 
 
-def _matrix(doc: dict) -> dict:
-    m = doc.get("matrix")
-    return m if isinstance(m, dict) else {}
+def _cell(topo: Topology, a: str, b: str) -> Optional[str]:
+    """The matrix cell from ``a`` to ``b`` (that direction only)."""
+    return (topo.matrix.get(a) or {}).get(b)
 
 
-def _cell(doc: dict, a: str, b: str) -> Optional[str]:
-    row = _matrix(doc).get(a)
-    if not isinstance(row, dict):
-        return None
-    v = row.get(b)
-    return v if isinstance(v, str) else None
-
-
-_NV = re.compile(r"^NV(\d+)$")
-
-
-def _nv(code: Optional[str]) -> int:
-    m = _NV.match(code or "")
-    return int(m.group(1)) if m else 0
-
-
-def _ids(doc: dict) -> dict:
+def _ids(topo: Topology) -> dict:
     """graph id -> display key (GPU<i> or the NIC name)."""
-    out = {}
-    for g in doc.get("gpus", []):
-        out[gpu_id(g)] = _gkey(g)
-    for n in doc.get("nics", []):
-        out[nic_id(n)] = n["name"]
+    out = {g.id: g.key for g in topo.gpus}
+    out.update({n.id: n.name for n in topo.nics})
     return out
 
 
-def _nvswitch_ids(doc: dict) -> set:
-    return {s["id"] for s in doc.get("switches", []) if s.get("kind") == "nvswitch"}
+def _nvswitch_ids(topo: Topology) -> set:
+    return {s.id for s in topo.switches.values() if s.kind == "nvswitch"}
 
 
-def nvlink_totals(doc: dict) -> dict:
+def _rdma(topo: Topology) -> list:
+    return [n for n in topo.nics if n.rdma]
+
+
+def nvlink_totals(topo: Topology) -> dict:
     """GPU key -> (active NVLinks, where the number comes from, detail).
 
     NVML per-link state when the GPU has it; else the document's nvlink links (GPU<->GPU and
     GPU->NVSwitch counts); else the NV# cells of the matrix summed over the row.  On NVSwitch
     systems a matrix row shows the pair minimum (NV17 to every peer of a GPU with a link down),
     so the per-row sum still singles out that GPU."""
-    gid = {gpu_id(g): g for g in doc.get("gpus", [])}
-    nvs = _nvswitch_ids(doc)
+    gid = {g.id: g for g in topo.gpus}
+    nvs = _nvswitch_ids(topo)
     by_links: dict = {}
     pair_detail: dict = {}
-    for l in doc.get("links", []):
-        if l.get("kind") != "nvlink":
+    for l in topo.links:
+        if l.kind != "nvlink":
             continue
-        a, b, c = l.get("a"), l.get("b"), int(l.get("count") or 0)
+        a, b, c = l.a, l.b, l.count or 0
         for x, y in ((a, b), (b, a)):
             if x in gid:
                 by_links[x] = by_links.get(x, 0) + c
                 if y in gid:
-                    pair_detail.setdefault(x, []).append(f"NV{c} to {_gkey(gid[y])}")
-                elif y in nvs or y == "NVS":
+                    pair_detail.setdefault(x, []).append(f"NV{c} to {gid[y].key}")
+                elif y in nvs or y == NVS_ID:
                     pair_detail.setdefault(x, []).append(f"{c} to NVSwitch")
     out = {}
-    for g in doc.get("gpus", []):
-        k = _gkey(g)
-        recs = [l for l in g.get("nvlink") or [] if l.get("state") in ("active", "inactive")]
+    for g in topo.gpus:
+        k = g.key
+        recs = [l for l in g.nvlink_states if l.state in ("active", "inactive")]
         if recs:
-            n_act = sum(1 for l in recs if l["state"] == "active")
+            n_act = sum(1 for l in recs if l.state == "active")
             out[k] = (n_act, "nvml", f"{n_act} of {len(recs)} links active")
         elif by_links:
-            n = by_links.get(gpu_id(g), 0)
-            out[k] = (n, "links", ", ".join(sorted(pair_detail.get(gpu_id(g), []))))
+            n = by_links.get(g.id, 0)
+            out[k] = (n, "links", ", ".join(sorted(pair_detail.get(g.id, []))))
         else:
-            if k not in _matrix(doc):
+            if k not in topo.matrix:
                 continue   # nothing says how many NVLinks it has (a capture that cut its links out)
-            row = _matrix(doc).get(k) or {}
-            cells = {o: _nv(v) for o, v in row.items() if o != k and _nv(v)}
+            row = topo.matrix.get(k) or {}
+            cells = {o: nv_count(v) for o, v in row.items() if o != k and nv_count(v)}
             out[k] = (sum(cells.values()), "matrix", ", ".join(f"NV{v} to {o}" for o, v in sorted(cells.items())))
     return out
 
 
-def _endpoints_below(doc: dict, switch_id: str) -> list:
+def _endpoints_below(topo: Topology, switch_id: str) -> list:
     """GPU/NIC keys whose PCI parent chain passes through ``switch_id``."""
-    switches = {s["id"]: s for s in doc.get("switches", [])}
+    switches = topo.switches
 
     def below(parent: Optional[str]) -> bool:
         seen = set()
@@ -176,27 +157,28 @@ def _endpoints_below(doc: dict, switch_id: str) -> list:
             if parent == switch_id:
                 return True
             seen.add(parent)
-            parent = (switches.get(parent) or {}).get("parent")
+            s = switches.get(parent)
+            parent = s.parent if s is not None else None
         return False
 
-    return [_gkey(g) for g in doc.get("gpus", []) if below(g.get("parent"))] + \
-           [n["name"] for n in doc.get("nics", []) if below(n.get("parent"))]
+    return [g.key for g in topo.gpus if below(g.parent)] + [n.name for n in topo.nics if below(n.parent)]
 
 
 # --------------------------------------------------------------------------------------------
-# rules
+# rules: each ``rule(topo, env) -> [finding]`` over the typed view (``env``: the NCCL_MNNVL_* and
+# NCCL_CUMEM_ENABLE settings of the environment doctor was given)
 @rule("pcie-downtrained")
-def check_pcie(doc: dict) -> list:
+def check_pcie(topo: Topology, env: dict) -> list:
     out = []
     flagged = set()
-    records = [(_gkey(g), gpu_id(g), "gpu", g) for g in doc.get("gpus", [])] + \
-              [(n["name"], nic_id(n), "nic", n) for n in doc.get("nics", [])] + \
-              [(f"switch {s['id']}", s["id"], "switch", s) for s in doc.get("switches", []) if s.get("kind") == "pcie"]
+    records = [(g.key, g.id, "gpu", g) for g in topo.gpus] + \
+              [(n.name, n.id, "nic", n) for n in topo.nics] + \
+              [(f"switch {s.id}", s.id, "switch", s) for s in topo.switches.values() if s.kind == "pcie"]
     for key, ident, kind, rec in records:
-        p = rec.get("pcie")
-        if not isinstance(p, dict):
+        p = rec.pcie
+        if p is None:
             continue
-        w, mw, gen, mg = p.get("width"), p.get("max_width"), p.get("gen"), p.get("max_gen")
+        w, mw, gen, mg = p.width, p.max_width, p.gen, p.max_gen
         if w and mw and w < mw:
             flagged.add(ident)
             bw, mbw = pcie_bw_GBps(mg or gen, w), pcie_bw_GBps(mg or gen, mw)
@@ -223,27 +205,26 @@ def check_pcie(doc: dict) -> list:
                     "vs LnkCap."))
     # Peers without a recorded maximum (NCCL XML, generated documents): a device whose uplink is
     # narrower than every other device of the same model on this node.
-    dev_model = {d.get("bdf"): (d.get("vendor"), d.get("device")) for d in doc.get("pci_devices") or []
-                 if isinstance(d, dict)}
+    dev_model = topo.pci_models
     groups: dict = {}
-    gmap = {gpu_id(g): g for g in doc.get("gpus", [])}
-    nmap = {nic_id(n): n for n in doc.get("nics", [])}
-    smap = {s["id"]: s for s in doc.get("switches", []) if s.get("kind") == "pcie"}
-    for l in doc.get("links", []):
-        if l.get("kind") != "pcie" or not l.get("width") or l.get("a") in flagged:
+    gmap = {g.id: g for g in topo.gpus}
+    nmap = {n.id: n for n in topo.nics}
+    smap = {s.id: s for s in topo.switches.values() if s.kind == "pcie"}
+    for l in topo.links:
+        if l.kind != "pcie" or not l.width or l.a in flagged:
             continue
-        a = l["a"]
+        a = l.a
         if a in gmap:
             g = gmap[a]
             grp = ("gpu", _model(g))
-            label = _gkey(g)
+            label = g.key
         elif a in nmap:
             n = nmap[a]
-            grp = ("nic", dev_model.get(n.get("pci_bus_id")) or n.get("link_layer"))
-            label = n["name"]
+            grp = ("nic", dev_model.get(n.pci_bus_id) or n.link_layer)
+            label = n.name
         elif a in smap:
             s = smap[a]
-            grp = ("switch", (s.get("vendor"), s.get("device")))
+            grp = ("switch", (s.vendor, s.device))
             label = f"switch {a}"
         else:
             continue
@@ -251,45 +232,44 @@ def check_pcie(doc: dict) -> list:
     for grp, members in sorted(groups.items(), key=lambda kv: str(kv[0])):
         if len(members) < 3:  # need a clear majority to call one of them narrow
             continue
-        widths = Counter(l["width"] for _, _, l in members)
+        widths = Counter(l.width for _, _, l in members)
         common, n_common = widths.most_common(1)[0]
         if n_common * 2 <= len(members):
             continue
         for label, a, l in members:
-            if l["width"] < common:
+            if l.width < common:
                 # a GPU whose own pcie record already says the same thing is reported above
-                rec = gmap.get(a) or nmap.get(a) or smap.get(a) or {}
-                p = rec.get("pcie") if isinstance(rec.get("pcie"), dict) else {}
-                if p.get("width") and p.get("max_width"):
+                rec = gmap.get(a) or nmap.get(a) or smap.get(a)
+                p = rec.pcie
+                if p is not None and p.width and p.max_width:
                     continue
                 out.append(finding(
                     "pcie-downtrained", "warning", label,
-                    f"{label} PCIe link is x{l['width']} while {n_common} of the {len(members)} devices of the same "
+                    f"{label} PCIe link is x{l.width} while {n_common} of the {len(members)} devices of the same "
                     f"model here are x{common}",
                     "Reseat the card and check the slot/riser; compare `lspci -vv` LnkSta with LnkCap."))
     return out
 
 
 @rule("nvlink-inactive")
-def check_nvlink(doc: dict) -> list:
+def check_nvlink(topo: Topology, env: dict) -> list:
     out = []
-    totals = nvlink_totals(doc)
-    gpus = doc.get("gpus", [])
+    totals = nvlink_totals(topo)
     by_model: dict = {}
-    for g in gpus:
+    for g in topo.gpus:
         by_model.setdefault(_model(g), []).append(g)
     # GPUs whose matrix row and column disagree (MIG) say nothing reliable about their links.
-    asym = {a for a, b in _asymmetric_pairs(doc)} | {b for a, b in _asymmetric_pairs(doc)}
-    bridges = _bridge_pairs(doc)
+    asym = {a for a, b in _asymmetric_pairs(topo)} | {b for a, b in _asymmetric_pairs(topo)}
+    bridges = _bridge_pairs(topo)
     for model, members in sorted(by_model.items()):
-        counts = {_gkey(g): totals.get(_gkey(g), (0, "", ""))[0] for g in members}
+        counts = {g.key: totals.get(g.key, (0, "", ""))[0] for g in members}
         best = max(counts.values(), default=0)
         for g in members:
-            k = _gkey(g)
+            k = g.key
             n, src, detail = totals.get(k, (0, "", ""))
-            down = [l for l in g.get("nvlink") or [] if l.get("state") == "inactive"]
+            down = [l for l in g.nvlink_states if l.state == "inactive"]
             if down and (n > 0 or best > 0):
-                links = ", ".join(str(l.get("link")) for l in down[:18])
+                links = ", ".join(str(l.link) for l in down[:18])
                 out.append(finding(
                     "nvlink-inactive", "error", k,
                     f"{k}: NVLink {links} inactive ({n} of {n + len(down)} "
@@ -318,17 +298,17 @@ def check_nvlink(doc: dict) -> list:
     return out
 
 
-def _bridge_pairs(doc: dict) -> bool:
+def _bridge_pairs(topo: Topology) -> bool:
     """True when NVLink only joins GPUs in pairs (PCIe cards with NVLink bridges): no NVSwitch and
     no GPU with more than one NVLink peer."""
-    nvs = _nvswitch_ids(doc) | {"NVS"}
-    gids = {gpu_id(g): _gkey(g) for g in doc.get("gpus", [])}
+    nvs = _nvswitch_ids(topo) | {NVS_ID}
+    gids = {g.id: g.key for g in topo.gpus}
     peers: dict = {}
     any_nv = False
-    for l in doc.get("links", []):
-        if l.get("kind") != "nvlink":
+    for l in topo.links:
+        if l.kind != "nvlink":
             continue
-        a, b = l.get("a"), l.get("b")
+        a, b = l.a, l.b
         if a in nvs or b in nvs:
             return False
         if a in gids and b in gids:
@@ -336,97 +316,93 @@ def _bridge_pairs(doc: dict) -> bool:
             peers.setdefault(a, set()).add(b)
             peers.setdefault(b, set()).add(a)
     if not any_nv:
-        m = _matrix(doc)
         for k in gids.values():
-            row = m.get(k) or {}
-            nvp = {o for o, v in row.items() if o in gids.values() and _nv(v)}
+            row = topo.matrix.get(k) or {}
+            nvp = {o for o, v in row.items() if o in gids.values() and nv_count(v)}
             if nvp:
                 any_nv = True
                 peers[k] = nvp
     return any_nv and max(len(v) for v in peers.values()) <= 1
 
 
-def _rail_nics(doc: dict, rdma: list) -> list:
+def _rail_nics(topo: Topology, rdma: list) -> list:
     """RDMA NICs at PIX/PXB from at least one GPU (the GPU rails NCCL uses), else all of them."""
-    gkeys = [_gkey(g) for g in doc.get("gpus", [])]
+    gkeys = [g.key for g in topo.gpus]
     near = []
     for n in rdma:
-        codes = [_cell(doc, gk, n["name"]) or _cell(doc, n["name"], gk) for gk in gkeys]
+        codes = [_cell(topo, gk, n.name) or _cell(topo, n.name, gk) for gk in gkeys]
         if any(c in ("PIX", "PXB") for c in codes):
             near.append(n)
     return near or rdma
 
 
 @rule("ib-port-down")
-def check_ib_ports(doc: dict) -> list:
+def check_ib_ports(topo: Topology, env: dict) -> list:
     out = []
-    rdma = [n for n in doc.get("nics", []) if nic_is_rdma(n)]
+    rdma = _rdma(topo)
     active_ports: dict = {}
     for n in rdma:
-        for p in n.get("ports") or []:
-            if port_active(p.get("state")):
-                active_ports.setdefault((n.get("link_layer"), p.get("port")), set()).add(n["name"])
+        for p in n.ports:
+            if p.active:
+                active_ports.setdefault((n.link_layer, p.port), set()).add(n.name)
     for n in rdma:
-        ports = n.get("ports") or []
-        any_up = any(port_active(p.get("state")) for p in ports)
-        for p in ports:
-            st = p.get("state")
-            if st is None or port_active(st):
+        any_up = any(p.active for p in n.ports)
+        for p in n.ports:
+            st = p.state
+            if st is None or p.active:
                 continue
-            peers = active_ports.get((n.get("link_layer"), p.get("port")), set()) - {n["name"]}
+            peers = active_ports.get((n.link_layer, p.port), set()) - {n.name}
             if not peers and any_up:
                 continue  # e.g. the unused second port of a dual-port card
-            phys = f", physical state {p['phys_state']}" if p.get("phys_state") else ""
-            why = (f"port {p.get('port')} of {len(peers)} other {n.get('link_layer') or 'RDMA'} NIC(s) is ACTIVE"
+            phys = f", physical state {p.phys_state}" if p.phys_state else ""
+            why = (f"port {p.port} of {len(peers)} other {n.link_layer or 'RDMA'} NIC(s) is ACTIVE"
                    if peers else "no port of this NIC is up")
             hint = ("INIT means the link is up but no subnet manager has configured it (start opensm / check "
                     "the fabric's SM). " if str(st).upper() == "INIT" else "")
             out.append(finding(
-                "ib-port-down", "error", f"{n['name']}/{p.get('port')}",
-                f"{n['name']} port {p.get('port')} is {st}{phys}; {why}",
-                hint + f"Check the cable and switch port (`ibstat {n['name']}`, `ibstatus`); NCCL skips ports that "
+                "ib-port-down", "error", f"{n.name}/{p.port}",
+                f"{n.name} port {p.port} is {st}{phys}; {why}",
+                hint + f"Check the cable and switch port (`ibstat {n.name}`, `ibstatus`); NCCL skips ports that "
                        "are not ACTIVE, so this node has fewer rails than its peers."))
     return out
 
 
 @rule("ib-rate-low")
-def check_ib_rate(doc: dict) -> list:
+def check_ib_rate(topo: Topology, env: dict) -> list:
     out = []
-    rdma = [n for n in doc.get("nics", []) if nic_is_rdma(n)]
     by_layer: dict = {}
-    for n in _rail_nics(doc, rdma):
-        by_layer.setdefault(n.get("link_layer"), []).append(n)
+    for n in _rail_nics(topo, _rdma(topo)):
+        by_layer.setdefault(n.link_layer, []).append(n)
     for layer, members in sorted(by_layer.items(), key=lambda kv: str(kv[0])):
-        rates = [(n, p) for n in members for p in n.get("ports") or [] if port_active(p.get("state")) and p.get("rate_gbps")]
+        rates = [(n, p) for n in members for p in n.ports if p.active and p.rate_gbps]
         if len(rates) < 2:
             continue
-        best = max(p["rate_gbps"] for _, p in rates)
-        n_best = sum(1 for _, p in rates if p["rate_gbps"] == best)
+        best = max(p.rate_gbps for _, p in rates)
+        n_best = sum(1 for _, p in rates if p.rate_gbps == best)
         for n, p in rates:
-            if p["rate_gbps"] < best:
+            if p.rate_gbps < best:
                 out.append(finding(
-                    "ib-rate-low", "warning", f"{n['name']}/{p.get('port')}",
-                    f"{n['name']} port {p.get('port')} runs at {p['rate_gbps']:g} Gb/s while {n_best} other "
+                    "ib-rate-low", "warning", f"{n.name}/{p.port}",
+                    f"{n.name} port {p.port} runs at {p.rate_gbps:g} Gb/s while {n_best} other "
                     f"{layer or 'RDMA'} port(s) of this node's GPU rails run at {best:g} Gb/s",
                     "A link that negotiated a lower speed or width: check the cable/transceiver and the switch "
-                    f"port (`ibstat {n['name']}` shows Rate and width; `mlxlink -d <dev>` the lanes)."))
+                    f"port (`ibstat {n.name}` shows Rate and width; `mlxlink -d <dev>` the lanes)."))
     return out
 
 
 @rule("nic-numa-mismatch")
-def check_nic_numa(doc: dict) -> list:
+def check_nic_numa(topo: Topology, env: dict) -> list:
     out = []
-    rdma = [n for n in doc.get("nics", []) if nic_is_rdma(n)]
+    rdma = _rdma(topo)
     if not rdma:
         return out
-    nvl = nvlink_totals(doc)
-    c2c = {l["a"] for l in doc.get("links", []) if l.get("kind") == "c2c"} | \
-          {l["b"] for l in doc.get("links", []) if l.get("kind") == "c2c"}
-    for g in doc.get("gpus", []):
-        k = _gkey(g)
+    nvl = nvlink_totals(topo)
+    c2c = {l.a for l in topo.links if l.kind == "c2c"} | {l.b for l in topo.links if l.kind == "c2c"}
+    for g in topo.gpus:
+        k = g.key
         ranked = []
         for n in rdma:
-            c = _cell(doc, k, n["name"])
+            c = _cell(topo, k, n.name)
             if c and c not in ("X", "N/A"):
                 ranked.append((smi_rank(c), c, n))
         if not ranked:
@@ -434,9 +410,9 @@ def check_nic_numa(doc: dict) -> list:
         best = min(r for r, _, _ in ranked)
         nearest = [(c, n) for r, c, n in ranked if r == best]
         code = nearest[0][0]
-        names = _name_list([n["name"] for _, n in nearest])
+        names = _name_list([n.name for _, n in nearest])
         if code == "SYS":
-            if gpu_id(g) in c2c or g.get("gpu_numa_id") is not None:
+            if g.id in c2c or g.gpu_numa_id is not None:
                 # Grace Hopper/Blackwell: the GPU reaches the CPU over C2C and NICs hang off the CPU;
                 # nvidia-smi calls that SYS, NCCL calls it P2C and uses GPUDirect RDMA through it.
                 continue
@@ -447,13 +423,13 @@ def check_nic_numa(doc: dict) -> list:
                 f"{k}'s nearest RDMA NIC ({names}) is SYS: GPUDirect RDMA traffic crosses the CPU interconnect",
                 "Place inter-node ranks on GPUs with a local NIC, or add a NIC on this GPU's socket." + pxn))
             continue
-        gn = g.get("numa_node")
+        gn = g.numa_node
         for c, n in nearest:
-            nn = n.get("numa_node")
+            nn = n.numa_node
             if gn is not None and nn is not None and gn >= 0 and nn >= 0 and gn != nn:
                 out.append(finding(
-                    "nic-numa-mismatch", "warning", f"{k}/{n['name']}",
-                    f"{k} (NUMA {gn}) and its nearest NIC {n['name']} ({c}) report NUMA {nn}: devices on one PCIe "
+                    "nic-numa-mismatch", "warning", f"{k}/{n.name}",
+                    f"{k} (NUMA {gn}) and its nearest NIC {n.name} ({c}) report NUMA {nn}: devices on one PCIe "
                     "path cannot be on different NUMA nodes, so the firmware's proximity information is wrong",
                     "Check the BIOS NUMA settings (SNC/NPS, ACPI SRAT/_PXM); NCCL and the launcher bind CPUs by "
                     "these values, so pin CPUs explicitly (`numactl --cpunodebind`) until it is fixed."))
@@ -466,13 +442,12 @@ def _name_list(names: list, limit: int = 4) -> str:
     return ", ".join(names[:limit]) + f" and {len(names) - limit} more"
 
 
-def _asymmetric_pairs(doc: dict) -> list:
-    m = _matrix(doc)
-    keys = sorted(m)
+def _asymmetric_pairs(topo: Topology) -> list:
+    keys = sorted(topo.matrix)
     out = []
     for i, a in enumerate(keys):
         for b in keys[i + 1:]:
-            x, y = _cell(doc, a, b), _cell(doc, b, a)
+            x, y = _cell(topo, a, b), _cell(topo, b, a)
             if x is not None and y is not None and x != y:
                 out.append((a, b))
     return out
@@ -482,31 +457,30 @@ _P2P_UNFIXABLE = {"GPU_NOT_SUPPORTED"}
 
 
 @rule("p2p-blocked")
-def check_p2p(doc: dict) -> list:
+def check_p2p(topo: Topology, env: dict) -> list:
     out = []
-    gpus = doc.get("gpus", [])
+    gpus = topo.gpus
     # ACS P2P redirect on PCIe switches that have GPUs/NICs below them
-    for s in doc.get("switches", []):
-        acs = s.get("acs")
-        if s.get("kind") != "pcie" or not isinstance(acs, dict):
+    for s in topo.switches.values():
+        acs = s.acs
+        if s.kind != "pcie" or acs is None:
             continue
-        bad = sorted(b for b, flags in acs.items() if isinstance(flags, list) and {"RR", "CR"} & set(flags))
+        bad = sorted(b for b, flags in acs.items() if {"RR", "CR"} & set(flags))
         if not bad:
             continue
-        below = _endpoints_below(doc, s["id"])
+        below = _endpoints_below(topo, s.id)
         if len(below) < 2:
             continue
         out.append(finding(
-            "p2p-blocked", "error", f"switch {s['id']}",
-            f"ACS P2P redirect (RR/CR) is enabled on {', '.join(bad)} of PCIe switch {s['id']}, above "
+            "p2p-blocked", "error", f"switch {s.id}",
+            f"ACS P2P redirect (RR/CR) is enabled on {', '.join(bad)} of PCIe switch {s.id}, above "
             f"{', '.join(below)}: peer-to-peer traffic is forced up to the root complex (hangs or slow P2P, "
             "nccl#606, nccl#2079)",
             "Disable ACS on the switch ports (`setpci -s <bdf> ECAP_ACS+6.w=0000` at boot, or the BIOS option), "
             "or boot with IOMMU off/passthrough; NCCL's troubleshooting guide describes both."))
     # IOMMU
-    iommu = (doc.get("host") or {}).get("iommu")
-    rdma = [n for n in doc.get("nics", []) if nic_is_rdma(n)]
-    if isinstance(iommu, str) and gpus and (len(gpus) >= 2 or rdma):
+    iommu = topo.host.get("iommu")
+    if iommu is not None and gpus and (len(gpus) >= 2 or _rdma(topo)):
         if "DMA" in iommu.upper():
             out.append(finding(
                 "p2p-blocked", "warning", "host",
@@ -519,28 +493,25 @@ def check_p2p(doc: dict) -> list:
                 "IOMMU groups exist but their type is unknown; PCIe P2P needs the IOMMU off or in passthrough",
                 "Check `cat /sys/kernel/iommu_groups/*/type` (identity = passthrough) and the kernel command line."))
     # NVML P2P status for pairs that should talk directly (NVLink, or one PCIe switch)
-    by_bus = {g.get("pci_bus_id"): g for g in gpus if g.get("pci_bus_id")}
+    by_bus = {g.pci_bus_id: g for g in gpus if g.pci_bus_id}
     bad_pairs: dict = {}
     seen = set()
     for g in gpus:
-        p2p = g.get("p2p")
-        if not isinstance(p2p, dict):
-            continue
-        for other, st in sorted(p2p.items()):
+        for other, st in sorted(g.p2p.items()):
             h = by_bus.get(other)
             if h is None or h is g or st in (None, "OK"):
                 continue
-            pair = tuple(sorted((g["index"], h["index"])))
+            pair = tuple(sorted((g.index, h.index)))
             if pair in seen:
                 continue
-            code = _cell(doc, _gkey(g), _gkey(h))
-            if not code or not (_nv(code) or code in ("PIX", "PXB")):
+            code = _cell(topo, g.key, h.key)
+            if not code or not (nv_count(code) or code in ("PIX", "PXB")):
                 continue
             seen.add(pair)
             bad_pairs.setdefault(str(st), []).append((f"GPU{pair[0]}-GPU{pair[1]}", code))
     for st, pairs in sorted(bad_pairs.items()):
         names = ", ".join(f"{p} ({c})" for p, c in pairs)
-        consumer = all("geforce" in (_model(g) or "").lower() for g in gpus)
+        consumer = all("geforce" in _model(g).lower() for g in gpus)
         if st in _P2P_UNFIXABLE or consumer:
             out.append(finding(
                 "p2p-blocked", "info", names.split(" ")[0] if len(pairs) == 1 else f"{len(pairs)} GPU pairs",
@@ -558,21 +529,16 @@ def check_p2p(doc: dict) -> list:
 
 
 @rule("cpu-affinity-mismatch")
-def check_cpu_affinity(doc: dict) -> list:
+def check_cpu_affinity(topo: Topology, env: dict) -> list:
     out = []
-    nodes = {}
-    for n in doc.get("numa_nodes", []):
-        try:
-            nodes[n["id"]] = set(parse_cpulist(n.get("cpus") or ""))
-        except ValueError:
-            continue
-    for g in doc.get("gpus", []):
-        k, numa, aff = _gkey(g), g.get("numa_node"), g.get("cpu_affinity")
+    nodes = {c.numa: set(c.cpus) for c in topo.cpus.values()}
+    for g in topo.gpus:
+        k, numa, aff = g.key, g.numa_node, g.cpu_affinity
         if numa is None or numa < 0:
             continue
-        if g.get("gpu_numa_id") is not None and g.get("gpu_numa_id") == numa:
+        if g.gpu_numa_id is not None and g.gpu_numa_id == numa:
             continue  # Grace/GB200: the GPU's own memory NUMA node, not a CPU node
-        na = g.get("numa_affinity") or []
+        na = g.numa_affinity
         if na and numa not in na:
             out.append(finding(
                 "cpu-affinity-mismatch", "warning", k,
@@ -592,51 +558,42 @@ def check_cpu_affinity(doc: dict) -> list:
                 "cpu-affinity-mismatch", "warning", k,
                 f"{k} is on NUMA node {numa}, but its CPU affinity {aff} lies on NUMA node(s) "
                 f"{','.join(map(str, owners)) or 'unknown'}",
-                f"Bind the rank to NUMA node {numa}'s CPUs ({doc_cpus(doc, numa)}); the driver's affinity or the "
-                "firmware's NUMA table is inconsistent."))
+                f"Bind the rank to NUMA node {numa}'s CPUs ({_numa_cpulist(topo, numa)}); the driver's affinity or "
+                "the firmware's NUMA table is inconsistent."))
     return out
 
 
-def doc_cpus(doc: dict, numa: int) -> str:
-    for n in doc.get("numa_nodes", []):
-        if n.get("id") == numa:
-            return n.get("cpus") or "?"
+def _numa_cpulist(topo: Topology, numa: int) -> str:
+    for c in topo.cpus.values():
+        if c.numa == numa:
+            return c.cpulist or "?"
     return "?"
 
 
-def expected_pair_bw(doc: dict, a: dict, b: dict) -> Optional[float]:
+def expected_pair_bw(topo: Topology, a: GPU, b: GPU) -> Optional[float]:
     """What a copy between two GPUs should reach by NCCL's constants: the direct NVLink bandwidth,
     the smaller NVSwitch uplink of the two, or the smaller PCIe link when they share a switch or
     a host bridge (SYS pairs depend on the CPU interconnect and are not judged)."""
-    ia, ib = gpu_id(a), gpu_id(b)
-    nvs = _nvswitch_ids(doc) | {"NVS"}
+    ia, ib = a.id, b.id
+    nvs = _nvswitch_ids(topo) | {NVS_ID}
     direct, sw = 0.0, {ia: 0.0, ib: 0.0}
-    for l in doc.get("links", []):
-        if l.get("kind") != "nvlink":
+    for l in topo.links:
+        if l.kind != "nvlink":
             continue
-        ends = {l.get("a"), l.get("b")}
+        ends = {l.a, l.b}
         if ends == {ia, ib}:
-            direct += float(l.get("bw_GBps") or 0)
+            direct += l.bw_GBps or 0.0
         for x in (ia, ib):
             if x in ends and (ends - {x}) & nvs:
-                sw[x] += float(l.get("bw_GBps") or 0)
+                sw[x] += l.bw_GBps or 0.0
     if direct:
         return direct
     if sw[ia] and sw[ib]:
         return min(sw.values())
-    code = _cell(doc, _gkey(a), _gkey(b))
+    code = _cell(topo, a.key, b.key)
     if code in ("PIX", "PXB", "PHB", "NODE"):
-        bws = []
-        for g in (a, b):
-            p = g.get("pcie") if isinstance(g.get("pcie"), dict) else None
-            if not p:
-                return None
-            gen = p.get("max_gen") or p.get("gen")
-            width = p.get("max_width") or p.get("width")
-            if not gen:
-                return None
-            bws.append(pcie_bw_GBps(gen, width))
-        return min(bws)
+        bws = [g.pcie.max_bw_GBps if g.pcie is not None else None for g in (a, b)]
+        return None if None in bws else min(bws)
     return None
 
 
@@ -644,60 +601,57 @@ _KIND = {"nvlink": "NVLink", "pcie": "PCIe", "smp": "CPU interconnect", "c2c": "
 
 
 @rule("measured-bw-low")
-def check_measured(doc: dict) -> list:
+def check_measured(topo: Topology, env: dict) -> list:
     out = []
-    names = _ids(doc)
-    for l in doc.get("links", []):
-        m, e = l.get("measured_bw_GBps"), l.get("bw_GBps")
-        if isinstance(m, (int, float)) and isinstance(e, (int, float)) and e > 0 and m < MEASURED_MARGIN * e:
-            a, b = names.get(l["a"], l["a"]), names.get(l["b"], l["b"])
+    names = _ids(topo)
+    for l in topo.links:
+        m, e = l.measured_bw_GBps, l.bw_GBps
+        if m is not None and e is not None and e > 0 and m < MEASURED_MARGIN * e:
+            a, b = names.get(l.a, l.a), names.get(l.b, l.b)
             out.append(finding(
                 "measured-bw-low", "warning", f"{a}-{b}",
-                f"{_KIND.get(l['kind'], l['kind'])} link {a}-{b} measured {m:g} GB/s, {100 * m / e:.0f}% of the "
+                f"{_KIND.get(l.kind, l.kind)} link {a}-{b} measured {m:g} GB/s, {100 * m / e:.0f}% of the "
                 f"{e:g} GB/s expected",
                 "Re-run `gpucomm bench p2p` on an idle node; if it stays low, look at the other doctor findings "
                 "for this pair (down-trained PCIe, NVLink down, P2P blocked) and at `nvidia-smi nvlink -e`."))
-    p2p = ((doc.get("measured") or {}).get("p2p")) or {}
-    gmap = {_gkey(g): g for g in doc.get("gpus", [])}
-    done = {(x, y) for x, y in [(f.get("subject") or "").split("-", 1) for f in out if "-" in (f.get("subject") or "")]}
-    for a, row in sorted(p2p.items()):
-        if a not in gmap or not isinstance(row, dict):
+    gmap = {g.key: g for g in topo.gpus}
+    done = {(x, y) for x, y in [f["subject"].split("-", 1) for f in out if "-" in f["subject"]]}
+    for a, row in sorted(topo.measured_p2p.items()):
+        if a not in gmap:
             continue
-        for b, cell in sorted(row.items()):
-            if b not in gmap or not isinstance(cell, dict) or (a, b) in done or (b, a) in done:
+        for b, m in sorted(row.items()):
+            if b not in gmap or (a, b) in done or (b, a) in done:
                 continue
-            m = cell.get("bw_GBps")
-            e = expected_pair_bw(doc, gmap[a], gmap[b])
-            if isinstance(m, (int, float)) and e and m < MEASURED_MARGIN * e:
+            e = expected_pair_bw(topo, gmap[a], gmap[b])
+            if m is not None and e and m < MEASURED_MARGIN * e:
                 out.append(finding(
                     "measured-bw-low", "warning", f"{a}->{b}",
                     f"copy {a}->{b} measured {m:g} GB/s, {100 * m / e:.0f}% of the {e:g} GB/s expected "
-                    f"({_cell(doc, a, b) or 'path unknown'})",
+                    f"({_cell(topo, a, b) or 'path unknown'})",
                     "Re-run `gpucomm bench p2p` on an idle node; if it stays low, look for P2P disabled "
                     "(`nvidia-smi topo -p2p r`), ACS/IOMMU, a down-trained PCIe link or an NVLink down."))
     return out
 
 
 @rule("mig-enabled")
-def check_mig(doc: dict) -> list:
+def check_mig(topo: Topology, env: dict) -> list:
     out = []
-    for g in doc.get("gpus", []):
-        if g.get("mig") is True:
-            k = _gkey(g)
+    for g in topo.gpus:
+        if g.mig is True:
             out.append(finding(
-                "mig-enabled", "info", k,
-                f"{k} has MIG mode enabled: MIG instances have no P2P, NVLS or multi-node NVLink, and one process "
-                "sees one instance (nccl#1716, pytorch#130181)",
-                f"For multi-GPU training disable MIG (`nvidia-smi -i {g['index']} -mig 0`, then reset the GPU)."))
+                "mig-enabled", "info", g.key,
+                f"{g.key} has MIG mode enabled: MIG instances have no P2P, NVLS or multi-node NVLink, and one "
+                "process sees one instance (nccl#1716, pytorch#130181)",
+                f"For multi-GPU training disable MIG (`nvidia-smi -i {g.index} -mig 0`, then reset the GPU)."))
     return out
 
 
 @rule("matrix-asymmetric")
-def check_asymmetric(doc: dict) -> list:
+def check_asymmetric(topo: Topology, env: dict) -> list:
     out = []
-    mig = {_gkey(g) for g in doc.get("gpus", []) if g.get("mig")}
-    for a, b in _asymmetric_pairs(doc):
-        x, y = _cell(doc, a, b), _cell(doc, b, a)
+    mig = {g.key for g in topo.gpus if g.mig}
+    for a, b in _asymmetric_pairs(topo):
+        x, y = _cell(topo, a, b), _cell(topo, b, a)
         hint = " (MIG)" if {a, b} & mig else ""
         out.append(finding(
             "matrix-asymmetric", "warning", f"{a}-{b}",
@@ -710,26 +664,26 @@ def check_asymmetric(doc: dict) -> list:
 _DRIVER_SOURCES = ("nvml", "smi")   # the probe sources that only answer through the NVIDIA driver
 
 
-def _nvidia_gpus(doc: dict) -> list:
-    return [g for g in doc.get("gpus", []) if str(g.get("vendor") or "nvidia").lower() == "nvidia"]
+def _nvidia_gpus(topo: Topology) -> list:
+    return [g for g in topo.gpus if g.vendor.lower() == "nvidia"]
 
 
-def driver_silent(doc: dict) -> bool:
+def driver_silent(topo: Topology) -> bool:
     """True when the document was probed (it lists its sources), has NVIDIA GPUs, and neither NVML
     nor nvidia-smi answered for them."""
-    status = {s.get("name"): s.get("status") for s in doc.get("sources") or [] if isinstance(s, dict)}
-    if not _nvidia_gpus(doc) or not any(n in status for n in _DRIVER_SOURCES):
+    status = {name: s.status for name, s in topo.probe_sources.items()}
+    if not _nvidia_gpus(topo) or not any(n in status for n in _DRIVER_SOURCES):
         return False
     return all(status.get(n) != "ok" for n in _DRIVER_SOURCES)
 
 
 @rule("gpu-driver")
-def check_driver(doc: dict) -> list:
-    if not driver_silent(doc):
+def check_driver(topo: Topology, env: dict) -> list:
+    if not driver_silent(topo):
         return []
-    gpus = _nvidia_gpus(doc)
-    status = {s.get("name"): s for s in doc.get("sources") or [] if isinstance(s, dict)}
-    why = "; ".join(f"{n}: {status[n].get('detail') or status[n].get('status')}" for n in _DRIVER_SOURCES if n in status)
+    gpus = _nvidia_gpus(topo)
+    status = topo.probe_sources
+    why = "; ".join(f"{n}: {status[n].detail or status[n].status}" for n in _DRIVER_SOURCES if n in status)
     return [finding(
         "gpu-driver", "error", "node",
         f"{len(gpus)} NVIDIA GPU(s) on the PCI bus, but neither NVML nor nvidia-smi answered ({why}): no working "
@@ -738,34 +692,36 @@ def check_driver(doc: dict) -> list:
         "(matching the kernel), and on NVSwitch systems start nvidia-fabricmanager. Re-probe afterwards.")]
 
 
-def _no_driver(doc: dict) -> Optional[str]:
-    return "neither NVML nor nvidia-smi answered (no driver)" if driver_silent(doc) else None
+def _no_driver(topo: Topology) -> Optional[str]:
+    return "neither NVML nor nvidia-smi answered (no driver)" if driver_silent(topo) else None
 
 
-def _has_gpus(doc: dict) -> Optional[str]:
-    return None if doc.get("gpus") else "no GPUs in the input"
+def _has_gpus(topo: Topology) -> Optional[str]:
+    return None if topo.gpus else "no GPUs in the input"
 
 
-def _needs_nvlink_state(doc: dict) -> Optional[str]:
-    if not _nvidia_gpus(doc):
+def _needs_nvlink_state(topo: Topology) -> Optional[str]:
+    if not _nvidia_gpus(topo):
         return "no NVIDIA GPUs in the input"
-    return _no_driver(doc)
+    return _no_driver(topo)
 
 
-def _needs_rdma_ports(doc: dict) -> Optional[str]:
-    if any(nic_is_rdma(n) and n.get("ports") for n in doc.get("nics", []) if isinstance(n, dict)):
+def _needs_rdma_ports(topo: Topology) -> Optional[str]:
+    if any(n.rdma and n.ports for n in topo.nics):
         return None
     return "no RDMA NIC ports in the input"
 
 
-def _needs_measurements(doc: dict) -> Optional[str]:
-    if (doc.get("measured") or {}).get("p2p") or any("measured_bw_GBps" in l for l in doc.get("links", [])):
+def _needs_measurements(topo: Topology) -> Optional[str]:
+    if topo.measured_p2p or topo.links:
+        # any link: every cleaned link record carries measured_bw_GBps (None when unmeasured), which
+        # this test has always counted as a measurement
         return None
     return "no measured bandwidth in the input (gpucomm bench p2p --save TOPO records it)"
 
 
-def _needs_matrix(doc: dict) -> Optional[str]:
-    return None if doc.get("matrix") else "no topology matrix in the input"
+def _needs_matrix(topo: Topology) -> Optional[str]:
+    return None if topo.matrix else "no topology matrix in the input"
 
 
 # What each rule needs to run; None = it can.  A rule with a reason is reported as not checked.
@@ -774,7 +730,7 @@ NEEDS: dict = {
     "nvlink-inactive": _needs_nvlink_state,
     "ib-port-down": _needs_rdma_ports,
     "ib-rate-low": _needs_rdma_ports,
-    "nic-numa-mismatch": lambda doc: _has_gpus(doc) or (None if doc.get("nics") else "no NICs in the input"),
+    "nic-numa-mismatch": lambda topo: _has_gpus(topo) or (None if topo.nics else "no NICs in the input"),
     "p2p-blocked": _has_gpus,
     "cpu-affinity-mismatch": _has_gpus,
     "measured-bw-low": _needs_measurements,
@@ -791,8 +747,8 @@ _BEFORE_PATH_RULES = set(RULES)
 _path_rules.register(rule, finding)
 
 
-def _needs_software(doc: dict) -> Optional[str]:
-    return None if doc.get("software") else ("no software path in the input (NCCL library, driver, plugins, GDR: "
+def _needs_software(topo: Topology) -> Optional[str]:
+    return None if topo.software.known else ("no software path in the input (NCCL library, driver, plugins, GDR: "
                                              "a live probe or a snapshot records it)")
 
 
@@ -809,65 +765,55 @@ _FIX_FABRIC = ("Check the GPU's fabric with `nvidia-smi -q | grep -A12 Fabric`: 
 _HEALTH_ERRORS = ("route_unhealthy", "incorrect_configuration", "gfm_state", "summary")
 
 
-def _fabric_gpus(doc: dict) -> list:
-    """(GPU key, GPU record, its cleaned fabric) for the GPUs that report a multi-node NVLink fabric."""
-    return [(_gkey(g), g, g["fabric"]) for g in doc.get("gpus", []) if isinstance(g.get("fabric"), dict)]
-
-
-def _attached(f: dict) -> bool:
-    return f.get("state") == "completed" and bool(f.get("cluster_uuid")) and f.get("status") in (None, "NVML_SUCCESS")
+def _fabric_gpus(topo: Topology) -> list:
+    """(GPU key, GPU, its :class:`Fabric`) for the GPUs that report a multi-node NVLink fabric."""
+    return [(g.key, g, g.fabric) for g in topo.gpus if g.fabric is not None]
 
 
 @rule("fabric-state")
-def check_fabric_state(doc: dict) -> list:
+def check_fabric_state(topo: Topology, env: dict) -> list:
     """A GPU whose NVLink fabric registration is not completed (or whose NVML status is an error): NCCL
     keeps MNNVL off for every communicator it is in (mnnvl.cc needs every rank completed)."""
     out = []
-    fab = _fabric_gpus(doc)
+    fab = _fabric_gpus(topo)
     for k, g, f in fab:
-        state, status = f.get("state"), f.get("status")
-        if state is not None and state != "completed":
+        if f.state is not None and not f.completed:
             out.append(finding(
                 "fabric-state", "error", k,
-                f"{k}: NVLink fabric registration is {state.replace('_', ' ')}, not completed: NCCL keeps multi-node "
-                "NVLink off for every communicator this GPU joins (mnnvl.cc) and reaches other trays over the network",
-                _FIX_FABRIC))
-        elif status not in (None, "NVML_SUCCESS"):
+                f"{k}: NVLink fabric registration is {f.state.replace('_', ' ')}, not completed: NCCL keeps "
+                "multi-node NVLink off for every communicator this GPU joins (mnnvl.cc) and reaches other trays "
+                "over the network", _FIX_FABRIC))
+        elif not f.status_ok:
             out.append(finding(
                 "fabric-state", "error", k,
-                f"{k}: NVLink fabric registration completed with status {status}: the GPU is not attached to the "
+                f"{k}: NVLink fabric registration completed with status {f.status}: the GPU is not attached to the "
                 "fabric (GPU Feature Discovery gives the node no nvidia.com/gpu.clique label)", _FIX_FABRIC))
     if fab:
         with_fabric = {_model(g) for _, g, _ in fab}
-        for g in doc.get("gpus", []):
-            if not isinstance(g.get("fabric"), dict) and _model(g) in with_fabric and g.get("vendor") == "nvidia":
+        for g in topo.gpus:
+            if g.fabric is None and _model(g) in with_fabric and g.vendor == "nvidia":
                 out.append(finding(
-                    "fabric-state", "warning", _gkey(g),
-                    f"{_gkey(g)} reports no NVLink fabric while the {_others(_model(g))} here do: the driver did not "
+                    "fabric-state", "warning", g.key,
+                    f"{g.key} reports no NVLink fabric while the {_others(_model(g))} here do: the driver did not "
                     "register it (NCCL gives it no MNNVL peers)", _FIX_FABRIC))
     return out
 
 
 @rule("fabric-health")
-def check_fabric_health(doc: dict) -> list:
+def check_fabric_health(topo: Topology, env: dict) -> list:
     """NVML's fabric health mask (and summary) of each GPU: degraded bandwidth, route recovery or
     an unhealthy route, access-timeout recovery, an incorrect configuration, the fabric manager
     disconnected (nvml.h NVML_GPU_FABRIC_HEALTH_MASK_*; nvidia-smi -q "Health")."""
-    from gpucomm.probes.facts import fabric_health_problems
-
     out = []
-    for k, _g, f in _fabric_gpus(doc):
-        bad = fabric_health_problems(f.get("health_mask"))
-        summary = (f.get("health_summary") or "").lower().replace(" ", "_")
-        if summary in ("unhealthy", "limited_capacity"):
-            bad.append(f"summary={summary}")
+    for k, _g, f in _fabric_gpus(topo):
+        bad = f.health_problems
         if not bad:
             continue
         severe = any(b.split("=")[0] in _HEALTH_ERRORS and b != "summary=limited_capacity" for b in bad)
-        mask = f.get("health_mask")
+        mask = f.health_mask
         out.append(finding(
             "fabric-health", "error" if severe else "warning", k,
-            f"{k}: NVLink fabric health {', '.join(bad)}" + (f" (health mask {mask:#x})" if isinstance(mask, int) else "")
+            f"{k}: NVLink fabric health {', '.join(bad)}" + (f" (health mask {mask:#x})" if mask is not None else "")
             + ("; traffic over this GPU's NVLinks fails or is rerouted" if severe else
                "; its NVLink bandwidth is reduced"),
             "Look at `nvidia-smi -q | grep -A12 Fabric` and the rack's NMX / fabric manager logs (link or switch "
@@ -877,22 +823,18 @@ def check_fabric_health(doc: dict) -> list:
 
 
 @rule("fabric-clique")
-def check_fabric_clique(doc: dict) -> list:
+def check_fabric_clique(topo: Topology, env: dict) -> list:
     """GPUs of one tray in different NVLink domains or cliques (NCCL then makes separate MNNVL cliques
     and connects them over the network), and, in a document of several hosts, a host in another
     clique than the other hosts of its NVLink domain."""
-    from collections import Counter as _Counter
-
-    from gpucomm.probes.model import host_of
-
     out = []
     by_host: dict = {}
-    for k, g, f in _fabric_gpus(doc):
-        if _attached(f) and f.get("clique_id") is not None:
-            by_host.setdefault(host_of(g), []).append((k, (f["cluster_uuid"], f["clique_id"])))
+    for k, g, f in _fabric_gpus(topo):
+        if f.clique is not None:
+            by_host.setdefault(g.host, []).append((k, f.clique))
     majority: dict = {}
     for h, members in sorted(by_host.items()):
-        keys = _Counter(c for _, c in members)
+        keys = Counter(c for _, c in members)
         top, n_top = keys.most_common(1)[0]
         majority[h] = top
         if len(keys) > 1:
@@ -912,7 +854,7 @@ def check_fabric_clique(doc: dict) -> list:
         for h, key in majority.items():
             per_domain.setdefault(key[0], []).append((h, key[1]))
         for cluster, hosts in sorted(per_domain.items()):
-            cliques = _Counter(c for _, c in hosts)
+            cliques = Counter(c for _, c in hosts)
             top, n_top = cliques.most_common(1)[0]
             if len(cliques) < 2 or n_top * 2 <= len(hosts):
                 continue
@@ -929,23 +871,21 @@ def check_fabric_clique(doc: dict) -> list:
 
 
 @rule("nvlink-tray-down")
-def check_nvlink_tray_down(doc: dict) -> list:
+def check_nvlink_tray_down(topo: Topology, env: dict) -> list:
     """Every NVLink of a multi-node NVLink tray (or an NVSwitch node) down: NVML reports each link of
     each GPU inactive, so no GPU has a peer over NVLink (nvlink-inactive compares GPUs with their
     peers and cannot see a tray whose GPUs are all down alike)."""
-    from gpucomm.probes.model import host_of
-
     out = []
     by_host: dict = {}
-    for g in doc.get("gpus", []):
-        recs = [l for l in g.get("nvlink") or [] if l.get("state") in ("active", "inactive")]
+    for g in topo.gpus:
+        recs = [l for l in g.nvlink_states if l.state in ("active", "inactive")]
         if recs:
-            by_host.setdefault(host_of(g), []).append((g, recs))
+            by_host.setdefault(g.host, []).append((g, recs))
     multi = len(by_host) > 1
     for h, members in sorted(by_host.items()):
-        if any(l["state"] == "active" for _, recs in members for l in recs):
+        if any(l.state == "active" for _, recs in members for l in recs):
             continue
-        fabric = any(isinstance(g.get("fabric"), dict) for g, _ in members)
+        fabric = any(g.fabric is not None for g, _ in members)
         n_links = sum(len(r) for _, r in members)
         where = f"host {h}" if multi else "this tray" if fabric else "this node"
         out.append(finding(
@@ -960,16 +900,16 @@ def check_nvlink_tray_down(doc: dict) -> list:
 
 
 @rule("imex-domain")
-def check_imex(doc: dict) -> list:
+def check_imex(topo: Topology, env: dict) -> list:
     """The IMEX domain (``nvidia-imex-ctl -N``): NCCL's MNNVL transport exports memory through IMEX;
     a domain not UP, nodes not READY or not connected make NCCL stop ("MNNVL ... is available but not
     working ... Check the IMEX configuration", mnnvl.cc)."""
     out = []
-    imex = doc.get("imex")
-    if not isinstance(imex, dict):
+    imex = topo.imex
+    if imex is None:
         return out
-    state = imex.get("domain_state")
-    nodes = [n for n in imex.get("nodes") or [] if isinstance(n, dict)]
+    state = imex["domain_state"]
+    nodes = imex["nodes"]
     fix = ("Check `systemctl status nvidia-imex` and /etc/nvidia-imex/nodes_config.cfg on every tray (same node list, "
            "same IMEX version, port 50000 reachable); `nvidia-imex-ctl -N` should show every node READY and C.")
     if state is not None and state != "UP":
@@ -977,9 +917,9 @@ def check_imex(doc: dict) -> list:
             "imex-domain", "error", "imex",
             f"IMEX domain state {state} ({len(nodes)} node(s)): multi-node NVLink memory cannot be shared, so NCCL "
             "fails at init on these trays unless NCCL_MNNVL_ENABLE=0 (then it uses the network)", fix))
-    down = [n for n in nodes if n.get("state") not in (None, "READY")]
+    down = [n for n in nodes if n["state"] not in (None, "READY")]
     if down:
-        names = [f"#{n.get('index')} {n.get('address') or '?'} ({n.get('state')})" for n in down]
+        names = [f"#{n['index']} {n['address'] or '?'} ({n['state']})" for n in down]
         out.append(finding(
             "imex-domain", "warning", "imex nodes",
             f"{len(down)} of {len(nodes)} IMEX node(s) not READY: {_name_list(names)}", fix))
@@ -988,7 +928,7 @@ def check_imex(doc: dict) -> list:
         from gpucomm.probes.formats.imex import CODES
 
         pairs = [f"{a}->{b} {CODES.get(c, c)}" for a, b, c in bad[:6]]
-        total = sum(v for k, v in (imex.get("connectivity") or {}).items() if k != "C")
+        total = sum(v for k, v in (imex["connectivity"] or {}).items() if k != "C")
         out.append(finding(
             "imex-domain", "warning", "imex connectivity",
             f"{total or len(bad)} IMEX node pair(s) not connected: {', '.join(pairs)}" + (" ..." if len(bad) > 6 else ""),
@@ -996,12 +936,12 @@ def check_imex(doc: dict) -> list:
     return out
 
 
-def _nccl_settings(doc: dict) -> dict:
+def _nccl_settings(topo: Topology, env: dict) -> dict:
     """NCCL_MNNVL_* / NCCL_CUMEM_ENABLE settings: {name: [(value, where)]} from the environment doctor
-    was given (``nccl.run_env``) and an NCCL log (``nccl.env``, every value its runs show)."""
-    nccl = doc.get("nccl") if isinstance(doc.get("nccl"), dict) else {}
+    was given (``env``) and an NCCL log (``nccl.env``, every value its runs show)."""
+    nccl = topo.nccl
     out: dict = {}
-    for k, v in (nccl.get("run_env") or {}).items():
+    for k, v in env.items():
         out.setdefault(k, []).append((str(v), "the environment"))
     mn = nccl.get("mnnvl") if isinstance(nccl.get("mnnvl"), dict) else {}
     seen = dict(mn.get("settings") or {}) if isinstance(mn.get("settings"), dict) else {}
@@ -1016,21 +956,18 @@ def _nccl_settings(doc: dict) -> dict:
 
 
 @rule("mnnvl-settings")
-def check_mnnvl_settings(doc: dict) -> list:
+def check_mnnvl_settings(topo: Topology, env: dict) -> list:
     """NCCL settings that throw a multi-node NVLink domain away (from the environment or an NCCL log):
     NCCL_MNNVL_ENABLE=0, NCCL_CUMEM_ENABLE=0 (MNNVL needs cuMem), a clique split without
     NCCL_MNNVL_CROSS_CLIQUE, NCCL_MNNVL_CLIQUE_ID / NCCL_MNNVL_UUID overriding the fabric; and a log
     whose communicator spans trays of one domain with MNNVL off (init.cc, mnnvl.cc)."""
-    from gpucomm.probes.model import host_of
-
     out = []
-    settings = _nccl_settings(doc)
-    fab = [f for _, _, f in _fabric_gpus(doc)]
-    nccl = doc.get("nccl") if isinstance(doc.get("nccl"), dict) else {}
+    settings = _nccl_settings(topo, env)
+    fab = [f for _, _, f in _fabric_gpus(topo)]
+    nccl = topo.nccl
     mn = nccl.get("mnnvl") if isinstance(nccl.get("mnnvl"), dict) else {}
-    domain = any(_attached(f) for f in fab) or bool(mn.get("clique_size")) or \
-        any(f.get("state") == "completed" for f in fab)
-    hosts = {host_of(g) for g in doc.get("gpus", [])}
+    domain = any(f.attached for f in fab) or bool(mn.get("clique_size")) or any(f.completed for f in fab)
+    hosts = {g.host for g in topo.gpus}
 
     def first(name: str, value: str) -> Optional[str]:
         return next((w for v, w in settings.get(name, []) if v.strip() == value), None)
@@ -1059,7 +996,7 @@ def check_mnnvl_settings(doc: dict) -> list:
                 "cliques by this value, not by the NVLink partition", "Leave it unset unless the rack's partitions "
                 "must be overridden; every rank of a job needs the same value."))
     # cliques of one domain that NCCL joins over the network
-    cliques = {(f["cluster_uuid"], f["clique_id"]) for f in fab if _attached(f) and f.get("clique_id") is not None}
+    cliques = {f.clique for f in fab if f.clique is not None}
     clusters = {c for c, _ in cliques}
     split = (mn.get("nvl_domain_size") or 0) > (mn.get("clique_size") or 0) > 0 or \
         (len(cliques) > len(clusters) and len(hosts) > 1)
@@ -1084,26 +1021,24 @@ def check_mnnvl_settings(doc: dict) -> list:
 
 
 # --------------------------------------------------------------------------------------------
-def run_doctor(doc: dict, rules: Optional[list] = None, env: Optional[dict] = None) -> dict:
-    """Run the rules (all by default) over a document; returns the ``gpucomm.doctor/v1`` report
-    with findings sorted by severity, rule and subject; ``checked`` names the rules that ran,
-    ``not_checked`` those whose input was absent, with the reason.  ``env``: the environment a job
-    would run with (the command's own): its NCCL_MNNVL_* and NCCL_CUMEM_ENABLE settings are judged
-    with the document (``mnnvl-settings``)."""
+def run_doctor(doc, rules: Optional[list] = None, env: Optional[dict] = None) -> dict:
+    """Run the rules (all by default) over a topology (a :class:`Topology` or a document); returns the
+    ``gpucomm.doctor/v1`` report with findings sorted by severity, rule and subject; ``checked`` names
+    the rules that ran, ``not_checked`` those whose input was absent, with the reason.  ``env``: the
+    environment a job would run with (the command's own): its NCCL_MNNVL_* and NCCL_CUMEM_ENABLE
+    settings are judged with the document (``mnnvl-settings``)."""
     names = list(RULES) if not rules else list(rules)
-    doc = Topology.of(doc).doc   # the cleaned document: every field has the schema's type
+    topo = Topology.of(doc)
     run_env = {k: str(v) for k, v in (env or {}).items()
                if isinstance(k, str) and (k.startswith("NCCL_MNNVL_") or k == "NCCL_CUMEM_ENABLE")}
-    if run_env:
-        doc["nccl"] = dict(doc.get("nccl") or {}, run_env=run_env)
     findings, checked, not_checked = [], [], []
     for name in names:
-        why = NEEDS[name](doc) if name in NEEDS else None
+        why = NEEDS[name](topo) if name in NEEDS else None
         if why:
             not_checked.append({"rule": name, "reason": why})
             continue
         checked.append(name)
-        findings.extend(RULES[name](doc))
+        findings.extend(RULES[name](topo, run_env))
     order = {s: i for i, s in enumerate(SEVERITIES)}
     findings.sort(key=lambda f: (order[f["severity"]], f["rule"], _natural(f["subject"]), f["message"]))
     counts = {s: sum(1 for f in findings if f["severity"] == s) for s in SEVERITIES}
@@ -1128,9 +1063,10 @@ def _findings_key(report: dict) -> str:
 
 
 def doctor_fleet(items, rules: Optional[list] = None, env: Optional[dict] = None) -> dict:
-    """The doctor over many nodes, read one at a time: ``items`` yields (name, document[, content
-    key, summary]); nodes with the same findings form a **class** (largest first); the **outliers** are the
-    nodes outside the largest class when one class is larger than every other.  Memory per node:
+    """The doctor over many nodes, read one at a time: ``items`` yields (name, topology[, content
+    key, summary]), a topology being a :class:`Topology` or a document; nodes with the same findings
+    form a **class** (largest first); the **outliers** are the nodes outside the largest class when
+    one class is larger than every other.  Memory per node:
     its name, a few counts and its class; an item whose content key was seen before takes that
     node's findings without running the rules again (``gpucomm.doctor-fleet/v1``)."""
     names: list = []
@@ -1140,25 +1076,25 @@ def doctor_fleet(items, rules: Optional[list] = None, env: Optional[dict] = None
     fabric_by_text: dict = {}
     from gpucomm.planners.health.stream import NodeClasses
 
-    grouped = NodeClasses(lambda doc: run_doctor(doc, rules, env), _findings_key)   # classes: doctor reports
+    grouped = NodeClasses(lambda topo: run_doctor(topo, rules, env), _findings_key)   # classes: doctor reports
     member, classes, first_member = grouped.member, grouped.classes, grouped.first_member
     for item in items:
-        name, doc = item[0], item[1]
+        name, topo = item[0], item[1]
         text_key = item[2] if len(item) > 2 else None
         seen[name] += 1
         names.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
-        if doc is None:      # stream_sources: same text as an earlier node, whose findings stand
+        if topo is None:     # stream_sources: same text as an earlier node, whose findings stand
             info = item[3]
             inputs.append({"name": names[-1], "hostname": info["hostname"], "gpus": info["gpus"],
                            "nics": info["nics"]})
         else:
-            h = doc.get("host") or {}
-            inputs.append({"name": names[-1], "hostname": h.get("hostname"), "gpus": len(doc.get("gpus", [])),
-                           "nics": len(doc.get("nics", []))})
-        c = grouped.add(doc, text_key)
+            topo = Topology.of(topo)
+            inputs.append({"name": names[-1], "hostname": topo.host.get("hostname"), "gpus": len(topo.gpus),
+                           "nics": len(topo.nics)})
+        c = grouped.add(topo, text_key)
         inputs[-1]["class"] = c
-        fab = node_clique(doc) if doc is not None else fabric_by_text.get(text_key)
-        if doc is not None and text_key is not None:
+        fab = node_clique(topo) if topo is not None else fabric_by_text.get(text_key)
+        if topo is not None and text_key is not None:
             fabric_by_text[text_key] = fab
         if fab is not None:
             fabric_of[len(names) - 1] = fab
@@ -1184,13 +1120,9 @@ def doctor_fleet(items, rules: Optional[list] = None, env: Optional[dict] = None
             "degraded": bool(degraded_nodes) or any(f["severity"] != "info" for f in across)}
 
 
-def node_clique(doc: dict) -> Optional[tuple]:
+def node_clique(topo: Topology) -> Optional[tuple]:
     """(cluster UUID, clique id) most of a node's GPUs are attached to, None without a fabric."""
-    from gpucomm.probes.model import fabric_record
-
-    fabs = [fabric_record(g.get("fabric")) for g in doc.get("gpus", []) if isinstance(g, dict)]
-    keys = Counter((f["cluster_uuid"], f["clique_id"]) for f in fabs
-                   if f is not None and _attached(f) and f.get("clique_id") is not None)
+    keys = Counter(g.fabric.clique for g in topo.gpus if g.fabric is not None and g.fabric.clique is not None)
     return keys.most_common(1)[0][0] if keys else None
 
 

@@ -19,7 +19,7 @@ nvlink-services     NVSwitch chips without a running fabric manager; multi-node 
 """
 from __future__ import annotations
 
-from gpucomm.probes.facts import NCCL_PLAN_SETTINGS, NCCL_SETTING_SINCE, nic_is_rdma
+from gpucomm.probes.facts import NCCL_PLAN_SETTINGS, NCCL_SETTING_SINCE
 from gpucomm.probes.software import expected_transport
 from gpucomm.probes.topology import Topology
 
@@ -28,18 +28,21 @@ def _version(t) -> str:
     return ".".join(map(str, t))
 
 
+def _rdma_names(topo: Topology) -> list:
+    return [n.name for n in topo.nics if n.rdma]
+
+
 def register(rule, finding) -> None:
     """Add the rules to the doctor (``rule`` and ``finding`` are doctor.py's)."""
 
     @rule("gdr-unavailable")
-    def check_gdr(doc: dict) -> list:
-        topo = Topology.of(doc)
+    def check_gdr(topo: Topology, env: dict) -> list:
         sw = topo.software
-        rdma = [n["name"] for n in doc.get("nics", []) if nic_is_rdma(n)]
-        gpus = [g for g in doc.get("gpus", []) if g.get("vendor", "nvidia") == "nvidia"]
+        rdma = _rdma_names(topo)
+        gpus = [g for g in topo.gpus if g.vendor == "nvidia"]
         if sw.gdr is not False or not rdma or not gpus:
             return []
-        why = ((doc.get("software") or {}).get("gdr") or {}).get("why") or "no GPUDirect RDMA"
+        why = sw.gdr_why or "no GPUDirect RDMA"
         return [finding(
             "gdr-unavailable", "warning", "host",
             f"GPUDirect RDMA is not available ({why}): NCCL stages every inter-node transfer through host memory "
@@ -49,18 +52,17 @@ def register(rule, finding) -> None:
             "(`via NET/IB/0/GDRDMA`).")]
 
     @rule("vm-p2p")
-    def check_vm(doc: dict) -> list:
-        topo = Topology.of(doc)
+    def check_vm(topo: Topology, env: dict) -> list:
         sw = topo.software
-        gpus = doc.get("gpus", [])
+        gpus = topo.gpus
         if sw.vm is not True or len(gpus) < 2:
             return []
-        by_bus = {g.get("pci_bus_id"): g for g in gpus if g.get("pci_bus_id")}
-        bad = sorted({tuple(sorted((g["index"], by_bus[o]["index"])))
-                      for g in gpus for o, st in (g.get("p2p") or {}).items()
+        by_bus = {g.pci_bus_id: g for g in gpus if g.pci_bus_id}
+        bad = sorted({tuple(sorted((g.index, by_bus[o].index)))
+                      for g in gpus for o, st in g.p2p.items()
                       if o in by_bus and st not in (None, "OK")})
-        flat = not any(s.get("kind") in ("pcie", "host_bridge") for s in doc.get("switches", [])) and \
-            not any(g.get("parent") for g in gpus)
+        flat = not any(s.kind in ("pcie", "host_bridge") for s in topo.switches.values()) and \
+            not any(g.parent for g in gpus)
         if not bad and not flat:
             return []
         where = sw.platform or "hypervisor"
@@ -79,11 +81,10 @@ def register(rule, finding) -> None:
             "of the host).")]
 
     @rule("socket-transport")
-    def check_socket(doc: dict) -> list:
-        topo = Topology.of(doc)
+    def check_socket(topo: Topology, env: dict) -> list:
         if not topo.software.known:
             return []
-        rdma = [n["name"] for n in doc.get("nics", []) if nic_is_rdma(n)]
+        rdma = _rdma_names(topo)
         e = expected_transport(topo)
         if e["kind"] != "socket" or not rdma:
             return []
@@ -95,8 +96,8 @@ def register(rule, finding) -> None:
             "(aws-ofi-nccl for EFA/Slingshot); check with `NCCL_DEBUG=INFO` (`Using network IB`).")]
 
     @rule("nccl-version")
-    def check_nccl_version(doc: dict) -> list:
-        sw = Topology.of(doc).software
+    def check_nccl_version(topo: Topology, env: dict) -> list:
+        sw = topo.software
         lib = sw.nccl_in_use()
         v = lib.version_tuple if lib else None
         if v is None:
@@ -123,13 +124,13 @@ def register(rule, finding) -> None:
         return out
 
     @rule("nvlink-services")
-    def check_services(doc: dict) -> list:
-        sw = Topology.of(doc).software
+    def check_services(topo: Topology, env: dict) -> list:
+        sw = topo.software
         svc = sw.services
         if not svc:
             return []
         out = []
-        nvswitch = [s for s in doc.get("switches", []) if s.get("kind") == "nvswitch" and s.get("pci_bus_id")]
+        nvswitch = [s for s in topo.switches.values() if s.kind == "nvswitch" and s.pci_bus_id]
         fm = svc.get("fabricmanager") or {}
         if nvswitch and fm.get("running") is False:
             out.append(finding(
@@ -139,7 +140,7 @@ def register(rule, finding) -> None:
                 + ": CUDA fails with 'system not yet initialized' and NVLink carries nothing",
                 "`systemctl enable --now nvidia-fabricmanager` (the package matching the driver version); "
                 "B200/GB200 systems also need the NVLink subnet manager (nvlsm) it starts."))
-        mnnvl = [g for g in doc.get("gpus", []) if isinstance(g.get("fabric"), dict) and g["fabric"].get("cluster_uuid")]
+        mnnvl = [g for g in topo.gpus if g.fabric is not None and g.fabric.cluster_uuid]
         imex = svc.get("imex") or {}
         if mnnvl and imex.get("running") is False:
             out.append(finding(

@@ -22,9 +22,11 @@ import re
 from typing import Dict, List, Optional, Tuple
 
 from gpucomm.probes.model import format_cpulist, gpu_id, nic_id, parse_cpulist
+from gpucomm.probes.model import natural_key as _natural
 
 from gpucomm.planners.nccl.names import PATH_NAMES
-from gpucomm.planners.placement.layout import NodeView, SMI_TO_NCCL_LEVEL, _natural, nic_has_device_name
+from gpucomm.planners.placement.nics import SMI_TO_NCCL_LEVEL, nic_has_device_name
+from gpucomm.planners.placement.nodeview import NodeView
 
 DEFAULT_TOPO_FILE = "/etc/gpucomm/nccl-topo.xml"
 # Megatron-LM asks for CUDA_DEVICE_MAX_CONNECTIONS=1 with TP or CP on GPUs before Blackwell (sm 100)
@@ -55,7 +57,7 @@ def flat_pcie(view: NodeView) -> bool:
     topo = view.topo
     if not view.nics or view.gpu_count < 2:
         return False
-    if any(topo.gpu(i).rec.get("c2c") for i in view.index):
+    if any(topo.gpu(i).c2c for i in view.index):
         return False
     if any(s.kind == "pcie" for s in topo.switches.values()):
         return False
@@ -161,8 +163,8 @@ def pinned_topo_xml(view: NodeView) -> str:
 
     text = pin(topo)
     assumed = list(topo.assumptions)
-    if any(isinstance(s, dict) and s.get("name") == "nccl-xml" and STATIC_SKELETON in str(s.get("detail"))
-           for s in topo.doc.get("sources") or []):
+    source = topo.probe_sources.get("nccl-xml")
+    if source is not None and STATIC_SKELETON in str(source.detail):
         note = ("gpucomm: the topology NCCL should load on this host, from a static topology file (NCCL_TOPO_FILE) "
                 "as cloud providers ship for VMs, values NCCL reads from the host written in. NCCL would NOT find "
                 "this on its own: such a VM shows NCCL a flat PCIe tree; keep NCCL_TOPO_FILE pointing at a file "
@@ -231,7 +233,7 @@ def build_env(plan: dict, view: NodeView, *, topo_file_path: str = DEFAULT_TOPO_
             else:
                 reason += "; '=' makes NCCL match names exactly instead of by prefix"
             _set(env, "NCCL_IB_HCA", "=" + ",".join(entries), reason)
-        c2c = [g for g in local_gpus if view.topo.gpu(g).rec.get("c2c")]
+        c2c = [g for g in local_gpus if view.topo.gpu(g).c2c]
         levels = [view.gpu_nic_level.get(g) for g in local_gpus if view.gpu_nics.get(g) and g not in c2c]
         ncl = [SMI_TO_NCCL_LEVEL.get(c, "SYS") for c in levels if c]
         if c2c:
@@ -373,7 +375,7 @@ def dual_port_cards(view: NodeView, names: List[str]) -> List[str]:
             continue
         if len(n.active_ports) > 1 and name in names:
             out.append(name)
-        card = n.rec.get("sys_image_guid")
+        card = n.sys_image_guid
         if card:
             by_card.setdefault(card, []).append(name)
     for members in by_card.values():
@@ -390,7 +392,7 @@ def roce_gid_index(env: dict, warnings: List[str], view: NodeView, names: List[s
     picks: Dict[str, int] = {}
     unknown = []
     for name in names:
-        n = view.nics.get(name) or {}
+        n = view.nics[name].rec if name in view.nics else {}
         for p in n.get("ports") or []:
             if not isinstance(p, dict) or p.get("link_layer") != "Ethernet" or str(p.get("state")).upper() != "ACTIVE":
                 continue

@@ -52,7 +52,8 @@ def label_value(text) -> str:
 
 def node_labels(doc) -> Dict[str, str]:
     """{label: value} for one node (a Topology or document)."""
-    from gpucomm.planners.placement.layout import compute_nics, node_view
+    from gpucomm.planners.placement.nics import compute_nics
+    from gpucomm.planners.placement.nodeview import node_view
 
     topo = Topology.of(doc)
     out: Dict[str, str] = {}
@@ -120,7 +121,7 @@ def node_labels(doc) -> Dict[str, str]:
     clique = gpu_clique_label(topo)
     if clique:
         out[GFD_CLIQUE] = clique
-    nics = {n.name: n.rec for n in topo.nics if n.up}
+    nics = {n.name: n for n in topo.nics if n.up}
     compute = compute_nics(nics) if nics else {}
     rdma = [topo.nic(name) for name in compute if topo.nic(name).rdma]
     put("rdma.nic-count", len(rdma))
@@ -132,7 +133,7 @@ def node_labels(doc) -> Dict[str, str]:
         layers = sorted({(n.link_layer or "unknown").lower() for n in rdma})
         put("rdma.link-layer", layers[0] if len(layers) == 1 else "mixed")
         if view is not None and view.gpu_nic_level:
-            from gpucomm.planners.placement.layout import NIC_LEVEL_RANK
+            from gpucomm.planners.placement.nics import NIC_LEVEL_RANK
 
             worst = max(view.gpu_nic_level.values(), key=lambda c: NIC_LEVEL_RANK.get(c, 9))
             put("rdma.gpu-nic-path", worst)
@@ -294,7 +295,7 @@ def gfd_labels(doc) -> Dict[str, str]:
     if len(ccs) == 1:
         major, minor = ccs[0].split(".")
         out["nvidia.com/gpu.compute.major"], out["nvidia.com/gpu.compute.minor"] = major, minor
-    archs = sorted({g.rec.get("arch") for g in gpus if g.rec.get("arch")})
+    archs = sorted({g.reported_arch for g in gpus if g.reported_arch})
     if len(archs) == 1:
         out["nvidia.com/gpu.family"] = label_value(archs[0])
     clique = gpu_clique_label(topo)

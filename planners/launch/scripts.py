@@ -375,7 +375,8 @@ def gres_conf(view, plan: Optional[dict] = None) -> str:
     cores of the GPU's NUMA node, ``Links=`` the NVLink counts to GPU 0, 1, ... (-1 = itself), as
     the ``nvidia-smi topo -m`` matrix shows them.  ``File=/dev/nvidiaN`` takes the device minor
     number to be the NVML index (``nvidia-smi -q | grep Minor`` shows the real one)."""
-    from gpucomm.planners.placement.layout import _nv_count, core_map, logical_core_index
+    from gpucomm.planners.placement.binding import core_map, logical_core_index
+    from gpucomm.probes.topology import nv_count
 
     core_of = core_map(view)
     logical = logical_core_index(view, core_of)
@@ -404,7 +405,7 @@ def gres_conf(view, plan: Optional[dict] = None) -> str:
         cores = format_cores({logical[core_of[c]] for c in cpus if c in core_of})
         links = []
         for o in sorted(view.index):
-            links.append("-1" if o == i else str(_nv_count(view.level.get((i, o), ""))))
+            links.append("-1" if o == i else str(nv_count(view.level.get((i, o)))))
         parts = [f"{prefix}Name=gpu", f"Type={slurm_gres_type(g.name)}", f"File=/dev/nvidia{i}"]
         if cores:
             parts.append(f"Cores={cores}")

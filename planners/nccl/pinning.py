@@ -490,7 +490,7 @@ def nccl_inputs(doc: Union[Topology, dict, str], nodes: int = 1, settings: Optio
     if isinstance(doc, str):
         return doc, s
     topo = Topology.of(doc)
-    if topo.doc.get("nccl_graph"):
+    if topo.is_nccl_graph:
         # an NCCL graph file (NCCL_GRAPH_FILE / NCCL_GRAPH_DUMP_FILE) names channels, not the machine:
         # NCCL cannot load it as a topology (ncclTopoGetSystem), so neither does its model
         raise InputError("an NCCL graph file (<graphs>) is not a topology: NCCL's model needs the machine",

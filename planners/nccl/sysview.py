@@ -33,7 +33,7 @@ from typing import Iterable, Optional, Union
 
 from gpucomm.probes.errors import InputError, NothingToDo
 from gpucomm.probes.model import format_cpulist, normalize_bus_id
-from gpucomm.probes.topology import NVS_ID, Topology
+from gpucomm.probes.topology import NVS_ID, Topology, check_document
 
 from gpucomm.planners.nccl import ncclxml as X
 from gpucomm.planners.nccl.names import LINK_NAMES, PATH_NAMES, PATH_NET, PATH_NVB, PATH_PXN
@@ -395,8 +395,7 @@ def node_system(doc: Union[Topology, dict, str], gpus: Optional[Iterable[int]] =
     is its first host fused with copies of it, ``hosts`` defaulting to its hosts, ``gpus`` its indices
     (the same GPUs of every host).  Raises NothingToDo (no GPU), InputError (an unknown or repeated GPU,
     an NCCL graph file), NcclFailed (NCCL itself would fail)."""
-    if isinstance(doc, dict) and not isinstance(doc.get("gpus", []), list):
-        raise InputError("not a topology document", expected="a gpucomm.topology/v1 mapping")
+    check_document(doc)
     if not isinstance(doc, str):
         topo = Topology.of(doc)
         if topo.multi_host:

@@ -407,7 +407,7 @@ def traffic_cost(report: dict) -> Tuple[float, float]:
     """Scalar to minimise: bytes per step weighted by how far up the tree they go (level L counts
     L-1 times); without an estimate, edges weighted by the axis' usual volume
     (placement.DEFAULT_AXIS_WEIGHTS: DP gradients outweigh PP activations)."""
-    from gpucomm.planners.placement.layout import DEFAULT_AXIS_WEIGHTS
+    from gpucomm.planners.placement.assign import DEFAULT_AXIS_WEIGHTS
 
     b = e = 0.0
     for axis, a in report["by_axis"].items():

@@ -30,8 +30,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from gpucomm.probes.errors import InputError, NothingToDo, PlanInfeasible
 from gpucomm.probes.model import natural_key as _natural
 from gpucomm.probes.model import normalize_bus_id
+from gpucomm.probes.topology import GPU, Topology, nv_count
 
-from gpucomm.planners.placement.layout import NIC_LEVEL_RANK, NodeView, _nv_count, node_view, pcie_level
+from gpucomm.planners.placement.nics import NIC_LEVEL_RANK, compute_nics
+from gpucomm.planners.placement.nodeview import NodeView, node_view, pcie_level
 
 # NVML nvmlGpuTopologyLevel_t -> go-gpuallocator P2PLinkType points, by nvidia-smi code.
 PCIE_POINTS = {"SYS": 10, "SOC": 10, "NODE": 20, "PHB": 30, "PXB": 40, "PIX": 50}
@@ -40,56 +42,53 @@ MAX_PARTITIONS = 2_000_000   # Python needs ~1 us per partition per set; beyond 
 EXHAUSTIVE_SETS = 50_000     # our policy enumerates C(n, k) sets up to this many, else greedy
 
 
-def _direct_nvlinks(doc: dict, a: dict, b: dict) -> int:
+def _direct_nvlinks(topo: Topology, a: GPU, b: GPU) -> int:
     """Enabled NVLinks of ``a`` whose remote PCI bus id is ``b`` (go-gpuallocator GetNVLink)."""
-    target = b.get("pci_bus_id")
-    links = a.get("nvlink") or []
-    if links:
+    target = b.pci_bus_id
+    if a.nvlink_states:
         n = 0
-        for l in links:
-            state = str(l.get("state") or "").lower()
+        for l in a.nvlink_states:
+            state = str(l.state or "").lower()
             if state and state not in ("up", "active", "enabled", "1", "true"):
                 continue
-            remote = l.get("remote")
-            if remote is None:
+            if l.remote is None:
                 continue
-            r = normalize_bus_id(remote) or str(remote)
-            if (target and r == target) or r == f"GPU{b['index']}":
+            r = normalize_bus_id(l.remote) or l.remote
+            if (target and r == target) or r == b.key:
                 n += 1
         return min(n, 18)
     # No per-link records: GPU-GPU nvlink links of the document (never GPU-NVSwitch ones).
-    ida = a.get("pci_bus_id") or f"GPU{a['index']}"
-    idb = b.get("pci_bus_id") or f"GPU{b['index']}"
+    ida = a.pci_bus_id or a.key
+    idb = b.pci_bus_id or b.key
     total = 0
     found = False
-    for l in doc.get("links") or []:
-        if isinstance(l, dict) and l.get("kind") == "nvlink":
+    for l in topo.links:
+        if l.kind == "nvlink":
             found = True
-            if {l.get("a"), l.get("b")} == {ida, idb}:
-                total += int(l.get("count") or 1)
+            if {l.a, l.b} == {ida, idb}:
+                total += l.count or 1
     if found:
         return min(total, 18)
     # A bare `nvidia-smi topo -m` capture: NV# is all we know.  Without NVSwitch records it is
     # taken as direct links (true on NVLink-bridge and hybrid-cube-mesh boxes).
-    if any(s.get("kind") == "nvswitch" for s in doc.get("switches") or [] if isinstance(s, dict)):
+    if any(s.kind == "nvswitch" for s in topo.switches.values()):
         return 0
-    code = ((doc.get("matrix") or {}).get(f"GPU{a['index']}") or {}).get(f"GPU{b['index']}")
-    return min(_nv_count(code or ""), 18)
+    return min(nv_count((topo.matrix.get(a.key) or {}).get(b.key)), 18)
 
 
-def gpuallocator_pair_scores(doc: dict) -> Dict[Tuple[int, int], int]:
-    """{(i, j): score} for every ordered pair of GPUs (go-gpuallocator calculateGPUPairScore)."""
-    gpus = sorted((g for g in doc.get("gpus") or [] if isinstance(g, dict) and isinstance(g.get("index"), int)),
-                  key=lambda g: g["index"])
+def gpuallocator_pair_scores(topo) -> Dict[Tuple[int, int], int]:
+    """{(i, j): score} for every ordered pair of GPUs (go-gpuallocator calculateGPUPairScore) of a
+    topology (a :class:`Topology` or a document)."""
+    topo = Topology.of(topo)
     scores: Dict[Tuple[int, int], int] = {}
-    for a in gpus:
-        for b in gpus:
+    for a in topo.gpus:
+        for b in topo.gpus:
             if a is b:
                 continue
-            lvl = pcie_level(doc, a, b)
+            lvl = pcie_level(topo, a, b)
             s = PCIE_POINTS.get(lvl or "", 0)
-            s += NVLINK_POINTS * _direct_nvlinks(doc, a, b)
-            scores[(a["index"], b["index"])] = s
+            s += NVLINK_POINTS * _direct_nvlinks(topo, a, b)
+            scores[(a.index, b.index)] = s
     return scores
 
 
@@ -111,9 +110,9 @@ def count_partitions(n: int, k: int) -> int:
     return math.factorial(m * k) // (math.factorial(k) ** m * math.factorial(m))
 
 
-def gpuallocator_besteffort(doc: dict, free: Sequence[int], k: int, required: Sequence[int] = ()) -> List[int]:
-    """go-gpuallocator ``bestEffortPolicy.Allocate(available=free, required, size=k)``; [] when it
-    would return no devices."""
+def gpuallocator_besteffort(topo, free: Sequence[int], k: int, required: Sequence[int] = ()) -> List[int]:
+    """go-gpuallocator ``bestEffortPolicy.Allocate(available=free, required, size=k)`` over a topology (a
+    :class:`Topology` or a document); [] when it would return no devices."""
     free = list(free)
     if k <= 0 or len(free) < k or len(required) > k:
         return []
@@ -128,7 +127,7 @@ def gpuallocator_besteffort(doc: dict, free: Sequence[int], k: int, required: Se
         raise InputError(f"go-gpuallocator's exhaustive search over {len(free)} free GPUs in sets of {k} "
                          f"means about {count_partitions(len(free), k):,} partitions; too many to reproduce here",
                          expected="fewer free GPUs (--free) or another --count")
-    scores = gpuallocator_pair_scores(doc)
+    scores = gpuallocator_pair_scores(topo)
     devices: List[Optional[int]] = free + [None] * ((-len(free)) % k)
     padding = devices.count(None)
     req = set(required)
@@ -188,7 +187,7 @@ def ring_bw(view: NodeView, gpus: Sequence[int]) -> float:
         return float("inf")
     if len(g) == 2:
         return view.pair_bw(g[0], g[1])
-    if view.nvswitch and all(_nv_count(view.level.get((a, b), "")) for a in g for b in g if a != b):
+    if view.nvswitch and all(nv_count(view.level.get((a, b))) for a in g for b in g if a != b):
         return min(view.nvlink_bw_per_gpu(x) for x in g)
     if len(g) <= 7:
         first, rest = g[0], g[1:]
@@ -208,7 +207,7 @@ def _best_partner(view: NodeView, x: int, pool: Sequence[int]) -> float:
 
 
 def _score(view: NodeView, s: Tuple[int, ...], free: Sequence[int]) -> Tuple:
-    numa = {view.gpu(x).get("numa_node") for x in s}
+    numa = {view.gpu(x).numa_node for x in s}
     numa.discard(None)
     nics = set()
     for x in s:
@@ -223,11 +222,11 @@ def _score(view: NodeView, s: Tuple[int, ...], free: Sequence[int]) -> Tuple:
             tuple(-x for x in s))
 
 
-def select_gpus(doc: dict, k: int, free: Optional[Sequence[int]] = None, compare: bool = True) -> dict:
-    """Our choice of ``k`` GPUs among ``free`` (default: all), with the reasons, and
-    go-gpuallocator's choice on the same input for comparison (``compare``)."""
-    view = node_view(doc)
-    doc = view.doc   # the cleaned document (go-gpuallocator's own reading of it is emulated below)
+def select_gpus(topo, k: int, free: Optional[Sequence[int]] = None, compare: bool = True) -> dict:
+    """Our choice of ``k`` GPUs among ``free`` (default: all) of a topology (a :class:`Topology` or a
+    document), with the reasons, and go-gpuallocator's choice on the same input for comparison
+    (``compare``)."""
+    view = node_view(topo)
     all_idx = view.index
     if free is None:
         free = list(all_idx)
@@ -267,8 +266,8 @@ def select_gpus(doc: dict, k: int, free: Optional[Sequence[int]] = None, compare
            "warnings": warnings}
     if compare:
         try:
-            theirs = gpuallocator_besteffort(doc, free, k)
-            scores = gpuallocator_pair_scores(doc)
+            theirs = gpuallocator_besteffort(view.topo, free, k)
+            scores = gpuallocator_pair_scores(view.topo)
             out["gpuallocator"] = {"gpus": theirs, "devices": devices(view, theirs), "score": _set_score(scores, theirs),
                                    "details": _details(view, theirs, free) if theirs else None}
             out["details"]["gpuallocator_score"] = _set_score(scores, ours)
@@ -283,9 +282,9 @@ def devices(view: NodeView, s: Sequence[int]) -> List[dict]:
     out = []
     for i in s:
         g = view.gpu(i)
-        numa = g.get("numa_node")
-        out.append({"index": i, "pci_bus_id": g.get("pci_bus_id"), "uuid": g.get("uuid"),
-                    "numa_node": numa if isinstance(numa, int) and numa >= 0 else None})
+        numa = g.numa_node
+        out.append({"index": i, "pci_bus_id": g.pci_bus_id, "uuid": g.uuid,
+                    "numa_node": numa if numa is not None and numa >= 0 else None})
     return out
 
 
@@ -426,17 +425,20 @@ def select_nodes(cluster, count: int, free: Optional[Sequence[str]] = None, nic_
             "cost": cost, "candidates": len(cand), "excluded": excluded, "warnings": warnings}
 
 
-def cluster_network(cluster, nodes: int, doc: dict) -> dict:
-    """What one NIC delivers to a job of ``nodes`` nodes of ``cluster`` (picked as :func:`select_nodes`
-    picks them): the slower of the node's NIC and the fabric's host link, times the leaf uplinks' share
-    when the nodes span leaves.  -> {"nodes", "fabric_gbps" (None: the topology's own NIC rate),
-    "note", "selection"}."""
-    from gpucomm.planners.placement.layout import compute_nics
-    from gpucomm.probes.facts import nic_is_rdma, nic_rate_gbps
+def node_nic_gbps(topo) -> Optional[float]:
+    """One node's RDMA rate to the fabric (its compute NICs, summed; ``topo``: a :class:`Topology` or a
+    document), or None."""
+    nics = {n.name: n for n in Topology.of(topo).nics}
+    return sum((n.rate_gbps or 0) for n in compute_nics(nics).values() if n.rdma) or None
 
+
+def cluster_network(cluster, nodes: int, topo) -> dict:
+    """What one NIC delivers to a job of ``nodes`` nodes of ``cluster`` (picked as :func:`select_nodes`
+    picks them): the slower of the node's NIC (``topo``: a :class:`Topology` or a document) and the
+    fabric's host link, times the leaf uplinks' share when the nodes span leaves.  -> {"nodes",
+    "fabric_gbps" (None: the topology's own NIC rate), "note", "selection"}."""
     sel = select_nodes(cluster, nodes)
-    nics = {n["name"]: n for n in doc.get("nics") or [] if isinstance(n, dict) and n.get("name")}
-    rates = [nic_rate_gbps(n) for n in compute_nics(nics).values() if nic_is_rdma(n)] if nics else []
+    rates = [n.rate_gbps for n in compute_nics({n.name: n for n in Topology.of(topo).nics}).values() if n.rdma]
     per_nic = max((r for r in rates if r), default=None)
     link = None
     if cluster.fabric_doc:
