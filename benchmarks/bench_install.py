@@ -203,6 +203,17 @@ def cluster_table(py: Path, runs: int, tmp: Path, big: bool, only: "str | None" 
         ("plan 8192 GPUs (1024 x hgx-h100) tp8 pp4, JSON", None,
          ["plan", "example:hgx-h100", "--nodes", "1024", "--tp", "8", "--pp", "4", "--format", "json", "-o", out, "--force"]),
     ]
+    # the NVL72 rack (issue 27): NCCL's fused system of 18 GB300 trays, 8 racks planned, 20 racks predicted
+    rows += [
+        ("rings, one NVL72 domain (18 x gb300-nvl72 trays, MNNVL), JSON", 0.5,
+         ["rings", "example:gb300-nvl72", "--nodes", "18", "--format", "json", "-o", out, "--force"]),
+        ("plan --model llama-405b, 8 NVL72 racks (576 GPUs), JSON", 2.0,
+         ["plan", "example:gb300-nvl72", "--nodes", "144", "--nvlink-domain", "18", "--model", "llama-405b",
+          "--format", "json", "-o", out, "--force"]),
+        ("predict all_reduce, 20 NVL72 racks (1440 GPUs), JSON", 1.0,
+         ["predict", "example:gb300-nvl72", "--nodes", "360", "--nvlink-domain", "18", "--format", "json", "-o", out,
+          "--force"]),
+    ]
     for n, goal in ((72, 0.3), (288, None)):
         doc = tmp / f"nvl{n}.json"
         if not doc.is_file():

@@ -12,6 +12,7 @@ from gpucomm.planners.placement.binding import core_map
 from gpucomm.planners.placement.ranks import parse_order
 from gpucomm.planners.placement import models as model_specs
 from gpucomm.planners.placement.cluster import block_segment, choose_host_order, leaf_uplinks, traffic_report
+from gpucomm.planners.placement.nvldomain import domain_note, job_domain_nodes
 from gpucomm.planners.placement.select import select_gpus
 from gpucomm.probes.errors import InputError, PlanInfeasible
 from gpucomm.probes.topology import Topology
@@ -24,7 +25,8 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
                     hosts: Optional[List[str]] = None, etp: Optional[int] = None, vpp: Optional[int] = None,
                     torch_version: Optional[str] = None, calibration: Optional[dict] = None,
                     calibration_source: Optional[str] = None, nccl_graph: bool = False, force: bool = False,
-                    nccl_xml: bool = False, transport: Optional[str] = None) -> dict:
+                    nccl_xml: bool = False, transport: Optional[str] = None,
+                    nvlink_domain: Optional[int] = None) -> dict:
     """Everything ``gpucomm plan`` computes, as the ``gpucomm.plan/v1`` document (no I/O): the
     factorization (given, or ranked for ``model``), the rank layout, env settings with reasons, launch
     artefacts, and with ``cluster`` the host order and cross-switch traffic.  ``calibration``: a
@@ -35,7 +37,8 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
     ``nccl_xml``: ``files['nccl-topo.xml']`` always (the XML NCCL detects by itself where the host's
     own tree serves, the VM skeleton where it does not; each says which in a comment).
     ``transport``: the ``--transport`` value timing ``model``'s multi-node collectives (default: the
-    probe's, :mod:`gpucomm.planners.collectives.transport`)."""
+    probe's, :mod:`gpucomm.planners.collectives.transport`).  ``nvlink_domain``: consecutive nodes per
+    NVLink domain timing ``model``'s collectives across nodes (default: NCCL's, from the fabric info)."""
     order = parse_order(order)
     mspec = model_specs.parse_model_spec(model)
     hosts_pool = None
@@ -97,6 +100,17 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
     total = nodes * gpn
     candidates = None
     warnings: List[str] = []
+    # nodes that share an NVLink domain (NVL72 trays): model-parallel groups may span them; a cluster
+    # file's NVLink domains (synth --nvlink-domain, gpucomm cluster) say it where --nvlink-domain does not
+    if nvlink_domain is None and cluster is not None and cluster.domain_of:
+        sizes: dict = {}
+        for d in cluster.domain_of.values():
+            sizes[d] = sizes.get(d, 0) + 1
+        nvlink_domain = min(sizes.values())
+    model_specs.use_nvlink_domain(view, nvlink_domain)
+    if chosen is not None and nvlink_domain is not None:   # --model's collectives timed with it too
+        model_specs.use_cost_options(view, transport=chosen, nvlink_domain=nvlink_domain)
+    domain_nodes = job_domain_nodes(topo, nodes, nvlink_domain)
     if mspec is not None and tp is None and pp is None and dp is None:
         fixed = {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "etp": etp}
         rows = model_specs.rank_factorizations(view, nodes, gpn, mspec, order, fixed, top=top, gpus=gpus,
@@ -111,7 +125,7 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
     else:
         if mspec is None and tp is None and pp is None and dp is None and cp is None and ep is None:
             warnings.append("no --tp/--pp/--dp/--model given: plain data parallelism over all GPUs")
-        axes = placement.resolve_axes(total, tp, pp, dp, cp, ep, gpn, etp=etp)
+        axes = placement.resolve_axes(total, tp, pp, dp, cp, ep, gpn, etp=etp, domain_nodes=domain_nodes)
     weights = model_specs.axis_weights(mspec, axes) if mspec else None
     layout = placement.make_layout(view, nodes, gpn, axes, order, weights, gpus)
     node_docs = None
@@ -130,6 +144,8 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
         node_docs = [cluster.doc(h) for h in hosts]
     plan = placement.plan_document(layout, hosts=hosts, node_docs=node_docs)
     plan["host_order"] = host_order
+    note = domain_note(gpn, domain_nodes, layout.axes, nodes)
+    plan["nvlink_domain"] = {"nodes": domain_nodes, "gpus": domain_nodes * gpn, "note": note} if note else None
     plan["warnings"] = list(dict.fromkeys(warnings + plan["warnings"] + (cluster.warnings if cluster else [])
                                           + cal_notes))
     plan["forced"] = None

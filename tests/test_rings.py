@@ -593,3 +593,38 @@ def test_nccl_rings_over_its_domains_seed_ours(nodes):
     _usage_ok(plan)
     assert plan.domains is not None and all(ch.breaks for ch in plan.channels)
     assert plan.to_dict()["net_domains"]
+
+
+# MNNVL: NCCL 2.30.7's own ring bandwidth (ncclsim, fixtures/ncclsim/goldens.json, group mnnvl) on trays fused into
+# NVLink cliques of K (the harness's --mnnvl-clique K), against our rings with --nvlink-domain K: one clique of 2, 4,
+# 8 and 18 trays, and several cliques joined by their NICs (2x2, 2x4, 2x8, 2 racks of 18 trays).
+MNNVL_CASES = [("mnnvl/gb300.xml", n, k) for n, k in ((2, 2), (4, 4), (8, 8), (18, 18), (4, 2), (8, 4), (16, 8))] \
+    + [("mnnvl/gb200.xml", n, k) for n, k in ((2, 2), (8, 8), (4, 2))] + [("mnnvl/gb300-bond.xml", 4, 2)]
+
+
+def _mnnvl_golden(xml: str, nodes: int, k: int) -> dict:
+    import json
+
+    from support import ROOT
+
+    cases = json.loads((ROOT / "fixtures" / "ncclsim" / "goldens.json").read_text())["cases"]
+    return next(c for c in cases if c["xml"] == xml and c["nodes"] == nodes and not c.get("env") and not c.get("gpus")
+                and (c.get("mnnvl") or {}) == {"clique": k, "domain": k, "state": 3})
+
+
+@pytest.mark.parametrize("xml,nodes,k", MNNVL_CASES)
+def test_our_rings_over_an_mnnvl_clique_match_or_beat_nccl(xml, nodes, k):
+    from gpucomm.planners.collectives.rings import check_plan
+    from support import ROOT
+
+    case = _mnnvl_golden(xml, nodes, k)
+    ring = case["golden"]["ring"]
+    nccl = _tool("rings_vs_ncclsim").nccl_total(case["golden"])
+    plan = search_rings(load_topology(str(ROOT / "fixtures" / "ncclsim" / xml)), nodes=nodes, nvlink_domain=k)
+    check_plan(plan)
+    assert plan.hosts_per_system == k and plan.nodes == nodes // k
+    assert plan.total_bw >= nccl - 1e-6, (plan.total_bw, nccl, ring)
+    # within a clique every channel visits every GPU of all its trays (over the NVSwitch, no NIC)
+    per_tray = len(plan.ns.gpus) // k
+    if nodes == k:
+        assert all(len(ch.gpus) == per_tray * k and not ch.breaks for ch in plan.channels)

@@ -61,10 +61,18 @@ def one(case: dict, seeded: bool = True) -> tuple:
                                                           else []) + [f"{k}={v}" for k, v in sorted((case.get("env") or {}).items())])
     if "error" in case["golden"]:
         return cid, None, None, "nccl fails", None
+    m = case.get("mnnvl")
+    if m:
+        cid += f":mnnvl{m['clique']}" + (f"/{m['domain']}" if m.get("domain", m["clique"]) != m["clique"] else "") \
+            + (f":state{m['state']}" if m.get("state", 3) != 3 else "")
+        if m.get("domain", m["clique"]) != m["clique"] or m.get("state", 3) != 3:
+            # several cliques in one domain, or a fabric state: more than --nvlink-domain K says
+            return cid, None, nccl_total(case["golden"]), "MNNVL layout beyond --nvlink-domain", None
     try:
         doc = load_topology(str(OUT / case["xml"]))
         plan = search_rings(doc, gpus=case.get("gpus"), nodes=case["nodes"], reference=seeded,
-                            settings=NcclSettings.from_env(case.get("env") or {}))
+                            settings=NcclSettings.from_env(case.get("env") or {}),
+                            nvlink_domain=m["clique"] if m else None)
         note, carried = "", nccl_total(case["golden"])
         if seeded and plan.total_bw < carried - 1e-6 and plan.nccl_reference:
             share, note = _overload(plan)
@@ -82,8 +90,10 @@ def main(argv=None) -> int:
     ap.add_argument("--stride", type=int, default=1, help="every Nth case")
     ap.add_argument("--json", dest="json_out")
     ap.add_argument("--search-only", action="store_true", help="without the NCCL model's rings as a candidate")
+    ap.add_argument("--group", help="only this group's cases (corpus, examples, fixtures, mnnvl)")
     args = ap.parse_args(argv)
-    cases = json.loads((OUT / "goldens.json").read_text())["cases"][:: max(1, args.stride)]
+    cases = [c for c in json.loads((OUT / "goldens.json").read_text())["cases"]
+             if args.group is None or c.get("group") == args.group][:: max(1, args.stride)]
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as ex:
         rows = list(ex.map(one, cases, [not args.search_only] * len(cases), chunksize=4))
     compared = [r for r in rows if r[1] is not None]
@@ -98,7 +108,7 @@ def main(argv=None) -> int:
           f"{len(skipped)} not compared")
     print(f"ours >= what NCCL's rings carry on the links: {len(compared) - len(real_losses)} of {len(compared)}")
     for cid, ours, nccl, note, _ in skipped:
-        if note not in ("nccl fails", "one GPU"):
+        if note not in ("nccl fails", "one GPU", "MNNVL layout beyond --nvlink-domain"):
             print(f"  not compared {cid}: {note}")
     for cid, ours, nccl, note, carried in sorted(losses, key=lambda r: r[1] / r[2]):
         print(f"  NCCL wider {cid}: ours {ours:g} vs NCCL {nccl:g} ({ours / nccl:.3f}){': ' + note if note else ''}"

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from gpucomm.commands.common import gpu_option
+from gpucomm.commands.common import gpu_option, nvlink_domain_option
 from gpucomm.settings import SETTINGS, diag
 
 
@@ -93,6 +93,7 @@ def calibrate(
                                         "file's hosts and ranks)."),
     gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", "-g", help="GPUs per node of every run "
                                                 "(default: from the file)."),
+    nvlink_domain: Optional[int] = nvlink_domain_option(),
     fabric_gbps: Optional[float] = typer.Option(None, "--fabric-gbps", help="What one NIC delivers, in Gb/s, "
                                                 "when the topology has no NIC (see predict --fabric-gbps)."),
     gpu: Optional[str] = gpu_option(),
@@ -105,7 +106,7 @@ def calibrate(
 
     Formats: table (summary; default on a terminal), json (the profile; default with -o FILE), yaml.
     Use the profile with predict/plan/rings --calibration PROFILE.json (docs/CALIBRATION.md)."""
-    from gpucomm.commands.common import flag_value, gpu_note_line, max_nodes, with_gpu_model
+    from gpucomm.commands.common import flag_value, gpu_note_line, max_nodes, nvlink_domain_value, with_gpu_model
     from gpucomm.planners.collectives.calibrate import SETUP_WARNING, build_calibration
     from gpucomm.probes.load import load_topology
     from gpucomm.probes.units import MAX_FABRIC_GBPS
@@ -114,10 +115,13 @@ def calibrate(
     flag_value("--nodes", nodes, lo=1, hi=max_nodes())
     flag_value("--gpus-per-node", gpus_per_node, lo=1)
     flag_value("--fabric-gbps", fabric_gbps, above=0, hi=MAX_FABRIC_GBPS)
+    nvlink_domain_value(nvlink_domain, nodes)
     doc = with_gpu_model(load_topology(topo), gpu)
+    if nodes is not None:   # else each run's ranks say how many
+        nvlink_domain_value(nvlink_domain, nodes, doc)
     texts = read_run_texts(runs)
     cal = build_calibration(doc, texts, topo, collective=collective, nodes=nodes, gpus_per_node=gpus_per_node,
-                            fabric_gbps=fabric_gbps)
+                            fabric_gbps=fabric_gbps, nvlink_domain=nvlink_domain)
     default = "json" if SETTINGS.output and SETTINGS.output != "-" else "table"
     note = gpu_note_line(doc, "# ")
     emit(cal, extra={"table": lambda: wrap_comment_lines((note + "\n" if note else "")

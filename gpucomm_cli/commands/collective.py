@@ -11,7 +11,7 @@ from typing import Optional
 import typer
 
 from gpucomm.commands.common import (TOPO_HELP, flag_value, from_option, gpu_note_line, gpu_option, load_topo, max_nodes,
-                                     topo_argument, usage_error)
+                                     nvlink_domain_option, nvlink_domain_value, topo_argument, usage_error)
 from gpucomm.probes import units
 from gpucomm.settings import diag
 
@@ -112,6 +112,19 @@ def _log_diagnostics(sec: dict) -> None:
         diag(f"gpucomm: warning: {w}", verbose_only=True)
 
 
+def domains_text(nodes: int, per_domain: int) -> str:
+    """`` in 1 NVLink domain`` / `` in 2 NVLink domains of 18``; empty for nodes not joined by NVLink."""
+    if per_domain <= 1:
+        return ""
+    doms = nodes // per_domain
+    return " in 1 NVLink domain" if doms == 1 else f" in {doms} NVLink domains of {per_domain}"
+
+
+def nodes_text(nodes: int, per_domain: int) -> str:
+    """``1 node`` / ``4 nodes`` / ``2 nodes in 1 NVLink domain`` / ``36 nodes in 2 NVLink domains of 18``."""
+    return ("1 node" if nodes == 1 else f"{nodes} nodes") + domains_text(nodes, per_domain)
+
+
 def render_rings_log(console, sec: dict, out: dict) -> None:
     """The --compare part of ``gpucomm rings``: NCCL (log) | our model of NCCL | our rings."""
     from gpucomm.render.tables import print_table
@@ -180,7 +193,9 @@ def rings(
     gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU indices to use, e.g. 0,1,2,3 or 0-3 (default: all)."),
     channels: str = typer.Option("auto", "--channels", help="auto, or the number of channels (1-64)."),
     nodes: int = typer.Option(1, "--nodes", "-N", help="Identical nodes joined through their NICs "
-                              "(> 1: every channel enters and leaves each node through a NIC)."),
+                              "(> 1: every channel enters and leaves each node through a NIC), or by NVLink "
+                              "(--nvlink-domain)."),
+    nvlink_domain: Optional[int] = nvlink_domain_option(),
     compare: Optional[str] = typer.Option(None, "--compare", metavar="LOG", help=COMPARE_HELP),
     calibration: Optional[str] = typer.Option(None, "--calibration", metavar="PROFILE.json",
                                               help="A calibration profile (gpucomm calibrate): add what NCCL's "
@@ -202,6 +217,7 @@ def rings(
         usage_error(f"{channels!r} is not auto or a channel count 1-64", "--channels")
     gpu_list = flag_value("--gpus", gpus, parse=parse_gpu_list)
     flag_value("--nodes", nodes, lo=1, hi=max_nodes())
+    nvlink_domain_value(nvlink_domain, nodes)
     graph_text = _graph_file_text(compare) if compare else None
     log = None
     if compare and graph_text is None:
@@ -209,12 +225,13 @@ def rings(
 
         log = load_nccl_log(compare)
     doc, _ = load_topo(topo, src, gpu=gpu)
+    nvlink_domain_value(nvlink_domain, nodes, doc)
     if log is not None:
         from gpucomm.planners.collectives.logcompare import rings_with_log
 
-        out = rings_with_log(doc, log, gpus=gpu_list, channels=channels, nodes=nodes)
+        out = rings_with_log(doc, log, gpus=gpu_list, channels=channels, nodes=nodes, nvlink_domain=nvlink_domain)
     else:
-        out = rings_report(doc, gpus=gpu_list, channels=channels, nodes=nodes)
+        out = rings_report(doc, gpus=gpu_list, channels=channels, nodes=nodes, nvlink_domain=nvlink_domain)
     if graph_text is not None:
         from gpucomm.planners.nccl.graphfile import compare_ring_graph
 
@@ -225,7 +242,7 @@ def rings(
 
         out["calibrated"] = achievable_summary(doc, nodes=nodes, gpus=gpu_list, calibration=read_calibration(calibration),
                                                calibration_source=calibration)
-    if nodes > 1:   # the transport between the nodes, as the probe found it (docs/SWPATH.md)
+    if out["nvlink_domain"]["systems"] > 1:   # the transport between the nodes, as the probe found it (docs/SWPATH.md)
         from gpucomm.planners.collectives.transport import from_probe
         from gpucomm.probes.topology import Topology
 
@@ -239,12 +256,13 @@ def rings(
             console.print(f"transport between nodes: {t['name']} ({t['source']}: {t['why']})", markup=False,
                           highlight=False)
 
-        multi = out["nodes"] > 1
+        nd = out["nvlink_domain"]
+        multi = nd["systems"] > 1
         note = gpu_note_line(doc)
         if note:
             console.print(note, soft_wrap=True, markup=False)
         t = Table(title=f"Rings: {plural(len(out['channels']), 'channel')}, {out['total_bw_GBps']:g} GB/s total "
-                        f"({'%d nodes' % out['nodes'] if multi else '1 node'}, GPUs "
+                        f"({nodes_text(out['nodes'], nd['trays_per_system'])}, GPUs "
                         f"{','.join(map(str, out['gpus']))})", title_justify="left")
         t.add_column("channel", justify="right")
         t.add_column("order", no_wrap=True)
@@ -267,6 +285,8 @@ def rings(
             hop = f"{worst['from']}->{worst['to']} {worst['type']} {worst['path_bw_GBps']:g}" if worst else "-"
             t.add_row(str(ch["channel"]), order, f"{ch['bw_GBps']:g}", hop)
         print_table(console, t)
+        if nd["trays_per_system"] > 1 and nd.get("note"):
+            console.print(f"NVLink domain: {nd['note']}", soft_wrap=True, markup=False, highlight=False)
         ref = out["nccl_reference"]
         if ref:
             console.print(f"NCCL reference: {ref['channels']} channels ({ref['search_channels']} searched x "
@@ -291,6 +311,14 @@ def rings(
             console.print(f"NCCL graph file {ng['file']}: {ng['nchannels']} ring channel(s) x {ng['bw_GBps']:g} GB/s = "
                           f"{ng['total_bw_GBps']:g} GB/s (type {ng['type_intra']}/{ng['type_inter']}); ours "
                           f"{ng['ours_total_bw_GBps']:g} GB/s" + (f" ({ng['ratio']:g}x)" if ng["ratio"] else ""))
+            m = ng.get("model")
+            if m:
+                d = m["first_difference"]
+                console.print(f"  our model of NCCL: {_fmt(m['nchannels'])} channel(s) x {_fmt(m['bw_GBps'])} GB/s, type "
+                              f"{_fmt(m['type_intra'])}; channel for channel: {m['same_channels']} of {m['checked']} the "
+                              "same order" + ("" if d is None else f" (first difference: channel {d['channel']})")
+                              + (" -- agrees" if m["agrees"] else " -- differs"), soft_wrap=True, markup=False,
+                              highlight=False)
             for i, ch in enumerate(ng["channels"][:16]):
                 console.print(f"  graph channel {i}: " + " > ".join(f"GPU{g}" if isinstance(g, int) else str(g) for g in ch))
             if ng["covers_gpus"] is False:
@@ -360,6 +388,7 @@ def trees(
     topo: Optional[str] = topo_argument(),
     src: Optional[str] = from_option(),
     nodes: int = typer.Option(1, "--nodes", "-N", help="Number of identical nodes."),
+    nvlink_domain: Optional[int] = nvlink_domain_option(),
     gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", "-g", min=1,
                                                 help="GPUs per node (default: all; the first G by index)."),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU indices used per node, e.g. 0,1,2,3 or 0-3."),
@@ -376,6 +405,7 @@ def trees(
 
     gpu_list = flag_value("--gpus", gpus, parse=parse_gpu_list)
     flag_value("--nodes", nodes, lo=1, hi=max_nodes())
+    nvlink_domain_value(nvlink_domain, nodes)
     if gpu_list is not None and gpus_per_node is not None and gpus_per_node != len(gpu_list):
         raise InputError(f"--gpus lists {len(gpu_list)} GPUs but --gpus-per-node is {gpus_per_node}")
     log = None
@@ -384,22 +414,26 @@ def trees(
 
         log = load_nccl_log(compare)
     doc, _ = load_topo(topo, src, gpu=gpu)
+    nvlink_domain_value(nvlink_domain, nodes, doc)
     if log is not None:
         from gpucomm.planners.collectives.logcompare import trees_with_log
 
-        out = trees_with_log(doc, log, nodes=nodes, gpus_per_node=gpus_per_node, gpus=gpu_list)
+        out = trees_with_log(doc, log, nodes=nodes, gpus_per_node=gpus_per_node, gpus=gpu_list,
+                             nvlink_domain=nvlink_domain)
     else:
-        out = trees_report(doc, nodes=nodes, gpus_per_node=gpus_per_node, gpus=gpu_list)
+        out = trees_report(doc, nodes=nodes, gpus_per_node=gpus_per_node, gpus=gpu_list, nvlink_domain=nvlink_domain)
 
     def table(console) -> None:
         from gpucomm.render.plain import Table
 
-        gpn = out["gpus_per_node"]
+        nd = out["nvlink_domain"]
+        gpn = out["gpus_per_node"] * nd["trays_per_system"]   # ranks of one system: links between systems
         note = gpu_note_line(doc)
         if note:
             console.print(note, soft_wrap=True, markup=False)
         t = Table(title=f"Trees: {plural(len(out['channels']), 'channel')}, {plural(out['nranks'], 'rank')} "
-                        f"({out['nodes']} x {gpn}), pattern {out['pattern']}, depth {out['depth']}",
+                        f"({out['nodes']} x {out['gpus_per_node']}{domains_text(out['nodes'], nd['trays_per_system'])}), "
+                        f"pattern {out['pattern']}, depth {out['depth']}",
                   title_justify="left")
         for c, j in (("channel", "right"), ("tree", "right"), ("root", "right"), ("chain (GPUs)", "left"),
                      ("node links parent>child (ranks)", "left")):
@@ -412,6 +446,8 @@ def trees(
             shown = ", ".join(cross[:12]) + (f", ... ({len(cross)})" if len(cross) > 12 else "")
             t.add_row(str(ch["channel"]), str(ch["tree"]), str(ch["root"]), ">".join(map(str, chain)), shown or "-")
         print_table(console, t)
+        if nd["trays_per_system"] > 1 and nd.get("note"):
+            console.print(f"NVLink domain: {nd['note']}", soft_wrap=True, markup=False, highlight=False)
         ref = out["nccl_reference"]
         if ref:
             console.print(f"NCCL reference: {ref['channels']} channels (tree graph {ref['search_channels']} x "

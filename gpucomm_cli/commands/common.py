@@ -71,6 +71,33 @@ def max_nodes() -> int:
     return MAX_NODES
 
 
+NVLINK_DOMAIN_HELP = ("Nodes (trays) per NVLink domain: the --nodes come in consecutive groups of K that share "
+                      "one NVLink domain (a GB200/GB300 NVL72 rack, K <= 18), which NCCL runs as one system (MNNVL); "
+                      "between domains traffic goes over the NICs. K must divide the nodes (a document of several "
+                      "hosts counts each). Default: from the topology's fabric info (an IMEX domain's nodes, the "
+                      "hosts of NCCL's fused dump), else 1.")
+
+
+def nvlink_domain_option():
+    return typer.Option(None, "--nvlink-domain", metavar="K", help=NVLINK_DOMAIN_HELP)
+
+
+def nvlink_domain_value(k: Optional[int], nodes: Optional[int], doc: Optional[dict] = None) -> Optional[int]:
+    """``--nvlink-domain K`` checked (exit 2 naming the flag): K >= 1 and, with the topology ``doc`` loaded,
+    a divisor of the trays -- ``--nodes`` x the document's hosts (one for a tray).  None when not given."""
+    flag_value("--nvlink-domain", k, lo=1, hi=MAX_HOSTS)
+    if k is None or doc is None:
+        return k
+    hosts = doc.get("hosts") if isinstance(doc, dict) else None
+    per = len(hosts) if isinstance(hosts, list) and hosts else 1
+    trays = (nodes or 1) * per
+    if trays % k:
+        what = f"--nodes {nodes or 1}" + (f" x {per} hosts of the document" if per > 1 else "")
+        usage_error(f"{k} does not divide the {trays} nodes ({what}) into NVLink domains of equal size",
+                    "--nvlink-domain")
+    return k
+
+
 def topo_argument(live: bool = True):
     return typer.Argument(None, metavar="[TOPO]", show_default=False, help=TOPO_HELP + (LIVE_HELP if live else ""))
 

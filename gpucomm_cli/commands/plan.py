@@ -10,8 +10,8 @@ from typing import Optional
 import typer
 
 from gpucomm.commands.common import (MAX_HOSTS, TOPO_HELP, flag_value, from_option, gpu_note_line, gpu_option, hostlist_option,
-                                     load_topo, max_nodes, out_directory, pick_source, topo_argument, usage_error,
-                                     with_gpu_model)
+                                     load_topo, max_nodes, nvlink_domain_option, nvlink_domain_value, out_directory,
+                                     pick_source, topo_argument, usage_error, with_gpu_model)
 from gpucomm.settings import SETTINGS, diag
 
 EMITS = ("torchrun", "slurm", "rankfile", "env", "wrapper", "json", "nccl-xml", "nccl-graph", "megatron", "deepspeed",
@@ -46,6 +46,8 @@ def draw_plan(plan: dict, console, note: Optional[str] = None) -> None:
                          f"tp={p['tp']} cp={p['cp']} ep={p['ep']} dp={p['dp']} pp={p['pp']} (order {p['order']})"
                          + (f"; expert layers etp={p['etp']} ep={p['ep']} edp={p['edp']}"
                             if p["ep"] > 1 or p["etp"] != p["tp"] else ""), rest="  ")
+    if (plan.get("nvlink_domain") or {}).get("note"):
+        print_prose(console, "  " + plan["nvlink_domain"]["note"], rest="    ")
     torch = f"  torch: {plan['mesh']['device_mesh']['code']};"   # code to copy: one line, whole
     deepspeed = f"DeepSpeed axes {plan['mesh']['deepspeed_axes']} dims {plan['mesh']['deepspeed_dims']}"
     if len(torch) + 2 + len(deepspeed) <= console.width:
@@ -166,6 +168,7 @@ def plan(
     vpp: Optional[int] = typer.Option(None, "--vpp", min=1, help="Virtual pipeline stages per pipeline rank "
                                       "(interleaved 1F1B; Megatron needs pp > 2)."),
     nodes: Optional[int] = typer.Option(None, "--nodes", "-N", help="Number of identical nodes (default 1)."),
+    nvlink_domain: Optional[int] = nvlink_domain_option(),
     cluster: Optional[str] = typer.Option(None, "--cluster", help="Cluster file (YAML/JSON: nodes + fabric)."),
     order: str = typer.Option("tp-cp-ep-dp-pp", "--order", help="Megatron rank order, leftmost = adjacent ranks "
                               "(tp-cp-ep-pp-dp = Megatron's --use-tp-pp-dp-mapping)."),
@@ -210,6 +213,7 @@ def plan(
     if topo is None and cluster is None:
         usage_error("give a topology (TOPO, - for standard input) or --cluster FILE: gpucomm plan TOPO --tp 8 ...")
     flag_value("--nodes", nodes, lo=1, hi=max_nodes())
+    nvlink_domain_value(nvlink_domain, nodes, {} if nodes is not None else None)
     gpu_list = flag_value("--gpus", gpus, parse=lambda t: parse_index_list(t, "--gpus"))
     if gpus is not None and not gpu_list:
         raise InputError("--gpus is empty", expected="e.g. 0-3")
@@ -230,7 +234,8 @@ def plan(
                              topo_file_path=topo_file_path, port=port, hosts=host_list, etp=etp, vpp=vpp,
                              torch_version=installed_torch_version(), calibration=cal,
                              calibration_source=calibration, nccl_graph=nccl_graph or emit == "nccl-graph",
-                             force=SETTINGS.force, nccl_xml=emit == "nccl-xml", transport=transport)
+                             force=SETTINGS.force, nccl_xml=emit == "nccl-xml", transport=transport,
+                             nvlink_domain=nvlink_domain)
     if emit is not None:
         from gpucomm.probes.model import dumps_json
 
@@ -301,6 +306,7 @@ def select(
     nodes: Optional[int] = typer.Option(None, "--nodes", "-N", min=1, help="Pick N nodes of --cluster for one job "
                                         "instead: healthy, free, in one NVLink domain, else one leaf, else under the "
                                         "lowest switch with room; says what crossing a spine costs."),
+    nvlink_domain: Optional[int] = nvlink_domain_option(),
     cluster: Optional[str] = typer.Option(None, "--cluster", help="With --nodes: a cluster file (gpucomm cluster), "
                                           "or a fabric (ibnetdiscover output, topology.conf) with TOPO as every node."),
 ) -> None:
@@ -315,7 +321,10 @@ def select(
 
     if nodes is not None or cluster is not None:
         flag_value("--nodes", nodes, lo=1, hi=MAX_HOSTS)
-        return select_nodes_cmd(topo or src, nodes, cluster, free, count)
+        nvlink_domain_value(nvlink_domain, nodes, {} if nodes is not None else None)
+        return select_nodes_cmd(topo or src, nodes, cluster, free, count, nvlink_domain)
+    if nvlink_domain is not None:
+        usage_error("--nvlink-domain K goes with --nodes N --cluster FILE (nodes of a cluster)", "--nvlink-domain")
     if count is None:
         usage_error("give --count K (GPUs of a node), or --nodes N --cluster FILE (nodes of a cluster)")
 
@@ -352,7 +361,7 @@ def draw_select_nodes(res: dict, console) -> None:
 
 
 def select_nodes_cmd(topo: Optional[str], nodes: Optional[int], cluster: Optional[str], free: Optional[str],
-                     count: Optional[int]) -> None:
+                     count: Optional[int], nvlink_domain: Optional[int] = None) -> None:
     from gpucomm.planners.placement.cluster import load_cluster
     from gpucomm.planners.placement.select import node_nic_gbps, select_nodes
     from gpucomm.render.output import emit as emit_doc
@@ -363,6 +372,10 @@ def select_nodes_cmd(topo: Optional[str], nodes: Optional[int], cluster: Optiona
         usage_error("--count picks GPUs of one node; --nodes picks nodes of a cluster: give one", "--count")
     free_hosts = hostlist_option(free, "--free") if free is not None else None
     cl = load_cluster(cluster, default_topology=topo)
+    if nvlink_domain is not None:
+        from gpucomm.planners.placement.cluster import with_consecutive_domains
+
+        cl = with_consecutive_domains(cl, nvlink_domain)
     res = select_nodes(cl, nodes, free_hosts, nic_gbps=node_nic_gbps(cl.doc(cl.nodes[0])))
     emit_doc(res, table=lambda console: draw_select_nodes(res, console), extra={"list": lambda: res["hostlist"]},
              allowed=["table", "json", "yaml", "list"])
@@ -377,6 +390,7 @@ def synth(
     topo: Optional[str] = typer.Argument(None, metavar="[TOPO]", show_default=False,
                                          help=TOPO_HELP + " The topology of every node (or --node)."),
     nodes: Optional[int] = typer.Option(None, "--nodes", "-N", help="Number of nodes (or --fabric)."),
+    nvlink_domain: Optional[int] = nvlink_domain_option(),
     node: Optional[str] = typer.Option(None, "--node", "--from", metavar="TOPO",
                                        help="Topology of every node, e.g. example:hgx-h100 (the same as TOPO)."),
     fabric_file: Optional[str] = typer.Option(None, "--fabric", metavar="FILE", help="A real fabric instead of a "
@@ -401,6 +415,9 @@ def synth(
     from gpucomm.render.output import chosen_format, write_text
 
     flag_value("--nodes", nodes, lo=1, hi=MAX_HOSTS)
+    nvlink_domain_value(nvlink_domain, nodes, {} if nodes is not None else None)
+    if nvlink_domain is not None and fabric_file is not None:
+        usage_error("--fabric FILE says its own blocks; --nvlink-domain K goes with --nodes N", "--nvlink-domain")
     node = pick_source(topo, node)
     if node is None:
         usage_error("give the topology of every node (TOPO or --node), e.g. gpucomm synth example:hgx-h100 -N 64")
@@ -431,7 +448,8 @@ def synth(
     else:
         cluster_doc, conf = synth_cluster(nodes, src, fat_tree, nodes_per_leaf, leaves_per_spine, prefix,
                                           link_gbps=rate or None,
-                                          topology_conf_name="topology.conf" if out_dir is not None else None)
+                                          topology_conf_name="topology.conf" if out_dir is not None else None,
+                                          nvlink_domain=nvlink_domain)
         ibnet = synth_ibnetdiscover(nodes, fat_tree, nodes_per_leaf, leaves_per_spine, prefix)
     if fmt == "ibnetdiscover" and out_dir is None:
         write_text(ibnet)

@@ -6,17 +6,26 @@ from typing import Optional
 
 import typer
 
-from gpucomm.commands.common import (flag_value, from_option, gpu_note_line, gpu_option, load_topo, max_nodes, topo_argument,
-                                     with_gpu_model)
+from gpucomm.commands.common import (flag_value, from_option, gpu_note_line, gpu_option, load_topo, max_nodes,
+                                     nvlink_domain_option, nvlink_domain_value, topo_argument, with_gpu_model)
 from gpucomm.probes import units
 from gpucomm.settings import diag
 
+def layout_text(nodes: int, gpus_per_node: int, graph: Optional[dict]) -> str:
+    """``2 nodes x 4 GPUs``, or where NCCL fuses trays into one system (multi-node NVLink)
+    ``32 trays = 2 NVLink domains of 16 trays x 4 GPUs``."""
+    k = int((graph or {}).get("trays_per_node") or 1)
+    if k > 1:
+        return (f"{nodes * k} trays = {nodes} NVLink domain{'s' if nodes != 1 else ''} of {k} trays x "
+                f"{gpus_per_node // k} GPUs")
+    return f"{nodes} node{'s' if nodes != 1 else ''} x {gpus_per_node} GPUs"
+
+
 def table_text(pred: dict) -> str:
     """nccl-tests-style text table."""
-    plural = "s" if pred["nodes"] != 1 else ""
     lines = [
         f"# gpucomm predict: {pred['collective']}, {pred['n_ranks']} ranks "
-        f"({pred['nodes']} node{plural} x {pred['gpus_per_node']} GPUs), algo {pred['algo']}",
+        f"({layout_text(pred['nodes'], pred['gpus_per_node'], pred.get('graph'))}), algo {pred['algo']}",
     ] + transport_lines(pred.get("transport")) + _graph_lines(pred["graph"])
     lines.append("#")
     lines.append(f"# {'size':>12} {'count':>13} {'type':>8} {'time':>12} {'algbw':>9} {'busbw':>9}  algorithm")
@@ -68,9 +77,8 @@ def compare_table_text(rep: dict, width: Optional[int] = None) -> str:
     slim = width is not None and width < COMPARE_ROW_WIDTH
     blocks = []
     for c in rep["comparisons"]:
-        plural = "s" if c["nodes"] != 1 else ""
-        lines = [f"# gpucomm predict --compare: {c['collective']}, {c['n_ranks']} ranks ({c['nodes']} node{plural} "
-                 f"x {c['gpus_per_node']} GPUs), algo {c['algo']}",
+        lines = [f"# gpucomm predict --compare: {c['collective']}, {c['n_ranks']} ranks "
+                 f"({layout_text(c['nodes'], c['gpus_per_node'], c.get('graph'))}), algo {c['algo']}",
                  f"# measured: {rep['source']} line {c['line']}"
                  + (f" ({c['test_name']}_perf)" if c.get("test_name") else "") + ", out-of-place columns"]
         lines += transport_lines(c.get("transport"))
@@ -106,7 +114,8 @@ def _graph_lines(g: dict) -> list[str]:
     if g.get("ring_bus_bw"):
         ach.append(f"ring {g['ring_bus_bw']:g}")
     if g.get("node_net_bw"):
-        ach.append(f"network {g['node_net_bw']:g} per node")
+        ach.append(f"network {g['node_net_bw']:g} per " + ("NVLink domain" if (g.get("trays_per_node") or 1) > 1
+                                                           else "node"))
     if ach:
         lines.append("# achievable bus bandwidth (GB/s): " + ", ".join(ach))
     for n in g.get("notes") or []:
@@ -131,6 +140,7 @@ def predict(
                                        "1000.  With --compare: the file's sizes."),
     nodes: Optional[int] = typer.Option(None, "--nodes", "-N", help="Number of identical nodes (default 1; with "
                                         "--compare: from the file's hosts and ranks)."),
+    nvlink_domain: Optional[int] = nvlink_domain_option(),
     gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", "-g", min=1,
                                                 help="GPUs used per node (default: all; the first G by index)."),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU indices used per node, e.g. 0,1,2,3 or 0-3."),
@@ -183,6 +193,7 @@ def predict(
     flag_value("--algo", algo, choices=USER_ALGOS)
     flag_value("--dtype", dtype, choices=TYPE_SIZES)
     flag_value("--nodes", nodes, lo=1, hi=max_nodes())
+    nvlink_domain_value(nvlink_domain, nodes)
     flag_value("--fabric-gbps", fabric_gbps, above=0, hi=units.MAX_FABRIC_GBPS)
     flag_value("--size", size, parse=lambda t: units.parse_sizes(t, "--size", minimum=1))
     cal = read_calibration(calibration) if calibration is not None else None
@@ -202,7 +213,9 @@ def predict(
                                  "and types")
         text = read_text_input(compare_file)
         doc, _ = load_topo(topo, src, gpu=gpu)
-        rep = build_comparison(doc, text, compare_file, collective=collective, nodes=nodes,
+        if nodes is not None:   # else the file's ranks say how many
+            nvlink_domain_value(nvlink_domain, nodes, doc)
+        rep = build_comparison(doc, text, compare_file, collective=collective, nodes=nodes, nvlink_domain=nvlink_domain,
                                gpus_per_node=gpus_per_node, fabric_gbps=fabric_gbps, algo=algo, gpus=gpu_list,
                                calibration=cal, calibration_source=calibration, transport=transport, nccl_log=log)
         emit(rep, extra={"table": lambda: _noted(doc, compare_table_text(rep, text_width()))},
@@ -225,7 +238,9 @@ def predict(
         notes.append(net["note"])
     else:
         doc, _ = load_topo(topo, src, gpu=gpu)
+    nvlink_domain_value(nvlink_domain, nodes, doc)
     pred = build_prediction(doc, collective or "all_reduce", size or "1GiB", nodes=1 if nodes is None else nodes,
+                            nvlink_domain=nvlink_domain,
                             gpus_per_node=gpus_per_node, fabric_gbps=fabric_gbps, algo=algo, gpus=gpu_list,
                             dtype=dtype or "float", calibration=cal, calibration_source=calibration,
                             transport=transport, nccl_log=log)

@@ -154,10 +154,11 @@ class Layouts:
     fitted constants (cross-validation)."""
 
     def __init__(self, topo: Union[Topology, dict], fabric_gbps: Optional[float] = None, transport=None,
-                 consts: Optional[dict] = None):
+                 consts: Optional[dict] = None, nvlink_domain: Optional[int] = None):
         from gpucomm.planners.collectives import transport as tr
 
         self.topo = Topology.of(topo)
+        self.nvlink_domain = nvlink_domain   # trays per NVLink domain (cost.graphs; None: NCCL's default)
         self.fabric_gbps = fabric_gbps
         self.transport = transport
         self.consts = consts
@@ -169,9 +170,10 @@ class Layouts:
         key = (nodes, gpn)
         if key not in self._cache:
             if key not in self._raw:
-                self._raw[key] = cost.graphs(self.topo, nodes=nodes, gpus_per_node=gpn, fabric_gbps=self.fabric_gbps)
+                self._raw[key] = cost.graphs(self.topo, nodes=nodes, gpus_per_node=gpn, fabric_gbps=self.fabric_gbps,
+                                             nvlink_domain=self.nvlink_domain)
             g, hw = self._raw[key]
-            if self.transport is not None and nodes > 1 and self.fabric_gbps is None:
+            if self.transport is not None and g.n_nodes > 1 and self.fabric_gbps is None:
                 from gpucomm.planners.collectives.transport import hardware
 
                 hw = hardware(hw, self.transport, g.type_inter, self.consts)
@@ -611,8 +613,10 @@ def machine_summary(topo: Union[Topology, dict], hw: Optional[timing.Hardware] =
 
 def build_calibration(topo_doc: Union[Topology, dict], texts: Sequence[tuple[str, str]], topology_source: str,
                       collective: Optional[str] = None, nodes: Optional[int] = None,
-                      gpus_per_node: Optional[int] = None, fabric_gbps: Optional[float] = None) -> dict:
-    """The ``gpucomm.calibration/v1`` document of ``gpucomm calibrate`` (no I/O)."""
+                      gpus_per_node: Optional[int] = None, fabric_gbps: Optional[float] = None,
+                      nvlink_domain: Optional[int] = None) -> dict:
+    """The ``gpucomm.calibration/v1`` document of ``gpucomm calibrate`` (no I/O).  ``nvlink_domain``:
+    trays per NVLink domain of every run (default: NCCL's, from the topology's fabric info)."""
     from gpucomm.planners.collectives import transport as tr
 
     topo = Topology.of(topo_doc)
@@ -627,7 +631,7 @@ def build_calibration(topo_doc: Union[Topology, dict], texts: Sequence[tuple[str
         notes.append("the runs show different inter-node transports (" + "; ".join(
             f"{k}: {', '.join(v[:2])}" for k, v in sorted(seen.items())) + "): a profile describes one; calibrate each "
             "transport separately")
-    layouts = Layouts(topo, fabric_gbps)
+    layouts = Layouts(topo, fabric_gbps, nvlink_domain=nvlink_domain)
     p, fitted, cases = fit(layouts, runs)
     summaries = [_run_summary(c, p) for c in cases]
     for c in cases:

@@ -208,12 +208,14 @@ def _nvls_graph(f: NodeFacts) -> tuple[int, float]:
 
 def summarize(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[int] = None,
               fabric_gbps: Optional[float] = None, gpus: Optional[Sequence[int]] = None,
-              profile: Optional[timing.Profile] = None, transport=None) -> CommGraph:
+              profile: Optional[timing.Profile] = None, transport=None,
+              nvlink_domain: Optional[int] = None) -> CommGraph:
     """Build the :class:`CommGraph` of ``nodes`` identical copies of ``doc``'s node: NCCL's graphs
     (:func:`graphs`) with the achievable bandwidths of ``profile`` (:func:`timing.apply`; the
-    documented defaults of ``transport`` when None: :mod:`gpucomm.planners.collectives.transport`)."""
+    documented defaults of ``transport`` when None: :mod:`gpucomm.planners.collectives.transport`).
+    ``nvlink_domain``: trays per NVLink domain (:func:`graphs`)."""
     g, hw = graphs(doc, nodes=nodes, gpus_per_node=gpus_per_node, fabric_gbps=fabric_gbps, gpus=gpus,
-                   transport=transport)
+                   transport=transport, nvlink_domain=nvlink_domain)
     if profile is None and transport is not None:
         from gpucomm.planners.collectives.transport import profile as transport_profile
 
@@ -223,7 +225,7 @@ def summarize(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optiona
 
 def graphs(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[int] = None,
            fabric_gbps: Optional[float] = None, gpus: Optional[Sequence[int]] = None,
-           transport=None) -> tuple[CommGraph, "timing.Hardware"]:
+           transport=None, nvlink_domain: Optional[int] = None) -> tuple[CommGraph, "timing.Hardware"]:
     """NCCL's graphs of ``nodes`` identical copies of ``doc``'s node and the hardware figures the
     achievable layer reads (the expensive part of :func:`summarize`, independent of any profile).
 
@@ -233,9 +235,35 @@ def graphs(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[i
     type).  ``fabric_gbps`` is what one NIC delivers (Gb/s): it sets the achievable network
     bandwidth, and NCCL's graph rate only for NICs without a rate (a NIC's link rate is what NCCL
     itself sees and chooses algorithms by); with no NIC in the topology it stands for one NIC per node.
+
+    Multi-node NVLink (GB200/GB300 NVL72): the trays NCCL fuses into one system (an MNNVL clique,
+    ``nvlink_domain`` trays per NVLink domain, default NCCL's from the fabric info:
+    :func:`gpucomm.planners.nccl.comm.tray_layout`) are one node of the graph -- its GPUs all of the
+    clique's, their traffic at NVLink figures (NCCL's ring over the fused system, NVLS within it); only
+    between cliques the NICs (all of the clique's trays' NICs).  A document of several hosts (NCCL's
+    fused dump) is its hosts, ``nodes`` copies of it; ``gpus`` its indices, the same GPUs of every host.
     Raises TopologyError when several nodes are asked for and there is no network to use."""
     if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1 or nodes > MAX_NODES:
         raise InputError(f"--nodes {nodes!r}: must be a positive integer", expected=f"1 to {MAX_NODES}")
+    topo = Topology.of(doc)
+    if topo.multi_host:   # NCCL's fused dump of several trays: its first tray, nodes x its hosts
+        from gpucomm.planners.nccl.comm import tray_layout
+        from gpucomm.planners.nccl.pinning import first_host, host_gpus
+
+        gpus = host_gpus(topo, gpus)
+        if nvlink_domain is None:   # the dump's recorded fabric says which trays NCCL fuses
+            lay = tray_layout(topo, nodes, gpus, nvlink_domain=None, tray_gpus=True)
+            nvlink_domain = lay.hosts if lay.mnnvl else 1
+        nodes, topo = nodes * len(topo.hosts), first_host(topo)
+        if gpus_per_node is not None and gpus is not None and gpus_per_node != len(gpus):
+            gpus_per_node = len(gpus)
+        doc = topo
+    return _graphs(doc, nodes, gpus_per_node, fabric_gbps, gpus, transport, nvlink_domain)
+
+
+def _graphs(doc, nodes: int, gpus_per_node: Optional[int], fabric_gbps: Optional[float],
+            gpus: Optional[Sequence[int]], transport, nvlink_domain: Optional[int]) -> tuple:
+    """:func:`graphs` of one tray's document ``doc`` (``nodes``: trays)."""
     if fabric_gbps is not None and (isinstance(fabric_gbps, bool) or not isinstance(fabric_gbps, (int, float))
                                     or not math.isfinite(fabric_gbps) or fabric_gbps <= 0 or fabric_gbps > MAX_FABRIC_GBPS):
         raise InputError(f"--fabric-gbps {fabric_gbps!r}: must be a positive number of Gb/s")
@@ -252,8 +280,23 @@ def graphs(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[i
             raise InputError(f"--gpus lists {len(gpus)} GPUs but --gpus-per-node is {gpus_per_node}")
     ref_topo = _topology_for_reference(topo, fabric_gbps)
     f = node_facts(ref_topo, gpus)
-    g = len(f.ids)
     notes: list[str] = []
+    from gpucomm.planners.nccl.comm import tray_layout
+    from gpucomm.planners.nccl.settings import NcclSettings
+
+    settings = NcclSettings.from_env()
+    idx = [x.index for x in f.gpus]
+    trays = nodes
+    try:
+        lay = tray_layout(ref_topo, trays, idx, settings, nvlink_domain, tray_gpus=True)
+    except TopologyError:
+        lay = None           # several NVLink domains and no NIC: said below (or --fabric-gbps stands for one)
+    H = lay.hosts if lay is not None else 1   # trays of one NCCL system (an MNNVL clique), 1 without MNNVL
+    nodes = trays // H       # from here on: NCCL's systems, joined by the NICs
+    g = len(f.ids) * H       # GPUs of one system
+    if lay is not None and H > 1:
+        notes.append(f"multi-node NVLink: {lay.note}; {trays} trays = {nodes} system(s) of {g} GPUs, joined "
+                     "by their NICs" if nodes > 1 else f"multi-node NVLink: {lay.note}")
 
     # ---- network (per node)
     nic_bw = None     # one NIC's line rate as NCCL sees it (GB/s)
@@ -270,30 +313,31 @@ def graphs(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[i
             rates = [r for _, r, _ in f.nics]
             top = max(rates)
             per_nic, n_nics = top, len([r for r in rates if r >= top / 2])   # ignore management/storage ports
+        n_nics *= H       # an MNNVL clique's NICs: those of all its trays
         nic_bw = per_nic
 
     # ---- NCCL's graphs
     from gpucomm.planners.nccl.comm import nccl_comm, nccl_reference, reference_dict
-    from gpucomm.planners.nccl.settings import NcclSettings
 
-    settings = NcclSettings.from_env()
-    idx = [x.index for x in f.gpus]
     multi_ref = nodes > 1 and bool(f.nics)
-    comm = nccl_comm(ref_topo, nodes=nodes if multi_ref else 1, gpus=idx, settings=settings)
+    comm = nccl_comm(ref_topo, nodes=trays if multi_ref else H, gpus=idx, settings=settings,
+                     nvlink_domain=H if H > 1 else nvlink_domain)
     ref = reference_dict(comm)
     if ref.get("fallback"):
         notes.append("NCCL's search finds no ring here and falls back to 1 channel at 0.1 GB/s")
     used = {n for r in ref.get("rings") or [] if isinstance(r, dict) for n in r.get("nets") or []}
+    used_names = {str(n).split("@")[0] for n in used}   # NCCL's model names a NIC of tray h ``name@h``
     if multi_ref and fabric_gbps is not None:
         # --fabric-gbps says what each NIC delivers, not which NICs carry the job: the same ones as without it
         top = max(r for _, r, _ in f.nics)
-        n_nics = len(used) if used else len([r for _, r, _ in f.nics if r >= top / 2])
+        n_nics = len(used) if used else len([r for _, r, _ in f.nics if r >= top / 2]) * H
     if multi_ref and used and fabric_gbps is None:
         n_nics = len(used)   # the NICs NCCL's rings leave and enter the node through
-        nic_bw = min(r for name, r, _ in f.nics if name in used) if any(nm in used for nm, _, _ in f.nics) else nic_bw
+        nic_bw = (min(r for name, r, _ in f.nics if name in used_names) if any(nm in used_names for nm, _, _ in f.nics)
+                  else nic_bw)
     if nodes > 1 and fabric_gbps is None and f.nics:
         top = max(r for _, r, _ in f.nics)
-        carrying = used or {name for name, r, _ in f.nics if r >= top / 2}   # the NICs the job's traffic takes
+        carrying = used_names or {name for name, r, _ in f.nics if r >= top / 2}   # the NICs the job's traffic takes
         plain = sorted(n.name for n in topo.nics if n.name in carrying and not n.rdma)
         if plain and len(plain) == len(carrying) and transport is not None:
             notes.append(f"{', '.join(plain)}: not RDMA devices, as far as the topology says: NCCL reaches them "
@@ -329,7 +373,8 @@ def graphs(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[i
         intra_raw, intra_pcie = None, False
     elif path_rank(type_intra) <= path_rank("NVB"):
         # NVLink: NCCL's own single-node ring bandwidth (the multi-node graph's speed is NIC-bound)
-        one = ref if nodes == 1 else nccl_reference(ref_topo, gpus=idx, nodes=1, settings=settings)
+        one = ref if nodes == 1 else nccl_reference(ref_topo, gpus=idx, nodes=H, settings=settings,
+                                                    nvlink_domain=H if H > 1 else None)
         intra_raw, intra_pcie = int(one.get("search_channels") or one["channels"]) * float(one.get("bw_intra") or 0.1), False
     else:
         intra_raw, intra_pcie = pcie_min, True
@@ -379,7 +424,7 @@ def graphs(doc: Union[Topology, dict], nodes: int = 1, gpus_per_node: Optional[i
         tree_bw_inter=float(tree["bw_inter"]) if tree else None,
         tree_pattern=tree_pattern,
         nvls_channels=nvls_ch, nvls_bw_intra=nvls_bw, nvls_bw_inter=nvls_inter,
-        ll128_c2c=bool(settings.ll128_c2c),
+        ll128_c2c=bool(settings.ll128_c2c), trays_per_node=H,
         notes=tuple(notes + [a for a in ref_topo.all_assumptions(nics=nodes > 1) if a not in notes]),
     )
     hw = timing.Hardware(nodes=nodes, gpus_per_node=g, intra_bus_bw=intra_raw, intra_is_pcie=intra_pcie,
@@ -453,6 +498,9 @@ class LayoutCost:
         g = self._graphs.get(key)
         if g is None:
             opts = dict(self.options)
+            if opts.get("nvlink_domain") is not None:
+                # a group over n consecutive nodes in domains of K: gcd(n, K) of its nodes share one
+                opts["nvlink_domain"] = math.gcd(key[1], int(opts["nvlink_domain"]))
             if key[1] > 1 and not self.topo.nics and opts.get("fabric_gbps") is None:
                 opts["fabric_gbps"] = facts.SOCKET_NIC_GBPS
                 self.topo.assume(facts.assumption("no-nic"))

@@ -597,26 +597,27 @@ def compare_trees(log: dict, plan: dict, ref: Optional[dict], topo, nodes: int) 
     return sec
 
 
-def rings_with_log(doc, log: dict, gpus: Optional[list] = None, channels: str = "auto", nodes: int = 1) -> dict:
+def rings_with_log(doc, log: dict, gpus: Optional[list] = None, channels: str = "auto", nodes: int = 1,
+                   nvlink_domain: Optional[int] = None) -> dict:
     """``gpucomm rings --compare LOG``: our rings (gpucomm.rings/v1) with the ``nccl_log`` section of
     :func:`compare_rings` (``log``: a parsed NCCL debug log)."""
     from gpucomm.planners.collectives.rings import search_rings
 
     topo = Topology.of(doc)
-    plan = search_rings(topo, gpus=gpus, channels=channels, nodes=nodes)
+    plan = search_rings(topo, gpus=gpus, channels=channels, nodes=nodes, nvlink_domain=nvlink_domain)
     out = plan.to_dict()
     out["nccl_log"] = compare_rings(log, out, plan.nccl_reference, topo, nodes)
     return out
 
 
 def trees_with_log(doc, log: dict, nodes: int = 1, gpus_per_node: Optional[int] = None,
-                   gpus: Optional[list] = None) -> dict:
+                   gpus: Optional[list] = None, nvlink_domain: Optional[int] = None) -> dict:
     """``gpucomm trees --compare LOG``: our trees (gpucomm.trees/v1) with the ``nccl_log`` section of
     :func:`compare_trees`."""
     from gpucomm.planners.collectives.trees import build_trees
 
     topo = Topology.of(doc)
-    plan = build_trees(topo, nodes=nodes, gpus_per_node=gpus_per_node, gpus=gpus)
+    plan = build_trees(topo, nodes=nodes, gpus_per_node=gpus_per_node, gpus=gpus, nvlink_domain=nvlink_domain)
     out = plan.to_dict()
     out["nccl_log"] = compare_trees(log, out, plan.nccl_reference, topo, nodes)
     return out

@@ -32,8 +32,9 @@ def build_prediction(doc: Union[Topology, dict], collective: str, size: str, nod
                      fabric_gbps: Optional[float] = None, algo: str = "auto", gpus: Optional[list] = None,
                      dtype: str = "float", calibration: Optional[dict] = None,
                      calibration_source: Optional[str] = None, transport: Optional[str] = None,
-                     nccl_log: Optional[dict] = None) -> dict:
-    """The ``gpucomm.predict/v1`` document of ``gpucomm predict`` (no I/O).  ``calibration``: a
+                     nccl_log: Optional[dict] = None, nvlink_domain: Optional[int] = None) -> dict:
+    """The ``gpucomm.predict/v1`` document of ``gpucomm predict`` (no I/O).  ``nvlink_domain``: trays
+    per NVLink domain (:func:`gpucomm.planners.collectives.cost.graphs`).  ``calibration``: a
     ``gpucomm.calibration/v1`` document whose fitted parameters replace the defaults; ``transport``:
     the ``--transport`` value; ``nccl_log``: a parsed NCCL debug log of a run on these nodes
     (:func:`gpucomm.planners.collectives.transport.choose`)."""
@@ -49,7 +50,7 @@ def build_prediction(doc: Union[Topology, dict], collective: str, size: str, nod
     if algo_l not in USER_ALGOS:
         raise InputError(f"--algo {algo}: unknown algorithm", expected=", ".join(USER_ALGOS))
     graph = cost.summarize(topo, nodes=nodes, gpus_per_node=gpus_per_node, fabric_gbps=fabric_gbps, gpus=gpus,
-                           profile=profile, transport=t)
+                           profile=profile, transport=t, nvlink_domain=nvlink_domain)
     profile = profile or tr.profile(t)
     rows = cost.predict(graph, coll, sizes, algo=algo_l, dtype_bytes=TYPE_SIZES[dt], profile=profile)
     for r in rows:
@@ -107,7 +108,7 @@ def build_comparison(doc: Union[Topology, dict], text: str, path: str, collectiv
                      fabric_gbps: Optional[float] = None, algo: str = "auto",
                      gpus: Optional[list] = None, calibration: Optional[dict] = None,
                      calibration_source: Optional[str] = None, transport: Optional[str] = None,
-                     nccl_log: Optional[dict] = None) -> dict:
+                     nccl_log: Optional[dict] = None, nvlink_domain: Optional[int] = None) -> dict:
     """The ``gpucomm.predict-compare/v1`` document: every selected run of the nccl-tests output
     ``text`` (read from ``path``) against the prediction for the same collective, ranks and sizes.
     The transport of each run: the NCCL INFO lines in the output, else ``nccl_log`` (a parsed NCCL
@@ -138,7 +139,7 @@ def build_comparison(doc: Union[Topology, dict], text: str, path: str, collectiv
         key = (n, gpn, t.name)
         if key not in graphs:   # one NCCL graph search per layout, shared by the runs of a log
             graphs[key] = cost.summarize(topo, nodes=n, gpus_per_node=gpn, fabric_gbps=fabric_gbps, gpus=gpus,
-                                         profile=profile, transport=t)
+                                         profile=profile, transport=t, nvlink_domain=nvlink_domain)
         graph, era_note = _as_run_nccl(graphs[key], run, profile, where)
         if era_note:
             notes.append(era_note)

@@ -40,7 +40,7 @@ from typing import Any, Iterable, Optional, Union
 from gpucomm.probes.errors import InputError, NothingToDo, PlanInfeasible, TopologyError
 from gpucomm.probes.topology import Topology, check_document
 
-from gpucomm.planners.nccl.comm import nccl_reference
+from gpucomm.planners.nccl.comm import nccl_reference, tray_layout
 from gpucomm.planners.nccl.names import MAXCHANNELS
 from gpucomm.planners.nccl.search import RING_MAX_CHANNELS, channel_cap
 from gpucomm.planners.nccl.sysview import NodeSystem, node_system
@@ -64,6 +64,9 @@ class RingPlan:
     warnings: list = field(default_factory=list)
     domains: Optional[list] = None    # the NIC-joined domains (ncclTopoCheckNet) the channels chain through
     assumptions: list = field(default_factory=list)
+    trays: Optional[int] = None       # the job's trays (hosts): nodes x hosts_per_system (None: nodes)
+    hosts_per_system: int = 1         # trays NCCL fuses into one system (an MNNVL clique); ``nodes`` = systems
+    layout_note: Optional[str] = None
 
     @property
     def total_bw(self) -> float:
@@ -98,9 +101,12 @@ class RingPlan:
                                      "nics": [name(x), name(y)]} for k, x, y in ch.breaks]
             chans.append(item)
         ref = self.nccl_reference
+        trays = self.trays or self.nodes
         return {
             "schema": "gpucomm.rings/v1",
-            "nodes": self.nodes,
+            "nodes": trays,
+            "nvlink_domain": {"trays_per_system": self.hosts_per_system, "systems": self.nodes,
+                              "note": self.layout_note},
             "gpus": [idx(g) for g in self.gpus],
             "channels": chans,
             "total_bw_GBps": self.total_bw,
@@ -111,11 +117,19 @@ class RingPlan:
                 "channels": ref["channels"], "search_channels": ref["search_channels"],
                 "bw_GBps": ref["bw_intra"] if self.nodes <= 2 else ref["bw_inter"],
                 "total_bw_GBps": ref["total_bw"], "type_intra": ref["type_intra"], "type_inter": ref["type_inter"],
-                "nccl_nodes": ref["nccl_nodes"]},
+                "nccl_nodes": ref["nccl_nodes"], "orders": _reference_orders(ns, ref)},
             "assumptions": list(self.assumptions),
             "warnings": list(self.warnings),
             **({"net_domains": [[idx(g) for g in d] for d in self.domains]} if self.domains else {}),
         }
+
+
+def _reference_orders(ns: NodeSystem, ref: dict) -> list:
+    """The GPU order (indices, None for a GPU not in ``ns``) of every ring channel NCCL's search found, as
+    our model of NCCL has it (``ref["rings"]``; a GPU of a system of several hosts is ``GPU<dev>@<host>``)."""
+    by_label = {f"GPU{a['dev']}@{a['host']}": a["index"] for a in ns.nodes.values() if a["type"] == "GPU"}
+    by_label.update({a["label"]: a["index"] for a in ns.nodes.values() if a["type"] == "GPU"})
+    return [[by_label.get(x) for x in r.get("gpus") or []] for r in ref.get("rings") or []]
 
 
 def _parse_channels(channels: Union[str, int, None]) -> Optional[int]:
@@ -141,7 +155,8 @@ def _net_domains(ns: NodeSystem, sel: list) -> Optional[list]:
 
 
 def search_rings(doc: Any, gpus: Optional[Iterable[int]] = None, channels: Union[str, int] = "auto",
-                 nodes: int = 1, *, reference: bool = True, settings: Any = None) -> RingPlan:
+                 nodes: int = 1, *, reference: bool = True, settings: Any = None,
+                 nvlink_domain: Optional[int] = None) -> RingPlan:
     """Find ring channels (stable interface, used by the cost model and the CLI).
 
     ``doc``: topology document (or view); ``gpus``: GPU indices to use, in rank order (default all);
@@ -149,6 +164,10 @@ def search_rings(doc: Any, gpus: Optional[Iterable[int]] = None, channels: Union
     widest channels, keeping the total); ``nodes``: identical nodes joined through their NICs (> 1
     makes each channel a NIC-to-NIC chain).  ``reference``: also run :func:`nccl_reference` for the
     comparison (and as a candidate); ``settings``: NCCL_* settings (default: the environment's).
+    ``nvlink_domain``: nodes (trays) per NVLink domain (default: NCCL's, from the fabric info; see
+    :func:`gpucomm.planners.nccl.comm.tray_layout`): the trays NCCL fuses into one system (an MNNVL clique)
+    are one system here too -- a channel is a cycle over all of their GPUs through the NVSwitch, and only
+    between cliques a NIC-to-NIC chain.  A document of several hosts is its hosts, ``nodes`` copies of it.
     Raises InputError (unknown GPU, bad count), TopologyError (no NICs for nodes > 1), PlanInfeasible
     (fewer than 2 GPUs on one node, disconnected GPUs, NCCL would fail)."""
     want = _parse_channels(channels)
@@ -159,11 +178,15 @@ def search_rings(doc: Any, gpus: Optional[Iterable[int]] = None, channels: Union
     if not topo.gpus:
         raise NothingToDo("topology has no GPUs")
     user = list(gpus) if gpus is not None else None
-    ns = node_system(topo, user, settings)
+    lay = tray_layout(topo, nodes, user, settings, nvlink_domain)
+    # the system our rings run on is NCCL's: one tray, or the trays of an MNNVL clique fused into one
+    ns = node_system(lay.tray, lay.gpus, settings, hosts=lay.hosts)
     sel = list(ns.gpus)
+    copies, nodes = nodes, lay.systems
     inter = nodes > 1
     if inter and not topo.nics:
-        raise TopologyError(f"topology has no NICs: --nodes {nodes} needs a network between nodes")
+        raise TopologyError(f"topology has no NICs: --nodes {copies} needs a network between "
+                            + ("NVLink domains" if lay.hosts > 1 else "nodes"))
     if not inter and len(sel) < 2:
         raise PlanInfeasible(f"a ring needs at least 2 GPUs on one node (got {len(sel)})")
     domains = _net_domains(ns, sel)
@@ -225,7 +248,7 @@ def search_rings(doc: Any, gpus: Optional[Iterable[int]] = None, channels: Union
     plan_cap = split_cap if used_split else cap
     ref = None
     if reference:
-        ref = nccl_reference(topo, nodes=nodes, gpus=user, settings=settings)
+        ref = nccl_reference(topo, nodes=copies, gpus=lay.gpus, settings=settings, nvlink_domain=nvlink_domain)
         ref_doms = ref.get("domain_rings") or []
         split_seed = len(ref_doms) > 1
         seed_cap = split_cap if split_seed else cap
@@ -252,7 +275,8 @@ def search_rings(doc: Any, gpus: Optional[Iterable[int]] = None, channels: Union
             chans[i] = RingChannel(list(c.gpus), c.bw / 2, c.nets, c.breaks)
             chans.insert(i + 1, RingChannel(list(c.gpus), c.bw / 2, c.nets, c.breaks))
     plan = RingPlan(ns, sel, nodes, chans, plan_cap, method, exact, ref,
-                    domains=domains if used_split else None, assumptions=topo.all_assumptions())
+                    domains=domains if used_split else None, assumptions=lay.tray.all_assumptions(),
+                    trays=lay.trays, hosts_per_system=lay.hosts, layout_note=lay.note)
     if not exact:
         plan.warnings.append(f"{len(sel)} GPUs: channels found by a heuristic search (exact up to "
                              f"{EXACT_MAX_GPUS} GPUs or on a single NVSwitch)")
@@ -269,8 +293,10 @@ def search_rings(doc: Any, gpus: Optional[Iterable[int]] = None, channels: Union
 
 
 def _reference_channels(ns: NodeSystem, ref: dict, inter: bool, cap: float) -> list:
-    """The NCCL reference's rings as channels of our model (labels -> node ids)."""
+    """The NCCL reference's rings as channels of our model (labels -> node ids; a GPU of a system of
+    several hosts is ``GPU<dev>@<host>`` in NCCL's model)."""
     by_label = {a["label"]: n for n, a in ns.nodes.items() if a["type"] in ("GPU", "NET")}
+    by_label.update({f"GPU{a['dev']}@{a['host']}": n for n, a in ns.nodes.items() if a["type"] == "GPU"})
     bw = min(ref["bw_intra"], cap)
     out = []
     if ref.get("fallback") or bw <= 0:
@@ -336,10 +362,12 @@ def check_plan(plan: RingPlan) -> None:
     validate_capacity(usage, ns.capacity, "ring plan")
 
 
-def rings_report(doc, gpus: Optional[list] = None, channels: str = "auto", nodes: int = 1) -> dict:
+def rings_report(doc, gpus: Optional[list] = None, channels: str = "auto", nodes: int = 1,
+                 nvlink_domain: Optional[int] = None) -> dict:
     """The ``gpucomm.rings/v1`` document of ``gpucomm rings`` (with an NCCL log:
     :func:`gpucomm.planners.collectives.logcompare.rings_with_log`)."""
-    return search_rings(Topology.of(doc), gpus=gpus, channels=channels, nodes=nodes).to_dict()
+    return search_rings(Topology.of(doc), gpus=gpus, channels=channels, nodes=nodes,
+                        nvlink_domain=nvlink_domain).to_dict()
 
 
 __all__ = ["RingPlan", "RingChannel", "search_rings", "rings_report", "check_plan"]

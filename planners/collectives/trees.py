@@ -153,6 +153,8 @@ class TreePlan:
     nccl_reference: Optional[dict] = None
     warnings: list = field(default_factory=list)
     assumptions: list = field(default_factory=list)
+    hosts_per_system: int = 1     # trays NCCL fuses into one system (an MNNVL clique): ``nodes`` are systems
+    layout_note: Optional[str] = None
 
     @property
     def nranks(self) -> int:
@@ -171,19 +173,22 @@ class TreePlan:
 
     def to_dict(self) -> dict:
         chans = []
+        per_tray = self.gpus_per_node // self.hosts_per_system
         for ch in self.channels:
             root = next(r for r, u in ch["up"].items() if u == -1)
             chans.append({
                 "channel": ch["channel"], "tree": ch["tree"], "root": root,
-                "ranks": [{"rank": r, "node": r // self.gpus_per_node,
+                "ranks": [{"rank": r, "node": r // per_tray,
                            "gpu": self.gpu_indices[r % self.gpus_per_node],
                            "up": ch["up"][r], "down": list(ch["down"][r])} for r in sorted(ch["up"])],
             })
         ref = self.nccl_reference
         return {
             "schema": "gpucomm.trees/v1",
-            "nodes": self.nodes,
-            "gpus_per_node": self.gpus_per_node,
+            "nodes": self.nodes * self.hosts_per_system,
+            "gpus_per_node": per_tray,
+            "nvlink_domain": {"trays_per_system": self.hosts_per_system, "systems": self.nodes,
+                              "note": self.layout_note},
             "nranks": self.nranks,
             "pattern": self.pattern if self.gpus_per_node > 1 else "tree",
             "depth": self.depth,
@@ -207,7 +212,8 @@ def validate_trees(plan_channels: list, nranks: int) -> None:
 
 def build_trees(doc: Any, nodes: int = 1, gpus_per_node: Optional[int] = None, *,
                 gpus: Optional[Iterable[int]] = None, chains: Optional[list] = None,
-                pattern: Optional[str] = None, reference: bool = True) -> TreePlan:
+                pattern: Optional[str] = None, reference: bool = True,
+                nvlink_domain: Optional[int] = None) -> TreePlan:
     """Double binary trees for ``nodes`` identical nodes of this topology.
 
     GPUs per node: ``gpus`` (indices) or the first ``gpus_per_node`` GPUs by index (default all);
@@ -217,8 +223,15 @@ def build_trees(doc: Any, nodes: int = 1, gpus_per_node: Optional[int] = None, *
     lines NCCL prints.  Without the model (``reference=False``, or a layout it cannot run) the
     channel orders of :func:`gpucomm.planners.collectives.rings.search_rings` on the same GPUs, with
     ``pattern`` (default ``balanced_tree``).  Every tree is validated (one root, one parent per other
-    rank, at most :data:`NCCL_MAX_TREE_ARITY` children, every rank once)."""
-    from gpucomm.planners.nccl.comm import nccl_reference
+    rank, at most :data:`NCCL_MAX_TREE_ARITY` children, every rank once).
+
+    ``nvlink_domain``: nodes (trays) per NVLink domain (default NCCL's,
+    :func:`gpucomm.planners.nccl.comm.tray_layout`): the trays NCCL fuses into one system (an MNNVL clique)
+    are one node of the trees -- a chain runs through all of their GPUs over NVLink, the binary trees join
+    the cliques through the NICs.  A document of several hosts is its hosts (``gpus``: its indices, the
+    same GPUs of every host), ``nodes`` copies of it."""
+    from gpucomm.planners.nccl.comm import nccl_reference, tray_layout
+    from gpucomm.planners.nccl.pinning import first_host, host_gpus
     from gpucomm.planners.collectives.rings import search_rings
 
     if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
@@ -228,31 +241,38 @@ def build_trees(doc: Any, nodes: int = 1, gpus_per_node: Optional[int] = None, *
     allg = sorted(g.index for g in topo.gpus)
     if not allg:
         raise NothingToDo("topology has no GPUs")
+    tray = first_host(topo)
     if gpus is not None:
-        sel = sorted(_known_gpus(list(gpus), allg))
+        _known_gpus(list(gpus), allg)
+        sel = sorted(host_gpus(topo, list(gpus)))
     else:
-        sel = allg
+        sel = sorted(g.index for g in tray.gpus)
     if gpus_per_node is not None:
         if not isinstance(gpus_per_node, int) or gpus_per_node < 1:
             raise InputError(f"--gpus-per-node {gpus_per_node!r} is out of range", expected="an integer >= 1")
         if gpus_per_node > len(sel):
             raise PlanInfeasible(f"--gpus-per-node {gpus_per_node} but the topology has {len(sel)} GPUs")
         sel = sel[:gpus_per_node]
-    idx = list(sel)
+    lay = tray_layout(topo, nodes, sel, nvlink_domain=nvlink_domain, tray_gpus=True)
+    H = lay.hosts
+    # the ranks of one system (a tray, or the trays of an MNNVL clique) -> the job's GPU indices
+    idx = [lay.tray_gpu_index(h, d) for h in range(H) for d in sel]
     gpn = len(idx)
+    copies, nodes = nodes, lay.systems
     ref = None
     warnings: list = []
     if reference and (nodes > 1 or gpn > 1):
-        ref = nccl_reference(topo, nodes=nodes, gpus=idx)
+        ref = nccl_reference(topo, nodes=copies, gpus=sel, nvlink_domain=nvlink_domain)
     if chains is None and ref is not None:
-        chains, nccl_pattern = nccl_tree_chains(ref, idx)
+        chains, nccl_pattern = nccl_tree_chains(ref, sel, H)
         pattern = pattern or nccl_pattern
     if chains is None:
         if gpn == 1 and nodes == 1:
             chains = [[0]]
         else:
-            plan = search_rings(topo, gpus=idx, nodes=nodes, reference=False)
-            pos = {g: k for k, g in enumerate(sel)}
+            plan = search_rings(tray, gpus=sel, nodes=copies * len(topo.hosts), reference=False,
+                                nvlink_domain=lay.nvlink_domain)
+            pos = {g: k for k, g in enumerate(idx)}
             chains = [[pos[plan.ns.nodes[g]["index"]] for g in ch.gpus] for ch in plan.channels]
             warnings.extend(plan.warnings)
             # identical chains make identical trees: keep each distinct order once
@@ -265,7 +285,7 @@ def build_trees(doc: Any, nodes: int = 1, gpus_per_node: Optional[int] = None, *
     chans = connect_trees(nodes, [list(c) for c in chains], pattern)
     validate_trees(chans, nodes * gpn)
     return TreePlan(nodes, gpn, idx, [list(c) for c in chains], pattern, chans, ref, warnings,
-                    topo.all_assumptions())
+                    tray.all_assumptions(), hosts_per_system=H, layout_note=lay.note)
 
 
 def _known_gpus(want: list, have: list) -> list:
@@ -281,26 +301,30 @@ def _known_gpus(want: list, have: list) -> list:
     return want
 
 
-def nccl_tree_chains(ref: dict, idx: list) -> tuple:
+def nccl_tree_chains(ref: dict, idx: list, hosts: int = 1) -> tuple:
     """(chains as local ranks, pattern) of the tree graph in ``ref`` (our model of NCCL), or
-    (None, None) when it has none: NCCL connects its first min(ring, tree) search channels."""
+    (None, None) when it has none: NCCL connects its first min(ring, tree) search channels.  ``idx``: the
+    GPU indices on a tray; ``hosts`` > 1: the trays of an MNNVL clique, whose GPUs NCCL's model names
+    ``GPU<dev>@<host>`` (rank ``host x len(idx) + position``)."""
     tree = ref.get("tree") or {}
     chans = tree.get("channels") or []
     if not chans or tree.get("pattern") not in TREE_PATTERNS:
         return None, None
     n = min(len(chans), ref.get("search_channels") or len(chans))
-    pos = {gi: k for k, gi in enumerate(idx)}
+    pos = {f"GPU{gi}": k for k, gi in enumerate(idx)}
+    pos.update({f"GPU{gi}@{h}": h * len(idx) + k for h in range(hosts) for k, gi in enumerate(idx)})
     out = []
     for ch in chans[:n]:
-        loc = [pos.get(nccl_comm.label_index(x)) for x in ch.get("gpus") or []]
-        if None in loc or sorted(loc) != list(range(len(idx))):
+        loc = [pos.get(str(x)) for x in ch.get("gpus") or []]
+        if None in loc or sorted(loc) != list(range(len(idx) * hosts)):
             return None, None
         out.append(loc)
     return out, tree["pattern"]
 
 
-def trees_report(doc, nodes: int = 1, gpus_per_node: Optional[int] = None, gpus: Optional[list] = None) -> dict:
+def trees_report(doc, nodes: int = 1, gpus_per_node: Optional[int] = None, gpus: Optional[list] = None,
+                 nvlink_domain: Optional[int] = None) -> dict:
     """The ``gpucomm.trees/v1`` document of ``gpucomm trees`` (with an NCCL log:
     :func:`gpucomm.planners.collectives.logcompare.trees_with_log`)."""
-    return build_trees(doc, nodes=nodes, gpus_per_node=gpus_per_node, gpus=gpus).to_dict()
+    return build_trees(doc, nodes=nodes, gpus_per_node=gpus_per_node, gpus=gpus, nvlink_domain=nvlink_domain).to_dict()
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Union
 
 from gpucomm.probes.errors import InputError, PlanInfeasible
-from gpucomm.probes.model import host_document
+from gpucomm.probes.model import format_cpulist
 from gpucomm.probes.topology import Topology
 
 from gpucomm.planners.nccl import mnnvl as M
@@ -28,7 +28,7 @@ from gpucomm.planners.nccl import ncclxml as X
 from gpucomm.planners.nccl.ncclxml import NcclFailed
 from gpucomm.planners.nccl.names import (BALANCED_TREE, MAXCHANNELS, NVLS, PATH_NAMES, PATTERN_NAMES, RING, SPLIT_TREE,
                                          TREE)
-from gpucomm.planners.nccl.pinning import distinct_gpus, nccl_inputs, pin
+from gpucomm.planners.nccl.pinning import distinct_gpus, first_host, host_gpus, nccl_inputs, pin
 from gpucomm.planners.nccl.search import TGraph, compute
 from gpucomm.planners.nccl.settings import NcclSettings
 from gpucomm.planners.nccl.system import CPU, GPU, NET, NVS, Topo, f32, system_from_xml
@@ -696,6 +696,15 @@ def nccl_comm(doc: Union[Topology, dict, str], nodes: int = 1, gpus: Optional[It
     Cached per (XML, GPUs, nodes, settings, fabric).  Raises TopologyError (no NIC for several NVLink
     domains), InputError (unknown GPU, nodes not a multiple of K), NothingToDo (no GPU), NcclFailed
     (NCCL itself would fail)."""
+    text, g, nodes, s, fabric = _comm_inputs(doc, nodes, gpus, settings, nvlink_domain, fabric)
+    return _run_cached(text, g, int(nodes), s.key(), s, fabric)
+
+
+def _comm_inputs(doc: Union[Topology, dict, str], nodes: int, gpus: Optional[Iterable[int]],
+                 settings: Optional[NcclSettings], nvlink_domain: Optional[int],
+                 fabric: Optional[M.Fabric]) -> tuple:
+    """(pinned XML, GPUs, hosts, settings, fabric) of :func:`nccl_comm`: everything NCCL's
+    initialisation reads before its search (no search runs here)."""
     s = settings if settings is not None else NcclSettings.from_env()
     recorded: Optional[tuple] = None
     hosts = 1
@@ -706,7 +715,7 @@ def nccl_comm(doc: Union[Topology, dict, str], nodes: int = 1, gpus: Optional[It
             # several hosts (NCCL's fused dump of an MNNVL clique): the nodes are copies of them in turn
             hosts = len(topo.hosts)
             recorded = _recorded_fabric_hosts(topo, gpus)
-            topo = Topology.of(host_document(topo.doc, topo.hosts[0].id))
+            topo = first_host(topo)
             nodes = nodes * hosts
     if nvlink_domain is not None and (nvlink_domain < 1 or nodes % nvlink_domain):
         raise InputError(f"{nodes} nodes do not split into NVLink domains of {nvlink_domain}",
@@ -727,7 +736,90 @@ def nccl_comm(doc: Union[Topology, dict, str], nodes: int = 1, gpus: Optional[It
             # nodes fill domains of that size, or split into equal ones no larger
             k = max(d for d in range(1, min(nodes, domain_nodes) + 1) if nodes % d == 0)
         fabric = _fabric(recorded, int(nodes), k, len(g) if g is not None else None, text)
-    return _run_cached(text, g, int(nodes), s.key(), s, fabric)
+    return text, g, nodes, s, fabric
+
+
+@dataclass(frozen=True)
+class TrayLayout:
+    """How a job's trays (hosts) make NCCL's systems: ``hosts`` trays fused into one system (NCCL's MNNVL
+    clique; 1 without MNNVL), ``systems`` of them joined by the NICs.  ``tray`` is the view of one tray
+    (the first host of a document of several), ``gpus`` the GPU indices used on every tray (None: all),
+    ``per_tray`` their count; ``copies`` the nodes asked for (copies of the document), ``trays`` =
+    copies x the document's hosts; ``nvlink_domain`` the trays per NVLink domain NCCL was given
+    (asked, or the default) and ``note`` why it is what it is."""
+
+    tray: Topology
+    gpus: Optional[tuple]
+    per_tray: int
+    copies: int
+    trays: int
+    hosts: int
+    nvlink_domain: int
+    mnnvl: bool
+    note: str
+
+    @property
+    def systems(self) -> int:
+        return self.trays // self.hosts
+
+    @property
+    def ranks(self) -> int:
+        return self.trays * self.per_tray
+
+    def tray_gpu_index(self, host: int, local: int) -> int:
+        """The job's index of a GPU: host ``host``'s GPU of index ``local``, host by host (a tray's GPUs
+        numbered from 0, the next host's after them), as a document of several hosts numbers them."""
+        return host * len(self.tray.gpus) + local
+
+
+def tray_layout(doc: Union[Topology, dict], nodes: int = 1, gpus: Optional[Iterable[int]] = None,
+                settings: Optional[NcclSettings] = None, nvlink_domain: Optional[int] = None, *,
+                tray_gpus: bool = False) -> TrayLayout:
+    """The :class:`TrayLayout` of ``nodes`` copies of ``doc`` (a tray, or a document of several hosts:
+    its GPU indices ``gpus`` are then the document's, the same GPUs of every host): NCCL's decision whether
+    and which trays it fuses (init.cc / mnnvl.cc, :func:`gpucomm.planners.nccl.mnnvl.check`), without
+    its search.  ``nvlink_domain``: trays per NVLink domain (default: :func:`nccl_comm`'s); ``tray_gpus``:
+    ``gpus`` are indices on one tray (host) already.  Raises
+    InputError (unknown GPU, GPUs not alike on every host, K not dividing the trays), NothingToDo,
+    TopologyError (several NVLink domains and no NIC)."""
+    topo = Topology.of(doc)
+    s = settings if settings is not None else NcclSettings.from_env()
+    local = distinct_gpus(gpus) if tray_gpus else host_gpus(topo, gpus)
+    tray = first_host(topo)
+    if local is not None:
+        have = {x.index for x in tray.gpus}
+        for x in local:
+            if x not in have:
+                raise InputError(f"no GPU {x} in topology (has {format_cpulist(sorted(have)) or 'none'})")
+    text, g, trays, s, fabric = _comm_inputs(topo, nodes, local, s, nvlink_domain, None)
+    G = len(g) if g is not None else len(tray.gpus)
+    k = nvlink_domain
+    hosts, mnnvl, note = 1, False, "one system per node (no multi-node NVLink)"
+    if fabric is not None:
+        k = k or _clique_hosts(fabric, G)
+        infos = M.infos(fabric, G, G * trays, s)
+        cl = M.check(fabric, G, G * trays, 0, s, infos)
+        if cl.mnnvl:
+            hosts, mnnvl = len(cl.ranks) // G, True
+            note = (f"NCCL fuses the {hosts} trays of an NVLink clique into one system (MNNVL)" if hosts > 1 else
+                    "every tray its own NVLink domain: the trays are joined by their NICs")
+        elif trays == 1:
+            note = "one tray"
+        else:
+            note = ("NCCL keeps every tray its own system (MNNVL off: NCCL_MNNVL_ENABLE, the fabric state, "
+                    "cuMem or NCCL_P2P_LEVEL; the trays are joined by their NICs)")
+    return TrayLayout(tray, g, G, nodes, trays, hosts, k or 1, mnnvl, note)
+
+
+def _clique_hosts(fabric: M.Fabric, per_host: int) -> int:
+    """Hosts in the first NVLink domain of ``fabric`` (the hosts sharing host 0's cluster UUID)."""
+    first = fabric.hosts[0][0].uuid if fabric.hosts and fabric.hosts[0] else None
+    n = 0
+    for h in fabric.hosts:
+        if not h or h[0].uuid != first:
+            break
+        n += 1
+    return max(1, n)
 
 
 def _recorded_fabric(host_gpus: list, gpus: Optional[Iterable[int]]) -> Optional[tuple]:
@@ -860,5 +952,5 @@ def nccl_reference(doc: Union[Topology, dict, str], nodes: int = 1, gpus: Option
 
 
 
-__all__ = ["nccl_comm", "nccl_reference", "run", "pinned_xml", "CommResult", "reference_dict", "NcclFailed",
+__all__ = ["nccl_comm", "nccl_reference", "tray_layout", "TrayLayout", "run", "pinned_xml", "CommResult", "reference_dict", "NcclFailed",
            "dtree", "btree"]

@@ -200,13 +200,30 @@ def compare_ring_graph(text: str, path: str, report: dict) -> dict:
     n = X.c_int(X.strtol(ring.get("nchannels"))) if ring.get("nchannels") is not None else len(chans)
     gpus = sorted(report.get("gpus") or [])
     covered = all(all(isinstance(x, int) for x in c) and sorted(c) == gpus for c in chans) \
-        if report.get("nodes", 1) == 1 else None
+        if (report.get("nvlink_domain") or {}).get("systems", report.get("nodes", 1)) == 1 else None
     total = round(n * bw, 3)
     ours = report.get("total_bw_GBps")
     return {"file": path, "channels": chans, "nchannels": n, "bw_GBps": bw, "total_bw_GBps": total,
             "type_intra": ring.get("typeintra"), "type_inter": ring.get("typeinter"),
             "covers_gpus": covered, "ours_total_bw_GBps": ours,
-            "ratio": round(ours / total, 3) if ours and total else None}
+            "ratio": round(ours / total, 3) if ours and total else None,
+            "model": _beside_model(chans, n, bw, ring.get("typeintra"), report.get("nccl_reference"))}
+
+
+def _beside_model(chans: list, n: int, bw: float, type_intra: Optional[str], ref: Optional[dict]) -> Optional[dict]:
+    """The graph file's ring graph beside our model of NCCL's (``report["nccl_reference"]``: its search's
+    channels, bandwidth, type and every channel's GPU order): channel for channel, the same order or the
+    first that differs.  None without the model."""
+    if not ref or ref.get("orders") is None:
+        return None
+    orders = ref["orders"]
+    same = sum(1 for a, b in zip(chans, orders) if list(a) == list(b))
+    diff = next((i for i, (a, b) in enumerate(zip(chans, orders)) if list(a) != list(b)), None)
+    return {"nchannels": ref.get("search_channels"), "bw_GBps": ref.get("bw_GBps"), "type_intra": ref.get("type_intra"),
+            "same_channels": same, "checked": min(len(chans), len(orders)),
+            "agrees": (n == ref.get("search_channels") and abs(bw - (ref.get("bw_GBps") or 0)) < 1e-3
+                       and type_intra == ref.get("type_intra") and len(chans) == len(orders) and same == len(chans)),
+            "first_difference": None if diff is None else {"channel": diff, "file": chans[diff], "model": orders[diff]}}
 
 
 __all__ += ["compare_ring_graph"]

@@ -30,7 +30,7 @@ from typing import Iterable, Optional, Union
 
 from gpucomm.probes import facts
 from gpucomm.probes.errors import InputError, NothingToDo, TopologyError
-from gpucomm.probes.model import cpu_id, cpulist_to_mask, normalize_bus_id
+from gpucomm.probes.model import cpu_id, cpulist_to_mask, format_cpulist, host_document, normalize_bus_id
 from gpucomm.probes.topology import NVS_ID, Topology
 
 from gpucomm.planners.nccl import ncclxml as X
@@ -529,4 +529,41 @@ def p2p_blocked(topo: Topology) -> frozenset:
     return frozenset(out)
 
 
-__all__ = ["pin", "nccl_inputs", "p2p_blocked", "distinct_gpus"]
+_FIRST_HOSTS: dict = {}   # id(view of several hosts) -> (that view, the view of its first host)
+
+
+def first_host(topo: Topology) -> Topology:
+    """The view of the first host of a document of several hosts (:func:`gpucomm.probes.model.host_document`:
+    a tray as a document of one node), remembered per view; ``topo`` itself when it has one host."""
+    if not topo.multi_host:
+        return topo
+    got = _FIRST_HOSTS.get(id(topo))
+    if got is None or got[0] is not topo:
+        if len(_FIRST_HOSTS) >= 16:
+            _FIRST_HOSTS.pop(next(iter(_FIRST_HOSTS)))
+        got = _FIRST_HOSTS[id(topo)] = (topo, Topology.of(host_document(topo.doc, topo.hosts[0].id)))
+    return got[1]
+
+
+def host_gpus(topo: Topology, gpus: Optional[Iterable[int]]) -> Optional[tuple]:
+    """The GPU indices of one host of ``topo`` that ``gpus`` (the document's indices) name: on a document
+    of several hosts ``gpus`` must name the same GPUs of every host (InputError otherwise); on one host,
+    ``gpus`` as they are.  None for all."""
+    g = distinct_gpus(gpus)
+    if g is None or not topo.multi_host:
+        return g
+    by_index = {x.index: x for x in topo.gpus}
+    per_host: dict = {}
+    for i in g:
+        x = by_index.get(i)
+        if x is None:
+            raise InputError(f"no GPU {i} in topology (has {format_cpulist(sorted(by_index)) or 'none'})")
+        per_host.setdefault(x.host, []).append(x.local_index if x.local_index is not None else x.index)
+    sets = {tuple(v) for v in per_host.values()}
+    if len(per_host) != len(topo.hosts) or len(sets) != 1:
+        raise InputError(f"--gpus {','.join(map(str, g))}: a document of {len(topo.hosts)} hosts is used whole; "
+                         "name the same GPUs of every host", expected="e.g. 0,1,4,5 for GPUs 0 and 1 of 2 hosts of 4")
+    return sets.pop()
+
+
+__all__ = ["pin", "nccl_inputs", "p2p_blocked", "distinct_gpus", "first_host", "host_gpus"]

@@ -37,7 +37,7 @@ from gpucomm.probes.topology import NVS_ID, Topology, check_document
 
 from gpucomm.planners.nccl import ncclxml as X
 from gpucomm.planners.nccl.names import LINK_NAMES, PATH_NAMES, PATH_NET, PATH_NVB, PATH_PXN
-from gpucomm.planners.nccl.pinning import distinct_gpus, nccl_inputs
+from gpucomm.planners.nccl.pinning import distinct_gpus, first_host, host_gpus, nccl_inputs
 from gpucomm.planners.nccl.settings import NcclSettings
 from gpucomm.planners.nccl.system import (CPU, DEV, GPU, LINK_LOC, NET, NIC, NODE_TYPES, NVS, PCI,
                                           Topo, local_cpu, system_from_xml)
@@ -73,10 +73,11 @@ class NodeSystem:
         self._id: dict = {}
         self._node: dict = {}
         self.nodes: dict = {}
-        index = _gpu_indices(sys.nodes[GPU])
+        index = _gpu_indices(sys.nodes[GPU], len(machine.gpus) if machine is not None else None)
+        many = sys.n_hosts > 1
         for t, nodes in enumerate(sys.nodes):
             for n in nodes:
-                nid, attrs = _describe(t, n, index.get(id(n)))
+                nid, attrs = _describe(t, n, index.get(id(n)), many)
                 if nid in self._node:   # two nodes NCCL keeps apart under one name (never expected): keep both
                     nid = f"{nid}#{n.idx}"
                 self._id[id(n)] = nid
@@ -318,46 +319,45 @@ class NodeSystem:
         return out
 
 
-def _gpu_indices(gpus: list) -> dict:
-    """{id(GPU node): the topology's GPU index}: NVML's index (``dev``); in a fused dump of several hosts
-    (NCCL_TOPO_DUMP_FILE under MNNVL, each host's GPUs numbered from 0) host k's GPU d, in NCCL's rank
-    order, is ``d + k * (GPUs per host)``, the document's numbering."""
-    devs = [g.dev for g in gpus]
-    if len(set(devs)) == len(devs):
+def _gpu_indices(gpus: list, per_tray: Optional[int] = None) -> dict:
+    """{id(GPU node): the topology's GPU index}: NVML's index (``dev``); in a system of several hosts (an
+    MNNVL clique fused by NCCL, each host's GPUs numbered from 0) host h's GPU d is ``d + h * per_tray``
+    (``per_tray``: the GPUs of one host), the numbering of a document of several hosts."""
+    hosts = {g.id >> 56 for g in gpus}
+    if len(hosts) <= 1:
         return {id(g): g.dev for g in gpus}
-    per_host = len(set(devs))
-    seen: dict = {}
-    out = {}
-    for g in sorted(gpus, key=lambda g: g.rank):
-        k = seen.get(g.dev, 0)
-        seen[g.dev] = k + 1
-        out[id(g)] = g.dev + k * per_host
-    return out
+    per = per_tray or len({g.dev for g in gpus})
+    return {id(g): g.dev + (g.id >> 56) * per for g in gpus}
 
 
-def _describe(t: int, n, index: Optional[int] = None) -> tuple:
-    """(id, attributes) of one of NCCL's nodes (``index``: a GPU's index, :func:`_gpu_indices`)."""
+def _describe(t: int, n, index: Optional[int] = None, many: bool = False) -> tuple:
+    """(id, attributes) of one of NCCL's nodes (``index``: a GPU's index, :func:`_gpu_indices`).  In a
+    system of several hosts (``many``) a node of host h > 0 has the id ``h/<id>`` (a document's graph ids
+    of several hosts), a NET the label ``<name>@h`` (NCCL's model names them so: ``CommResult.net_name``)."""
     name = NODE_TYPES[t]
+    host = n.id >> 56
     if t == GPU:
         idx = n.dev if index is None else index
         lab = f"GPU{idx}"
         return lab, {"type": name, "label": lab, "index": idx, "rank": n.rank, "sm": n.cc, "gdr": bool(n.gdr),
-                     "bus": _bus(n.bus)}
+                     "bus": _bus(n.bus), "host": host, "dev": n.dev}
+    pre = f"{host}/" if many and host else ""
     if t == DEV:
-        lab = f"DEV{n.dev}"
+        lab = f"{pre}DEV{n.dev}"
         return lab, {"type": name, "label": lab, "sm": n.cc, "bus": _bus(n.bus)}
     if t == NET:
-        return f"NET:{n.name}", {"type": name, "label": n.name, "name": n.name, "bw": float(n.bw), "asic": n.asic,
-                                 "port": n.port, "gdr": bool(n.gdr), "dev": n.dev}
+        lab = f"{n.name}@{host}" if many else n.name
+        return f"NET:{lab}", {"type": name, "label": lab, "name": lab, "bw": float(n.bw), "asic": n.asic,
+                              "port": n.port, "gdr": bool(n.gdr), "dev": n.dev, "host": host}
     if t == NIC:
         bus = _bus(n.bus)
-        lab = bus or f"NIC{n.idx}"
+        lab = pre + (bus or f"NIC{n.idx}")
         return f"NIC:{lab}", {"type": name, "label": lab, "bus": bus}
     if t == CPU:
-        lab = n.name or f"CPU{n.idx}"
+        lab = pre + (n.name or f"CPU{n.idx}")
         return lab, {"type": name, "label": lab, "arch": _ARCHS.get(n.arch), "vendor": _VENDORS.get(n.vendor)}
     if t == PCI:
-        lab = _bus(n.bus) or f"PCI{n.idx}"
+        lab = pre + (_bus(n.bus) or f"PCI{n.idx}")
         return lab, {"type": name, "label": lab}
     lab = "NVS" if t == NVS and n.idx == 0 else f"{name}{n.idx}"
     return lab, {"type": name, "label": lab}
@@ -369,10 +369,13 @@ def _bus(bus: Optional[str]) -> Optional[str]:
 
 # --------------------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=32)
-def _cached(xml_text: str, gpus: Optional[tuple], skey: tuple, s: NcclSettings) -> NodeSystem:
+def _cached(xml_text: str, gpus: Optional[tuple], skey: tuple, s: NcclSettings, hosts: int = 1) -> NodeSystem:
     machine, local, xml = X.machine_gpus(xml_text, list(gpus) if gpus is not None else None)
     try:
-        sys = system_from_xml(X.fuse_ranks(xml, machine, local, s.merge_level, s.force_merge))
+        fused = X.fuse_ranks(xml, machine, local, s.merge_level, s.force_merge)
+        if hosts > 1:   # an MNNVL clique: the hosts' rank XMLs fused as NCCL fuses them (comm._fused)
+            fused = X.replicate_hosts(fused, hosts, len(local))
+        sys = system_from_xml(fused, X.host_hash(0) if hosts > 1 else None)
         topo = Topo(sys, s)
         topo.compute_paths()
     except X.NcclFailure as e:
@@ -381,24 +384,38 @@ def _cached(xml_text: str, gpus: Optional[tuple], skey: tuple, s: NcclSettings) 
 
 
 def node_system(doc: Union[Topology, dict, str], gpus: Optional[Iterable[int]] = None,
-                settings: Optional[NcclSettings] = None) -> NodeSystem:
+                settings: Optional[NcclSettings] = None, hosts: Optional[int] = None) -> NodeSystem:
     """NCCL's system of one node of ``doc`` (a topology, or an NCCL topology XML text) for the
     communicator of the GPUs ``gpus`` (indices in rank order; default all), with NCCL's paths.  The
     defaults the pinned XML needed are the view's assumptions (``Topology.all_assumptions()``).
-    Raises NothingToDo (no GPU), InputError (an unknown or repeated GPU, an NCCL graph file),
-    NcclFailed (NCCL itself would fail)."""
+
+    ``hosts`` > 1: the system NCCL builds for an MNNVL clique of that many trays (copies of the tray, fused
+    as :func:`gpucomm.planners.nccl.comm.nccl_comm` fuses them: one system, every GPU on the NVSwitch,
+    host h's GPU d numbered ``d + h x the tray's GPUs``).  A document of several hosts (NCCL's fused dump)
+    is its first host fused with copies of it, ``hosts`` defaulting to its hosts, ``gpus`` its indices
+    (the same GPUs of every host).  Raises NothingToDo (no GPU), InputError (an unknown or repeated GPU,
+    an NCCL graph file), NcclFailed (NCCL itself would fail)."""
     check_document(doc)
+    if not isinstance(doc, str):
+        topo = Topology.of(doc)
+        if topo.multi_host:
+            gpus = host_gpus(topo, gpus)
+            hosts = hosts or len(topo.hosts)
+            doc = first_host(topo)
+    k = hosts or 1
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise InputError(f"hosts {hosts!r}: not a positive number of trays")
     text, s = nccl_inputs(doc, 1, settings)
     g = distinct_gpus(gpus)
     if isinstance(doc, str):
-        return _cached(text, g, s.key(), s)
+        return _cached(text, g, s.key(), s, k)
     topo = Topology.of(doc)
     if g is not None:
         have = [x.index for x in topo.gpus]
         for x in g:
             if x not in have:
                 raise InputError(f"no GPU {x} in topology (has {format_cpulist(have) or 'none'})")
-    ns = _cached(text, g, s.key(), s)
+    ns = _cached(text, g, s.key(), s, k)
     return ns.with_measured(_measured(ns, topo))
 
 

@@ -135,6 +135,7 @@ class CommGraph:
     ll128_c2c: bool = True
     nccl_nodes: Optional[int] = None
     nccl_tuning: Optional[dict] = field(default=None, compare=False, repr=False)
+    trays_per_node: int = 1     # hosts (trays) NCCL fuses into each node: an MNNVL clique (1: none)
 
     def __post_init__(self):
         for name in ("n_ranks", "n_nodes", "gpus_per_node", "channels"):

@@ -509,11 +509,16 @@ def _round_slot(v: dict) -> dict:
 # Synthetic clusters
 def synth_cluster(nodes: int, topology: str, levels: int = 3, nodes_per_leaf: int = 32,
                   leaves_per_spine: int = 8, prefix: str = "node", link_gbps: Optional[float] = None,
-                  topology_conf_name: Optional[str] = None) -> Tuple[dict, str]:
+                  topology_conf_name: Optional[str] = None, nvlink_domain: Optional[int] = None) -> Tuple[dict, str]:
     """(cluster document, topology.conf text) for ``nodes`` copies of ``topology`` under a
     ``levels``-level fat tree: leaves of ``nodes_per_leaf`` nodes, spines of ``leaves_per_spine``
     leaves, one core above the spines (levels=3); levels=2 puts every leaf under one core;
-    levels=1 is a single switch."""
+    levels=1 is a single switch.
+
+    ``nvlink_domain`` K (NVL72 racks: trays of 4 GPUs, K <= 18 per rack): consecutive groups of K nodes
+    share an NVLink domain -- the cluster's nodes say which (``nvlink_domain: nvlNN``) and topology.conf is
+    Slurm's block topology (``BlockName=nvlNN`` per domain, ``BlockSizes=K``; jobs spanning blocks:
+    ``sbatch --segment``); the fat tree (of the NICs between the racks) is then ibnetdiscover's alone."""
     if nodes < 1 or nodes > MAX_HOSTS:
         raise InputError(f"--nodes {nodes} is out of range", expected=f"1..{MAX_HOSTS}")
     if levels not in (1, 2, 3):
@@ -522,8 +527,13 @@ def synth_cluster(nodes: int, topology: str, levels: int = 3, nodes_per_leaf: in
         raise InputError("--nodes-per-leaf and --leaves-per-spine must be >= 1")
     if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_\-]*", prefix):
         raise InputError(f"--prefix {prefix!r} is not a host name prefix", expected="letters, digits, '-' or '_'")
+    if nvlink_domain is not None and (nvlink_domain < 1 or nodes % nvlink_domain):
+        raise InputError(f"--nvlink-domain {nvlink_domain} does not divide --nodes {nodes}",
+                         expected="K >= 1 dividing the nodes")
     width = max(2, len(str(nodes)))
     names = [f"{prefix}{i:0{width}d}" for i in range(1, nodes + 1)]
+    if nvlink_domain is not None:
+        return _synth_blocks(names, nodes, topology, nvlink_domain, topology_conf_name)
     speed = f" LinkSpeed={int(link_gbps)}" if link_gbps else ""
     lines = [f"# gpucomm synth: {nodes} x {topology}, {levels}-level fat tree",
              "# topology/tree (slurm.conf: TopologyPlugin=topology/tree)"]
@@ -548,6 +558,38 @@ def synth_cluster(nodes: int, topology: str, levels: int = 3, nodes_per_leaf: in
     fabric = {"topology_conf": topology_conf_name} if topology_conf_name else {"topology_conf_text": conf}
     doc = {"schema": CLUSTER_SCHEMA, "name": f"synth-{nodes}x-{topology.split(':')[-1]}",
            "nodes": [{"names": compress_hostlist(names), "topology": topology}], "fabric": fabric}
+    return doc, conf
+
+
+def with_consecutive_domains(cl: Cluster, k: int) -> Cluster:
+    """``cl`` whose nodes, in fabric order (else file order), come in consecutive groups of ``k`` that
+    share an NVLink domain (``--nvlink-domain K``: ``nvlNN``), replacing what the cluster file said."""
+    from dataclasses import replace
+
+    if k < 1:
+        raise InputError(f"--nvlink-domain {k}", expected="an integer >= 1")
+    order = cl.fabric.dfs_nodes() if cl.fabric is not None else []
+    got = set(order)
+    order = [h for h in order if h in set(cl.nodes)] + [h for h in cl.nodes if h not in got]
+    w = max(2, len(str((len(order) + k - 1) // k)))
+    return replace(cl, domain_of={h: f"nvl{i // k + 1:0{w}d}" for i, h in enumerate(order)})
+
+
+def _synth_blocks(names: List[str], nodes: int, topology: str, k: int, conf_name: Optional[str]) -> Tuple[dict, str]:
+    """:func:`synth_cluster` with NVLink domains of ``k`` consecutive nodes (a block topology.conf)."""
+    from gpucomm.probes.formats.slurm_topology import write_block_conf
+
+    count = nodes // k
+    w = max(2, len(str(count)))
+    blocks = [{"name": f"nvl{i + 1:0{w}d}", "nodes": names[i * k:(i + 1) * k],
+               "comment": f"nvl{i + 1:0{w}d}: {k} nodes, NVLink domain nvl{i + 1:0{w}d}"} for i in range(count)]
+    conf = write_block_conf(blocks, [k], [f"gpucomm synth: {nodes} x {topology}, {count} NVLink domain(s) of {k} nodes",
+                                          "topology/block (slurm.conf: TopologyPlugin=topology/block); jobs spanning "
+                                          "blocks: sbatch --segment"])
+    fabric = {"topology_conf": conf_name} if conf_name else {"topology_conf_text": conf}
+    doc = {"schema": CLUSTER_SCHEMA, "name": f"synth-{nodes}x-{topology.split(':')[-1]}",
+           "nodes": [{"names": compress_hostlist(b["nodes"]), "topology": topology, "nvlink_domain": b["name"]}
+                     for b in blocks], "fabric": fabric}
     return doc, conf
 
 

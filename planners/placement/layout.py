@@ -21,6 +21,7 @@ from gpucomm.probes.topology import Topology, nv_count
 from gpucomm.planners.placement.assign import choose_local_gpus, local_group_pattern
 from gpucomm.planners.placement.binding import cpu_binding
 from gpucomm.planners.placement.nodeview import NodeView, best_ring, node_view
+from gpucomm.planners.placement.nvldomain import fits_nvlink_domain
 from gpucomm.planners.placement.ranks import (AXES, DEFAULT_ORDER, MEGATRON_GROUPS, TIER_AXES, RankGenerator,
                                               megatron_generators, mesh_translations, normalize_axes, resolve_axes)
 
@@ -31,10 +32,8 @@ def check_feasible(view: NodeView, axes: Dict[str, int], gpn: int, nodes: int) -
     tp = axes["tp"]
     if gpn > view.gpu_count:
         raise PlanInfeasible(f"{gpn} GPUs per node requested but the topology has {view.gpu_count}")
-    if tp > gpn:
-        raise PlanInfeasible(f"tp={tp} does not fit in {gpn} GPUs per node (tensor parallelism must stay inside a node)")
-    if gpn % tp:
-        raise PlanInfeasible(f"tp={tp} does not divide {gpn} GPUs per node")
+    if tp > gpn or gpn % tp:
+        fits_nvlink_domain("tp", tp, gpn, nodes, view)
     if view.mig and tp > 1:
         raise PlanInfeasible(f"tp={tp} across MIG instances: MIG slices cannot use P2P, NVLink or NVLS "
                              "(nvidia/nccl#1716) and a process sees one MIG instance (pytorch#130181)")
@@ -138,7 +137,7 @@ def make_layout(view: NodeView, nodes: int, gpn: int, axes: Dict[str, int], orde
     if gen.world_size != nodes * gpn:
         raise PlanInfeasible(f"tp*cp*dp*pp = {gen.world_size} but {nodes} node(s) x {gpn} GPUs = {nodes * gpn}")
     for name, g, token in (("TP", gen, "tp"), ("expert TP", egen, "tp")):
-        if g.name_to_size["tp"] > 1:
+        if 1 < g.name_to_size["tp"] <= gpn:   # (a larger one spans the trays of an NVLink domain)
             # Launchers give each node a contiguous block of ranks; an order that puts other axes before
             # tp strides TP groups across that block, and possibly across nodes.
             bases, members = g.group_parts(token)

@@ -40,6 +40,7 @@ from typing import Dict, List, Optional, Tuple
 
 from gpucomm.probes import units
 from gpucomm.probes.errors import InputError, PlanInfeasible
+from gpucomm.planners.placement.nvldomain import NVLINK_DOMAIN_KEY, job_domain_nodes
 
 # --------------------------------------------------------------------------------------------
 # Presets: Meta Llama 3.1 model cards / params.json [recalled; the notes do not list them].
@@ -257,6 +258,13 @@ def peak_tflops(view) -> Optional[float]:
 CALIBRATION_KEY = ("calibration",)   # view.cache entry: (profile, source) of --calibration
 _OPTIONS_KEY = ("cost-options",)     # view.cache entry: summarize's options (use_cost_options)
 _COST_KEY = ("layout-cost",)         # view.cache entry: the view's LayoutCost
+
+
+def use_nvlink_domain(view, k: Optional[int]) -> None:
+    """Nodes (trays) per NVLink domain of this view's job (``gpucomm plan --nvlink-domain K``; None: NCCL's
+    default, from the GPUs' fabric info): which groups may span trays (nvldomain.fits_nvlink_domain).
+    The cost model gets it through :func:`use_cost_options` (``nvlink_domain``)."""
+    view.cache[NVLINK_DOMAIN_KEY] = k
 
 
 def use_calibration(view, profile, source: str) -> None:
@@ -516,13 +524,14 @@ def megatron_refusal(model: dict, axes: Dict[str, int], vpp: Optional[int] = Non
 
 
 def candidate_axes(model: dict, total: int, gpn: int, fixed: Dict[str, Optional[int]],
-                   uneven_pp: bool = False) -> List[Dict[str, int]]:
+                   uneven_pp: bool = False, domain_nodes: int = 1) -> List[Dict[str, int]]:
     """Every (tp, cp, ep, dp, pp) with ``tp*cp*dp*pp = total`` and ``ep | dp*cp`` that Megatron accepts for ``model``
     (:func:`megatron_refusal`), tp dividing the GPUs per node; pp divides the layers, or, with
     ``uneven_pp`` or an explicit --pp, splits them unevenly as Megatron's
-    --decoder-first/last-pipeline-num-layers do.  Axes in ``fixed`` (non-None) are kept as given."""
+    --decoder-first/last-pipeline-num-layers do.  Axes in ``fixed`` (non-None) are kept as given.
+    ``domain_nodes`` > 1: consecutive nodes share an NVLink domain, and tp may also span whole trays of it."""
     out = []
-    for tp in _divisors(gpn):
+    for tp in _divisors(gpn) + [gpn * m for m in _divisors(domain_nodes) if m > 1]:
         if fixed.get("tp") and tp != fixed["tp"]:
             continue
         rest_tp = total // tp if total % tp == 0 else None
@@ -605,11 +614,12 @@ def rank_factorizations(view, nodes: int, gpn: int, model: dict, order: str,
 
     fixed = fixed or {}
     total = nodes * gpn
+    domain_nodes = job_domain_nodes(view.topo, nodes, view.cache.get(NVLINK_DOMAIN_KEY))
     cands: List[dict] = []
     seen: set = set()
 
     def screen(uneven: bool) -> None:
-        for axes in candidate_axes(model, total, gpn, fixed, uneven_pp=uneven):
+        for axes in candidate_axes(model, total, gpn, fixed, uneven_pp=uneven, domain_nodes=domain_nodes):
             try:
                 check_feasible(view, axes, gpn, nodes)
                 layout = make_layout(view, nodes, gpn, axes, order, axis_weights(model, axes), gpus)

@@ -31,6 +31,7 @@ import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from gpucomm.probes.errors import InputError, PlanInfeasible
+from gpucomm.planners.placement.nvldomain import fits_nvlink_domain
 
 AXES = ("tp", "cp", "ep", "dp", "pp")
 # Every group Megatron-LM's initialize_model_parallel builds, by our key: (generator, token given to
@@ -271,11 +272,13 @@ def megatron_generators(axes: Dict[str, int], order: str = DEFAULT_ORDER) -> Tup
 
 
 def resolve_axes(total: int, tp: Optional[int], pp: Optional[int], dp: Optional[int], cp: Optional[int],
-                 ep: Optional[int], gpn: Optional[int] = None, etp: Optional[int] = None) -> Dict[str, int]:
+                 ep: Optional[int], gpn: Optional[int] = None, etp: Optional[int] = None,
+                 domain_nodes: int = 1) -> Dict[str, int]:
     """Fill the axes the user left out (dp absorbs the rest) and check the product, as Megatron-LM
     does: ``world = tp*cp*dp*pp``; the experts re-factor the same world as ``etp*ep*edp*pp``
     (``etp`` defaults to tp), so ``ep`` must divide ``dp*cp*tp/etp``.  With ``gpn`` (GPUs per node),
-    TP is checked against the node first: that is the error users need to see."""
+    TP is checked against the node first: that is the error users need to see (or, with ``domain_nodes``
+    > 1 consecutive nodes sharing an NVLink domain, against whole trays of it)."""
     for name, v in (("tp", tp), ("pp", pp), ("dp", dp), ("cp", cp), ("ep", ep), ("etp", etp)):
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
             raise InputError(f"--{name} {v} is not a positive integer", expected="an integer >= 1")
@@ -283,11 +286,8 @@ def resolve_axes(total: int, tp: Optional[int], pp: Optional[int], dp: Optional[
         for name, v in (("tp", tp), ("etp", etp)):
             if not v:
                 continue
-            if v > gpn:
-                raise PlanInfeasible(f"{name}={v} does not fit in {gpn} GPUs per node (tensor parallelism must stay "
-                                     "inside a node)")
-            if gpn % v:
-                raise PlanInfeasible(f"{name}={v} does not divide {gpn} GPUs per node")
+            if v > gpn or gpn % v:
+                fits_nvlink_domain(name, v, gpn, total // gpn, None, domain_nodes)
     axes = {"tp": tp or 1, "pp": pp or 1, "cp": cp or 1, "ep": ep or 1}
     model = axes["tp"] * axes["pp"] * axes["cp"]
     if dp is None:

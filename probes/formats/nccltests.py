@@ -42,6 +42,7 @@ from typing import Optional
 
 from gpucomm.probes.errors import InputError
 from gpucomm.probes.formats.scan import HostPrefixed
+from gpucomm.probes.limits import MAX_HOST_GPUS, MAX_NODES
 from gpucomm.probes.units import busbw_factor
 
 SCHEMA = "gpucomm.nccltests/v1"
@@ -521,9 +522,17 @@ def _run_result(b: _Block, collective: Optional[str]) -> dict:
             hosts.append(d["host"])
     n_ranks: Optional[int] = None
     n_ranks_source: Optional[str] = None
+    truncated = False
     if b.devices:
-        n_ranks = len({d["rank"] for d in b.devices})
+        ranks = {d["rank"] for d in b.devices}
+        n_ranks = len(ranks)
         n_ranks_source = "devices"
+        if n_ranks < max(ranks) + 1 <= MAX_NODES * MAX_HOST_GPUS:
+            # a shortened rank list ("#  Rank 0 ...", "...", "#  Rank 127 ..."): the ranks run to the highest one
+            # listed, on hosts the list no longer shows all of
+            n_ranks, n_ranks_source, truncated = max(ranks) + 1, "devices (list shortened: highest rank)", True
+            b.warnings.append(f"{b.path}: the device list shows {len(ranks)} of {n_ranks} ranks (shortened): "
+                              f"{n_ranks} ranks on hosts it does not all show (--nodes says how many)")
     coll, coll_source, candidates, factor = _block_collective(b, collective, n_ranks)
     if n_ranks is None and coll is not None and factor is not None:
         n = _ranks_from_factor(coll, factor)
@@ -539,7 +548,7 @@ def _run_result(b: _Block, collective: Optional[str]) -> dict:
         "collective_candidates": candidates if coll is None else [coll],
         "n_ranks": n_ranks,
         "n_ranks_source": n_ranks_source,
-        "nodes": len(hosts) if hosts else None,
+        "nodes": len(hosts) if hosts and not truncated else None,
         "hosts": hosts,
         "devices": b.devices,
         "params": b.params,

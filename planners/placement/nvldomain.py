@@ -1,0 +1,69 @@
+"""Parallel groups across the trays of an NVLink domain (GB200/GB300 NVL72: 18 trays of 4 GPUs on one NVLink
+fabric, which NCCL runs as one system -- MNNVL).  A tensor/context/expert-parallel group may span trays when
+they share an NVLink domain: its traffic stays on NVLink.  The job's consecutive nodes come in groups that
+share a domain: ``--nvlink-domain K``, else the fabric info's (:meth:`gpucomm.probes.topology.Topology.nvlink_domain`),
+split as NCCL splits them (:func:`gpucomm.planners.nccl.comm.nccl_comm`: the largest size <= K dividing the
+nodes)."""
+from __future__ import annotations
+
+from typing import Optional
+
+from gpucomm.probes.errors import PlanInfeasible
+from gpucomm.probes.topology import Topology
+
+NVLINK_DOMAIN_KEY = ("nvlink_domain",)   # view.cache entry: nodes (trays) per NVLink domain (--nvlink-domain)
+
+
+def job_domain_nodes(topo, nodes: int, k: Optional[int] = None) -> int:
+    """Consecutive nodes of the job that share one NVLink domain: ``k`` (--nvlink-domain), else the
+    topology's (its fabric info: an IMEX domain's nodes, the hosts of NCCL's fused dump; 1 without
+    multi-node NVLink), at most ``nodes`` and dividing them.
+
+    >>> job_domain_nodes(None, 32, 18), job_domain_nodes(None, 4, 18), job_domain_nodes(None, 6, 1)
+    (16, 4, 1)
+    """
+    if k is None:
+        dom = Topology.of(topo).nvlink_domain() if topo is not None else None
+        k = (dom.nodes or 1) if dom is not None and dom.multi_node else 1
+    k = max(1, min(int(k), int(nodes)))
+    return max(d for d in range(1, k + 1) if nodes % d == 0)
+
+
+def domain_note(gpn: int, domain_nodes: int, axes: dict, nodes: int) -> Optional[str]:
+    """Why the plan's groups are where they are, when nodes share NVLink domains (None otherwise)."""
+    if domain_nodes <= 1:
+        return None
+    inner = [f"{a}={axes[a]}" for a in ("tp", "cp", "ep") if axes.get(a, 1) > 1]
+    span = [f"tp={axes['tp']} spans {axes['tp'] // gpn} trays"] if axes.get("tp", 1) > gpn else []
+    doms = nodes // domain_nodes
+    return (f"NVLink domain: {domain_nodes} consecutive nodes x {gpn} GPUs = {domain_nodes * gpn} GPUs share one NVLink "
+            "fabric (NCCL runs them as one system, MNNVL): the model-parallel groups"
+            + (f" ({', '.join(inner)})" if inner else "") + " stay inside it"
+            + (f", {'; '.join(span)} over NVLink" if span else "")
+            + ("; the whole job is in one domain" if doms == 1 else
+               f"; pp/dp cross the {doms} domains over the NICs"))
+
+
+def fits_nvlink_domain(name: str, v: int, gpn: int, nodes: int, view=None, domain_nodes: Optional[int] = None) -> None:
+    """Raise PlanInfeasible unless a ``name`` group of ``v`` consecutive ranks stays inside one node (``v``
+    divides its ``gpn`` GPUs) or inside one NVLink domain of the job (``v`` a multiple of ``gpn`` whose
+    trays divide the domain's nodes).  ``view``: the node view whose topology (and --nvlink-domain)
+    say the domain, unless ``domain_nodes`` does."""
+    if v <= gpn and gpn % v == 0:
+        return
+    if domain_nodes is None:
+        k = view.cache.get(NVLINK_DOMAIN_KEY) if view is not None else None
+        domain_nodes = job_domain_nodes(view.topo if view is not None else None, nodes, k)
+    if domain_nodes > 1 and v % gpn == 0 and domain_nodes % (v // gpn) == 0:
+        return
+    if domain_nodes > 1:
+        raise PlanInfeasible(f"{name}={v} does not fit in {gpn} GPUs per node nor in whole trays of the NVLink "
+                             f"domain ({domain_nodes} nodes x {gpn} GPUs): tensor parallelism must stay inside a node "
+                             "or an NVLink domain")
+    if v > gpn:
+        raise PlanInfeasible(f"{name}={v} does not fit in {gpn} GPUs per node (tensor parallelism must stay inside a "
+                             "node)")
+    raise PlanInfeasible(f"{name}={v} does not divide {gpn} GPUs per node")
+
+
+__all__ = ["NVLINK_DOMAIN_KEY", "job_domain_nodes", "fits_nvlink_domain", "domain_note"]
