@@ -580,7 +580,8 @@ def test_ncclsim_loads_every_nccl_xml_we_emit(tmp_path):
 IB_FABRIC = "006_ibnetdiscover_edr-switchib-x6_2spine-4leaf_gpu-node-cluster_blanklines-stripped_flask-embed.txt"
 README_CAPTURES = ["09_h100-x8_1node_allreduce_cluster01.txt", "005_polaris_2n_all_gather_nccl221_env5.txt",
                    "010_polaris_2n_all_reduce_nccl221_env5.txt", "015_polaris_2n_alltoall_nccl221_env5.txt",
-                   "025_polaris_8n_all_reduce_nccl221_env5.txt", "18_h100-sxm-x8_9nic_tabs.txt", IB_FABRIC]
+                   "025_polaris_8n_all_reduce_nccl221_env5.txt", "18_h100-sxm-x8_9nic_tabs.txt", IB_FABRIC,
+                   "009_gb300-oci_32trays-2racks-128gpu_allreduce_nccl2.28.7_oci-quickstart_truncated.txt"]
 
 
 def test_shipped_captures_are_the_fixtures_byte_for_byte():

@@ -190,3 +190,13 @@ def test_plan_on_a_cluster_of_racks_reads_their_nvlink_domains(tmp_path):
     assert r.json()["nvlink_domain"]["nodes"] == 2
     # racks of 2 trays: a TP group of 4 trays would leave its domain
     assert run_cli("plan", "--cluster", str(tmp_path / "cluster.yaml"), "--nodes", "8", "--tp", "16").code == 4
+
+
+def test_tp_across_trays_of_a_domain_is_not_warned_as_pcie():
+    """tp=8 on 4-GPU trays of one NVLink domain runs over NVLink: no 'cross PCIe' warning; a node whose
+    NVLink domains are pairs still gets it."""
+    r = run_cli("plan", "example:gb300-nvl72", "--nodes", "36", "--tp", "8", "--pp", "2", "--format", "json")
+    assert r.code == 0, r.stderr
+    assert not [w for w in r.json()["warnings"] if "PCIe" in w and "tp" in w], r.json()["warnings"]
+    r = run_cli("plan", "example:a100-pcie-4x-nvbridge", "--nodes", "2", "--tp", "4", "--format", "json")
+    assert r.code == 0 and any("tp=4 is larger than the NVLink domain (2 GPUs)" in w for w in r.json()["warnings"])
