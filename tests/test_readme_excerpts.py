@@ -77,12 +77,26 @@ def test_calibrate_excerpt_is_what_the_commands_print(tmp_path, monkeypatch):
     block = _block("**Calibrate on the runs you have")
     cmds = [i for i, ln in enumerate(block) if ln.startswith("$ ")]
     assert len(cmds) == 3
-    tables = [str(next(SCALING.glob(f"{n}_*.txt"))) for n in ("005", "010", "015")]
+    tables = [f"example:{next(SCALING.glob(f'{n}_*.txt')).name}" for n in ("005", "010", "015")]
+    assert block[cmds[0]].split()[4] == tables[0]
     cal = _ok("calibrate", "example:polaris", *tables, "--format", "table")
     assert _missing(block[cmds[0] + 1:cmds[1]], cal) == []
     profile = tmp_path / "polaris.json"
     _ok("calibrate", "example:polaris", *tables, "-o", str(profile))
     assert block[cmds[1] + 1:cmds[2]] == []          # -o writes the profile, prints nothing on stdout
-    pred = _ok("predict", "example:polaris", "--compare", str(next(SCALING.glob("025_*.txt"))),
-               "--calibration", str(profile))
+    args = block[cmds[2]].split()[2:]
+    pred = _ok(*[str(profile) if a == "polaris.json" else a for a in args])
     assert _missing(block[cmds[2] + 1:], pred) == []
+
+
+@pytest.mark.parametrize("after", ["**The cluster: fabric, racks", "**A GB200/GB300 NVL72 rack**"])
+def test_every_command_of_a_block_prints_its_lines(after, monkeypatch):
+    """A block of `$ gpucomm ...` lines, each followed by lines of what it prints."""
+    monkeypatch.setenv("COLUMNS", WIDE)
+    block = _block(after)
+    cmds = [i for i, ln in enumerate(block) if ln.startswith("$ gpucomm ")]
+    assert cmds and cmds[0] == 0
+    for i, j in zip(cmds, cmds[1:] + [len(block)]):
+        lines = block[i + 1:j]
+        assert lines, block[i]
+        assert _missing(lines, _ok(*block[i].split()[2:])) == [], block[i]
