@@ -89,7 +89,8 @@ def test_calibrate_excerpt_is_what_the_commands_print(tmp_path, monkeypatch):
     assert _missing(block[cmds[2] + 1:], pred) == []
 
 
-@pytest.mark.parametrize("after", ["**The cluster: fabric, racks", "**A GB200/GB300 NVL72 rack**"])
+@pytest.mark.parametrize("after", ["**Which GPUs for my job**", "**The cluster: fabric, racks",
+                                   "**A GB200/GB300 NVL72 rack**"])
 def test_every_command_of_a_block_prints_its_lines(after, monkeypatch):
     """A block of `$ gpucomm ...` lines, each followed by lines of what it prints."""
     monkeypatch.setenv("COLUMNS", WIDE)
