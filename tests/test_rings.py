@@ -23,6 +23,7 @@ from gpucomm.probes.model import link_record
 from gpucomm.planners.nccl.comm import nccl_reference
 from gpucomm.planners.nccl.sysview import node_system
 from gpucomm.planners.collectives.rings import search_rings
+from gpucomm.planners.placement.nvldomain import job_domain_nodes
 from gpucomm.planners.collectives.ringsearch import Capacity, Packer, path_loads
 from support import nvswitch_document, p2p_disabled, pci_trees
 
@@ -102,7 +103,10 @@ def comparison() -> list:
             if nodes == 1 and len(doc["gpus"]) < 2:
                 continue
             plan = search_rings(doc, nodes=nodes)
-            rows.append((label, nodes, plan, len(node_system(doc).domains())))
+            # NCCL's node count: every NIC-joined domain of every node, the trays of one MNNVL clique
+            # fused into one (job_domain_nodes: consecutive nodes per NVLink domain, from the fabric info)
+            k = job_domain_nodes(doc, nodes)
+            rows.append((label, nodes, plan, len(node_system(doc).domains()) * nodes // k))
     return rows
 
 
@@ -142,7 +146,7 @@ def test_our_rings_match_or_beat_nccl_everywhere(comparison):
     losses = {(label, nodes) for label, nodes, plan in compared
               if plan.total_bw < plan.nccl_reference["total_bw"] - 1e-6}
     # the NIC-joined domains our rings chain through are NCCL's (a split node counts per domain)
-    assert [(lab, n) for lab, n, p, doms in comparison if p is not None and doms * n != p.nccl_reference["nccl_nodes"]] \
+    assert [(lab, n) for lab, n, p, want in comparison if p is not None and want != p.nccl_reference["nccl_nodes"]] \
         == []
     # Ours is equal or better everywhere (NCCL's rings are also a seeded candidate; where NCCL joins a
     # node's sockets through NICs, ncclTopoCheckNet, our channels may chain through NICs too; at 2+ nodes

@@ -16,15 +16,17 @@ NVLINK_DOMAIN_KEY = ("nvlink_domain",)   # view.cache entry: nodes (trays) per N
 
 def job_domain_nodes(topo, nodes: int, k: Optional[int] = None) -> int:
     """Consecutive nodes of the job that share one NVLink domain: ``k`` (--nvlink-domain), else the
-    topology's (its fabric info: an IMEX domain's nodes, the hosts of NCCL's fused dump; 1 without
-    multi-node NVLink), at most ``nodes`` and dividing them.
+    topology's (its fabric info: an IMEX domain's nodes, the hosts of NCCL's fused dump, all the nodes
+    where the size is unknown; 1 without multi-node NVLink), at most ``nodes`` and dividing them.
 
     >>> job_domain_nodes(None, 32, 18), job_domain_nodes(None, 4, 18), job_domain_nodes(None, 6, 1)
     (16, 4, 1)
     """
     if k is None:
         dom = Topology.of(topo).nvlink_domain() if topo is not None else None
-        k = (dom.nodes or 1) if dom is not None and dom.multi_node else 1
+        # a tray whose domain size is unknown: its copies share its clique, as NCCL's model takes them
+        # (planners/nccl/comm.py nccl_comm: K = the nodes)
+        k = (dom.nodes or nodes) if dom is not None and dom.multi_node else 1
     k = max(1, min(int(k), int(nodes)))
     return max(d for d in range(1, k + 1) if nodes % d == 0)
 
