@@ -108,8 +108,24 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
             sizes[d] = sizes.get(d, 0) + 1
         nvlink_domain = min(sizes.values())
     model_specs.use_nvlink_domain(view, nvlink_domain)
+    cost_opts: dict = {}
     if chosen is not None and nvlink_domain is not None:   # --model's collectives timed with it too
-        model_specs.use_cost_options(view, transport=chosen, nvlink_domain=nvlink_domain)
+        cost_opts["nvlink_domain"] = nvlink_domain
+    if chosen is not None and cluster is not None and nodes > 1:
+        # what each NIC gets on the cluster's fabric (the leaf uplinks' share where the nodes span leaves,
+        # slower host links), as predict --cluster times it: the --model estimate uses it too
+        from gpucomm.planners.placement.select import cluster_network
+
+        try:
+            net = cluster_network(cluster, nodes, topo)
+        except (InputError, PlanInfeasible) as e:
+            net = {"fabric_gbps": None}
+            warnings.append(f"--cluster: the estimate uses the node's own NICs ({e})")
+        if net["fabric_gbps"] is not None:
+            cost_opts["fabric_gbps"] = net["fabric_gbps"]
+            cal_notes.append(net["note"] + " (the --model estimate times the network at that rate)")
+    if cost_opts:
+        model_specs.use_cost_options(view, transport=chosen, **cost_opts)
     domain_nodes = job_domain_nodes(topo, nodes, nvlink_domain)
     if mspec is not None and tp is None and pp is None and dp is None:
         fixed = {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "etp": etp}

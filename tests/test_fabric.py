@@ -397,3 +397,17 @@ def test_slurm_topology_reader_never_crashes(pairs):
         slurm_topology.read_topology_conf(text, "t.conf")
     except InputError as e:
         assert "\n" not in str(e)
+
+
+def test_plan_model_estimate_uses_the_leaf_uplinks_share():
+    """plan --cluster --model times the network at what each NIC gets on the fabric (as predict
+    --cluster does): 40 nodes span the EDR cluster's 2.14:1 leaves and its 100 Gb/s host links, so the
+    best step is slower than on the node's own 400 Gb/s NICs, and the plan says why."""
+    edr = str(next((CAPTURES / "ib-fabric").glob("006_*.txt")))
+    args = ["plan", "example:hgx-h100", "--nodes", "40", "--model", "llama-8b", "--format", "json"]
+    own = run_cli(*args)
+    fab = run_cli(*args, "--cluster", edr)
+    assert own.code == 0 and fab.code == 0, fab.stderr
+    assert fab.json()["estimate"]["step_time_s"] > own.json()["estimate"]["step_time_s"]
+    assert any("oversubscribed: each NIC gets ~46.7 Gb/s" in w and "--model estimate" in w
+               for w in fab.json()["warnings"])
