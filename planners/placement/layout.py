@@ -21,7 +21,7 @@ from gpucomm.probes.topology import Topology, nv_count
 from gpucomm.planners.placement.assign import choose_local_gpus, local_group_pattern
 from gpucomm.planners.placement.binding import cpu_binding
 from gpucomm.planners.placement.nodeview import NodeView, best_ring, node_view
-from gpucomm.planners.placement.nvldomain import NVLINK_DOMAIN_KEY, fits_nvlink_domain, job_domain_nodes
+from gpucomm.planners.placement.nvldomain import fits_nvlink_domain, view_domain_nodes
 from gpucomm.planners.placement.ranks import (AXES, DEFAULT_ORDER, MEGATRON_GROUPS, TIER_AXES, RankGenerator,
                                               megatron_generators, mesh_translations, normalize_axes, resolve_axes)
 
@@ -45,7 +45,7 @@ def check_feasible(view: NodeView, axes: Dict[str, int], gpn: int, nodes: int) -
             raise PlanInfeasible(f"{axis}={axes[axis]} across MIG instances is not supported (nccl#1716)")
     dom = max((len(d) for d in view.nvlink_domains), default=0)
     if nodes > 1 and dom >= gpn:     # trays of one multi-node NVLink domain: NVLink between them too
-        dom = gpn * job_domain_nodes(view.topo, nodes, view.cache.get(NVLINK_DOMAIN_KEY))
+        dom = gpn * view_domain_nodes(view, nodes)
     inner = tp * axes["cp"]
     if dom and inner > dom and inner <= gpn:
         warnings.append(f"tp*cp = {inner} is larger than the largest NVLink domain ({dom} GPUs): "

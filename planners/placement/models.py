@@ -40,7 +40,7 @@ from typing import Dict, List, Optional, Tuple
 
 from gpucomm.probes import units
 from gpucomm.probes.errors import InputError, PlanInfeasible
-from gpucomm.planners.placement.nvldomain import NVLINK_DOMAIN_KEY, job_domain_nodes
+from gpucomm.planners.placement.nvldomain import NVLINK_DOMAIN_KEY, view_domain_nodes
 
 # --------------------------------------------------------------------------------------------
 # Presets: Meta Llama 3.1 model cards / params.json [recalled; the notes do not list them].
@@ -614,7 +614,7 @@ def rank_factorizations(view, nodes: int, gpn: int, model: dict, order: str,
 
     fixed = fixed or {}
     total = nodes * gpn
-    domain_nodes = job_domain_nodes(view.topo, nodes, view.cache.get(NVLINK_DOMAIN_KEY))
+    domain_nodes = view_domain_nodes(view, nodes)
     cands: List[dict] = []
     seen: set = set()
 

@@ -31,6 +31,12 @@ def job_domain_nodes(topo, nodes: int, k: Optional[int] = None) -> int:
     return max(d for d in range(1, k + 1) if nodes % d == 0)
 
 
+def view_domain_nodes(view, nodes: int) -> int:
+    """:func:`job_domain_nodes` of a node view: its topology and the --nvlink-domain it was given
+    (``view.cache[NVLINK_DOMAIN_KEY]``, models.use_nvlink_domain)."""
+    return job_domain_nodes(view.topo, nodes, view.cache.get(NVLINK_DOMAIN_KEY))
+
+
 def domain_note(gpn: int, domain_nodes: int, axes: dict, nodes: int) -> Optional[str]:
     """Why the plan's groups are where they are, when nodes share NVLink domains (None otherwise)."""
     if domain_nodes <= 1:
@@ -54,8 +60,7 @@ def fits_nvlink_domain(name: str, v: int, gpn: int, nodes: int, view=None, domai
     if v <= gpn and gpn % v == 0:
         return
     if domain_nodes is None:
-        k = view.cache.get(NVLINK_DOMAIN_KEY) if view is not None else None
-        domain_nodes = job_domain_nodes(view.topo if view is not None else None, nodes, k)
+        domain_nodes = view_domain_nodes(view, nodes) if view is not None else job_domain_nodes(None, nodes)
     if domain_nodes > 1 and v % gpn == 0 and domain_nodes % (v // gpn) == 0:
         return
     if domain_nodes > 1:
@@ -68,4 +73,4 @@ def fits_nvlink_domain(name: str, v: int, gpn: int, nodes: int, view=None, domai
     raise PlanInfeasible(f"{name}={v} does not divide {gpn} GPUs per node")
 
 
-__all__ = ["NVLINK_DOMAIN_KEY", "job_domain_nodes", "fits_nvlink_domain", "domain_note"]
+__all__ = ["NVLINK_DOMAIN_KEY", "job_domain_nodes", "view_domain_nodes", "fits_nvlink_domain", "domain_note"]
