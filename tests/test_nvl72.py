@@ -18,10 +18,11 @@ NVL = CAPTURES / "nvl72"
 FUSED = NVL / "c01_gb300-nvl72_2trays-8gpu_fused-topo-dump_CONSTRUCTED.xml"
 GRAPH = NVL / "c02_gb300-nvl72_2trays-8gpu_graph-dump_CONSTRUCTED.xml"
 
-# table -> (trays, the error bound at the largest size).  013 (alltoall across 2 racks over the NICs) is the one
-# table the model misses by more than 15%: see docs/NVL72.md ("Predictions").
+# table -> (trays, the error bound at the largest size).  013 (alltoall across 2 racks over the NICs) is not
+# here: its run's fabric delivered about half of what NCCL's rules and the NICs allow (see
+# test_alltoall_across_racks_is_bound_by_the_fabric and docs/NVL72.md, "Predictions").
 TABLES = {"006": (1, 15), "007": (2, 15), "008": (16, 15), "009": (32, 15),
-          "010": (1, 15), "011": (2, 15), "012": (16, 15), "013": (32, 25)}
+          "010": (1, 15), "011": (2, 15), "012": (16, 15)}
 
 
 def _table(key: str):
@@ -99,7 +100,21 @@ def test_alltoall_drops_once_traffic_leaves_nvlink(gb300):
     """16 trays (one rack, NVLink) vs 32 trays (2 racks of 16: the NICs between them): measured ~667 -> 48 GB/s."""
     one = build_prediction(gb300, "all_to_all", "16GiB", nodes=16)["rows"][0]["busbw_GBps"]
     two = build_prediction(gb300, "all_to_all", "16GiB", nodes=32, nvlink_domain=16)["rows"][0]["busbw_GBps"]
-    assert one > 600 and two < one / 8
+    assert one > 600 and two < one / 4
+
+
+def test_alltoall_across_racks_is_bound_by_the_fabric(gb300):
+    """013: all_to_all over 2 racks of 16 trays.  NCCL's point-to-point channels leave each tray through the NICs
+    local to its GPUs (ncclTopoGetLocalNet: every NIC of the 16 trays, not the 33 its inter-clique rings use),
+    so the model predicts what those NICs carry -- more than the run's RoCE fabric between the racks delivered
+    (its capacity is in no input: --fabric-gbps, a --cluster fabric or calibrate say it)."""
+    path = _table("013")
+    rep = build_comparison(gb300, path.read_text(), str(path), nodes=32)
+    (c,) = rep["comparisons"]
+    assert c["graph"]["trays_per_node"] == 16 and c["nodes"] == 2
+    g = c["graph"]
+    assert g["p2p_net_bw"] > g["node_net_bw"]          # all the clique's NICs > the rings' NICs
+    assert c["summary"]["largest"]["error_pct"] > 15     # an upper bound: the fabric is not modelled
 
 
 def test_nvlink_domain_one_keeps_trays_apart(gb300):

@@ -114,8 +114,13 @@ def _graph_lines(g: dict) -> list[str]:
     if g.get("ring_bus_bw"):
         ach.append(f"ring {g['ring_bus_bw']:g}")
     if g.get("node_net_bw"):
-        ach.append(f"network {g['node_net_bw']:g} per " + ("NVLink domain" if (g.get("trays_per_node") or 1) > 1
-                                                           else "node"))
+        per = "NVLink domain" if (g.get("trays_per_node") or 1) > 1 else "node"
+        p2p = g.get("p2p_net_bw")
+        if p2p and abs(p2p - g["node_net_bw"]) > 1e-6 * p2p:
+            ach.append(f"network {g['node_net_bw']:g} per {per} (the rings' NICs), {p2p:g} for point-to-point "
+                       "(all_to_all: every GPU's NICs)")
+        else:
+            ach.append(f"network {g['node_net_bw']:g} per {per}")
     if ach:
         lines.append("# achievable bus bandwidth (GB/s): " + ", ".join(ach))
     for n in g.get("notes") or []:

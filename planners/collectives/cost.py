@@ -335,6 +335,18 @@ def _graphs(doc, nodes: int, gpus_per_node: Optional[int], fabric_gbps: Optional
         n_nics = len(used)   # the NICs NCCL's rings leave and enter the node through
         nic_bw = (min(r for name, r, _ in f.nics if name in used_names) if any(nm in used_names for nm, _, _ in f.nics)
                   else nic_bw)
+    # all_to_all's NICs: each GPU's local NICs (NCCL's p2p channels), which an MNNVL clique's rings do not all use
+    p2p_n_nics = p2p_line = None
+    if multi_ref:
+        rate = {name: r for name, r, _ in f.nics}
+        for n in comm.p2p_nets():      # NCCL fuses a dual-port NIC's ports into one device "a+b"
+            parts = n.split("@")[0].split("+")
+            if len(parts) > 1 and all(p in rate for p in parts):
+                rate[n.split("@")[0]] = sum(rate[p] for p in parts)
+        p2p = [n for n in comm.p2p_nets() if n.split("@")[0] in rate]
+        if p2p:
+            p2p_n_nics = len(p2p)
+            p2p_line = None if fabric_gbps is not None else min(rate[n.split("@")[0]] for n in p2p)
     if nodes > 1 and fabric_gbps is None and f.nics:
         top = max(r for _, r, _ in f.nics)
         carrying = used_names or {name for name, r, _ in f.nics if r >= top / 2}   # the NICs the job's traffic takes
@@ -431,7 +443,7 @@ def _graphs(doc, nodes: int, gpus_per_node: Optional[int], fabric_gbps: Optional
                          pcie_bw=pcie_min, n_nics=n_nics,
                          nic_line_GBps=nic_bw if nodes > 1 and fabric_gbps is None else None,
                          fabric_GBps=gbps_to_GBps(fabric_gbps) if nodes > 1 else None,
-                         gpu_bw=gpu_bw, p2p_bw=p2p_bw)
+                         gpu_bw=gpu_bw, p2p_bw=p2p_bw, p2p_n_nics=p2p_n_nics, p2p_nic_line_GBps=p2p_line)
     if transport is not None and nodes > 1 and fabric_gbps is None:
         # the inter-node transport's share of the line rate (collectives/transport.py)
         from gpucomm.planners.collectives.transport import hardware as transport_hardware

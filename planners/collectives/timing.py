@@ -46,7 +46,9 @@ Achievable bus bandwidths (:func:`apply`), all in nccl-tests busbw terms:
   node's NICs carry half of a ring's traffic), ``min(intra, network)`` beyond;
 * intra-node: NCCL's own single-node ring bandwidth over NVLink, :data:`PCIE_RING_EFFICIENCY` x the
   PCIe link over PCIe, times ``intra_efficiency``; NVLS on one node: NCCL's figure x ``nvls_efficiency``;
-* all_to_all: ``g(n-g)S/n`` bytes leave each node at ``network x alltoall_efficiency`` while each GPU
+* all_to_all: ``g(n-g)S/n`` bytes leave each node at ``network x alltoall_efficiency`` -- the network of
+  the NICs NCCL's point-to-point channels use (each GPU's local NICs, ncclTopoGetLocalNet), which can be
+  more than its rings use (an MNNVL clique's inter-clique rings leave through some of its trays) -- while each GPU
   sends ``(g-1)S/n`` to its node peers at ``gpu_bw x intra_p2p_efficiency`` (both at once);
 * send_recv (rank r -> r+1): the slowest hop -- a node boundary crosses one NIC at
   ``per_nic x p2p_efficiency``, a hop inside a node the GPUs' link x ``intra_p2p_efficiency``;
@@ -144,17 +146,22 @@ class Hardware:
     net_efficiency: float = NET_EFFICIENCY   # fraction of the line rate the inter-node transport delivers
     net_cap_GBps: Optional[float] = None     # what one NIC delivers at most under that transport (sockets,
                                              # GPUDirect RDMA through a root complex; collectives/transport.py)
+    p2p_n_nics: Optional[int] = None         # NICs NCCL's point-to-point channels use (ncclTopoGetLocalNet over
+                                             # the node's GPUs): all_to_all's; None: n_nics
+    p2p_nic_line_GBps: Optional[float] = None   # the slowest of them (GB/s line rate); None: nic_line_GBps
 
 
-def per_nic_GBps(hw: Hardware, profile: Profile) -> Optional[float]:
-    """What one NIC delivers to a streaming collective (GB/s)."""
+def per_nic_GBps(hw: Hardware, profile: Profile, line_GBps: Optional[float] = None) -> Optional[float]:
+    """What one NIC delivers to a streaming collective (GB/s); ``line_GBps``: another NIC's line rate
+    than ``hw.nic_line_GBps`` (the NICs of point-to-point traffic)."""
     if profile.net_gbps_per_nic is not None:
         return gbps_to_GBps(profile.net_gbps_per_nic)
     if hw.fabric_GBps is not None:
         return hw.fabric_GBps
-    if hw.nic_line_GBps is None:
+    line = line_GBps if line_GBps is not None else hw.nic_line_GBps
+    if line is None:
         return None
-    per = hw.nic_line_GBps * hw.net_efficiency
+    per = line * hw.net_efficiency
     return min(per, hw.net_cap_GBps) if hw.net_cap_GBps else per
 
 
@@ -172,11 +179,15 @@ def apply(g: CommGraph, hw: Hardware, profile: Profile = DEFAULT) -> CommGraph:
         intra = None
     else:
         intra = hw.intra_bus_bw * (PCIE_RING_EFFICIENCY if hw.intra_is_pcie else 1.0) * profile.intra_efficiency
-    node_net = nic = None
+    node_net = nic = p2p_net = None
     if nodes > 1:
         nic = per_nic_GBps(hw, profile)
         cong = congestion_factor(nodes, profile)
         node_net = min(max(1, hw.n_nics) * nic, gpn * hw.pcie_bw) * cong
+        if hw.p2p_n_nics:
+            # point-to-point traffic leaves through the NICs local to each GPU, not the rings' NICs
+            p2p_nic = per_nic_GBps(hw, profile, hw.p2p_nic_line_GBps)
+            p2p_net = min(hw.p2p_n_nics * p2p_nic, gpn * hw.pcie_bw) * cong
     ring = tree = intra
     nvls = None
     if node_net is not None:
@@ -188,7 +199,7 @@ def apply(g: CommGraph, hw: Hardware, profile: Profile = DEFAULT) -> CommGraph:
         g = replace(g, ll128_c2c=profile.ll128_c2c)
     return replace(g, ring_bus_bw=ring, tree_bus_bw=tree, nvls_bus_bw=nvls,
                    gpu_bw=hw.gpu_bw * ie if hw.gpu_bw else None, p2p_bw=hw.p2p_bw * ie if hw.p2p_bw else None,
-                   node_net_bw=node_net, nic_bw=nic)
+                   node_net_bw=node_net, nic_bw=nic, p2p_net_bw=p2p_net)
 
 
 # --------------------------------------------------------------------------------------------
@@ -253,7 +264,8 @@ def p2p_seconds_per_byte(g: CommGraph, coll: str) -> float:
     intra = g.gpu_bw or g.ring_bus_bw or g.channels * g.bw_intra
     if coll == "all_to_all":
         t_intra = ((gpn - 1) / n) / (1000.0 * intra) if gpn > 1 else 0.0
-        t_inter = (gpn * (n - gpn) / n) / (1000.0 * g.node_net_bw) if nn > 1 and g.node_net_bw else 0.0
+        net = g.p2p_net_bw or g.node_net_bw
+        t_inter = (gpn * (n - gpn) / n) / (1000.0 * net) if nn > 1 and net else 0.0
         return max(t_intra, t_inter)
     bw = g.p2p_bw or intra
     if nn > 1 and g.nic_bw:
@@ -308,7 +320,8 @@ def terms(g: CommGraph, coll: str, algo: str, proto: Optional[str], size: int, p
             # the node's share leaves at the all_to_all efficiency of the network
             n, gpn = g.n_ranks, g.gpus_per_node
             t_intra = ((gpn - 1) / n) / (1000.0 * (g.gpu_bw or g.ring_bus_bw or g.channels * g.bw_intra)) if gpn > 1 else 0.0
-            t_inter = (gpn * (n - gpn) / n) / (1000.0 * g.node_net_bw * profile.alltoall_efficiency) if g.node_net_bw else 0.0
+            net = g.p2p_net_bw or g.node_net_bw
+            t_inter = (gpn * (n - gpn) / n) / (1000.0 * net * profile.alltoall_efficiency) if net else 0.0
             per_byte = max(t_intra, t_inter)
         elif coll == "send_recv" and g.n_nodes > 1 and g.nic_bw:
             nic = g.nic_bw * profile.p2p_efficiency

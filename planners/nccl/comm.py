@@ -115,6 +115,19 @@ class CommResult:
                 return self.machine.props(n.dev).name + (f"@{n.id >> 56}" if sys.n_hosts > 1 else "")
         return f"NET?{net_id:x}"
 
+    def p2p_nets(self) -> list:
+        """Names of the NETs the GPUs of rank 0's system send point-to-point traffic through (each
+        GPU's local NETs channel by channel, ncclTopoGetLocalNet, as search.cc ncclTopoGetNetDev picks
+        them for a peer on another node), in first-use order; a NET of tray h of an MNNVL clique is
+        ``name@h``."""
+        t = self.rank0.topo
+        sys = t.sys
+        out: dict = {}
+        for gpu in sys.nodes[GPU]:
+            for n in t.channel_nets(gpu.rank):
+                out.setdefault(self.net_name(sys.nodes[NET][n].id), None)
+        return list(out)
+
     def gpu_of_rank(self, rank: int):
         return self.local[rank % len(self.local)]
 

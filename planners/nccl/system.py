@@ -1180,7 +1180,7 @@ class Topo:
         ccs = [d.cc for d in devs]
         return min(ccs), max(ccs)
 
-    def _channel_nets(self, rank: int):
+    def channel_nets(self, rank: int):
         """The NET indices ``rank`` uses channel by channel (ncclTopoGetLocalNet) until the first one
         comes round again."""
         first = None
@@ -1197,7 +1197,7 @@ class Topo:
         sys = self.sys
         g = sys.rank_to_index(rank)
         m = None
-        for n in self._channel_nets(rank):
+        for n in self.channel_nets(rank):
             bw = sys.nodes[GPU][g].paths[NET][n].bw
             m = bw if m is None else min(m, bw)
         return m if m is not None else 0.0
@@ -1208,7 +1208,7 @@ class Topo:
         gpu_bw = sys.nodes[GPU][g].paths[CPU][c].bw
         rank = sys.nodes[GPU][g].rank
         count, total = 0, 0.0
-        for n in self._channel_nets(rank):
+        for n in self.channel_nets(rank):
             total = f32(total + sys.nodes[GPU][g].paths[NET][n].bw)
             count += 1
             if total >= gpu_bw:

@@ -95,7 +95,8 @@ class CommGraph:
     ring_bus_bw/tree_bus_bw/nvls_bus_bw: achievable bus bandwidth (GB/s) used for the time once the
     algorithm is chosen (None -> NCCL's ``nChannels * bw``).  gpu_bw: per-GPU injection bandwidth
     to its node peers (all_to_all); p2p_bw: neighbour bandwidth (send_recv); node_net_bw: network
-    bandwidth per node (GB/s); nic_bw: one NIC (GB/s).  nccl_nodes: the nodes NCCL's tuning model
+    bandwidth per node (GB/s) through the NICs NCCL's rings use; p2p_net_bw: the same through the NICs its
+    point-to-point channels use (ncclTopoGetLocalNet, all_to_all; None: node_net_bw); nic_bw: one NIC (GB/s).  nccl_nodes: the nodes NCCL's tuning model
     counts where it splits a node into NIC-joined domains (ncclTopoCheckNet; None: ``n_nodes``).
     ll128_c2c: NCCL_LL128_C2C as the graph was built (the environment's) or as a calibration profile
     found its runs (:func:`ll128_default`).  nccl_tuning: what NCCL's ncclTopoTuneModel reads on this
@@ -131,6 +132,8 @@ class CommGraph:
     p2p_bw: Optional[float] = None
     node_net_bw: Optional[float] = None
     nic_bw: Optional[float] = None
+    p2p_net_bw: Optional[float] = None   # network per node for point-to-point (all_to_all): the NICs NCCL's
+                                         # p2p channels use (None: node_net_bw)
     notes: tuple = field(default_factory=tuple)
     ll128_c2c: bool = True
     nccl_nodes: Optional[int] = None
