@@ -9,4 +9,4 @@ Installed as one package, ``gpucomm`` (this folder, ``gpucomm_cli/``, is its roo
 
 Importing ``gpucomm`` imports nothing else (start-up time matters to a CLI).
 """
-__version__ = "0.2.0"
+__version__ = "0.2.1"

@@ -160,7 +160,13 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
         node_docs = [cluster.doc(h) for h in hosts]
     plan = placement.plan_document(layout, hosts=hosts, node_docs=node_docs)
     plan["host_order"] = host_order
-    note = domain_note(gpn, domain_nodes, layout.axes, nodes)
+    tiers = {a: layout.axis_tier(a) for a in ("tp", "cp", "ep", "dp", "pp")}
+    note = domain_note(gpn, domain_nodes, layout.axes, nodes, tiers)
+    for a in ("tp", "cp", "ep"):
+        t = tiers[a]
+        if t.get("domains", 1) > 1:
+            warnings.append(f"{a}={layout.axes[a]}: {t['groups_crossing_domains']} of its groups cross an NVLink "
+                            f"domain boundary ({domain_nodes} nodes per domain) and run over the NICs there")
     plan["nvlink_domain"] = {"nodes": domain_nodes, "gpus": domain_nodes * gpn, "note": note} if note else None
     plan["warnings"] = list(dict.fromkeys(warnings + plan["warnings"] + (cluster.warnings if cluster else [])
                                           + cal_notes))

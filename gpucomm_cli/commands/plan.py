@@ -82,10 +82,13 @@ def draw_plan(plan: dict, console, note: Optional[str] = None) -> None:
         tier = plan["tiers"].get(axis) or {"size": 1}
         if tier["size"] <= 1 or (axis in ("etp", "edp") and not expert) or (axis == "etp" and p["etp"] == p["tp"]):
             continue
-        bw = tier.get("inter_GBps") if tier.get("nodes", 1) > 1 else tier.get("intra_GBps")
+        bw = tier.get("inter_GBps") if tier["where"] == "network" else tier.get("intra_GBps")
         link = tier["where"] + (f" ~{bw:g} GB/s" if bw else "")
         first = " ".join(str(g) for g in groups[:2]) + (" ..." if len(groups) > 2 else "")
-        t.add_row(axis, str(len(groups)), str(tier["size"]), plural(tier['nodes'], 'node'), link, first)
+        spans = plural(tier['nodes'], 'node')
+        if tier.get("domains"):
+            spans += f", {plural(tier['domains'], 'NVLink domain')}"
+        t.add_row(axis, str(len(groups)), str(tier["size"]), spans, link, first)
     print_table(console, t)
     if plan.get("estimate"):
         e = plan["estimate"]

@@ -500,17 +500,20 @@ class LayoutCost:
         self._graphs: dict = {}
         self._times: dict = {}
 
-    def has_graph(self, gpus: Sequence[int], nodes: int = 1) -> bool:
+    def has_graph(self, gpus: Sequence[int], nodes: int = 1, domain: Optional[int] = None) -> bool:
         """True when NCCL's graphs of this group are built (timing it costs no search)."""
-        return (tuple(gpus), int(nodes)) in self._graphs
+        return (tuple(gpus), int(nodes), domain) in self._graphs
 
-    def graph(self, gpus: Sequence[int], nodes: int = 1) -> CommGraph:
-        """:func:`summarize` of the group (cached)."""
-        key = (tuple(gpus), int(nodes))
+    def graph(self, gpus: Sequence[int], nodes: int = 1, domain: Optional[int] = None) -> CommGraph:
+        """:func:`summarize` of the group (cached); ``domain``: how many of its nodes share one NVLink
+        domain, where the caller knows how the group lies on the job's domains."""
+        key = (tuple(gpus), int(nodes), domain)
         g = self._graphs.get(key)
         if g is None:
             opts = dict(self.options)
-            if opts.get("nvlink_domain") is not None:
+            if domain is not None:
+                opts["nvlink_domain"] = max(1, int(domain))
+            elif opts.get("nvlink_domain") is not None:
                 # a group over n consecutive nodes in domains of K: gcd(n, K) of its nodes share one
                 opts["nvlink_domain"] = math.gcd(key[1], int(opts["nvlink_domain"]))
             if key[1] > 1 and not self.topo.nics and opts.get("fabric_gbps") is None:
@@ -520,17 +523,18 @@ class LayoutCost:
         return g
 
     def seconds(self, collective: str, nbytes: float, gpus: Sequence[int], nodes: int = 1,
-                dtype_bytes: int = 2) -> float:
+                dtype_bytes: int = 2, domain: Optional[int] = None) -> float:
         """Seconds of one ``collective`` of ``nbytes`` (nccl-tests' size) on the group: predict's
-        ``time_us`` (0 for a group of one GPU or nothing to move)."""
+        ``time_us`` (0 for a group of one GPU or nothing to move); ``domain`` as :meth:`graph`."""
         gpus = tuple(gpus)
         if len(gpus) * nodes <= 1 or nbytes <= 0:
             return 0.0
         size = max(1, int(nbytes))
-        key = (collective, size, gpus, int(nodes), dtype_bytes)
+        key = (collective, size, gpus, int(nodes), dtype_bytes, domain)
         t = self._times.get(key)
         if t is None:
-            row = predict(self.graph(gpus, nodes), collective, [size], dtype_bytes=dtype_bytes, profile=self._timing)[0]
+            row = predict(self.graph(gpus, nodes, domain), collective, [size], dtype_bytes=dtype_bytes,
+                          profile=self._timing)[0]
             t = self._times[key] = row["time_us"] * 1e-6
         return t
 

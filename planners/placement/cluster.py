@@ -434,13 +434,16 @@ def choose_host_order(cluster: Cluster, hosts: List[str], count: int, gen, gpn: 
 def traffic_report(plan: dict, fabric: Optional[Fabric]) -> dict:
     """Per axis, the node-to-node edges its groups' rings (DP/TP/CP/EP) or chains (PP) use and the
     switch level each edge crosses, with bytes per step when the plan has an estimate.
-    Level 0 = inside a node, 1 = through a leaf switch, 2 = one level up, ...
+    Level 0 = inside a node, 1 = through a leaf switch, 2 = one level up, ...; ``nvlink``: between
+    two nodes of one NVLink domain (``plan["nvlink_domain"]``), which never touches the fabric.
 
     Rings follow NCCL's node-by-node ring: an edge between consecutive distinct nodes of a group,
     each carrying ``bus_factor * message`` per collective (for a ring all-reduce every node
     boundary carries 2(n-1)/n of the data, nccl-tests PERFORMANCE.md)."""
     hosts = plan.get("hosts") or [f"node{i}" for i in range(plan["nodes"])]
     gpn = plan["gpus_per_node"]
+    # consecutive nodes sharing an NVLink domain (MNNVL): an edge between two of them stays on NVLink
+    dn = int(((plan.get("nvlink_domain") or {}).get("nodes")) or 1)
     est = (plan.get("estimate") or {}).get("comm") or {}
     by_level: Dict[str, dict] = {}
     by_axis: Dict[str, dict] = {}
@@ -479,8 +482,11 @@ def traffic_report(plan: dict, fabric: Optional[Fabric]) -> dict:
             for a, b in pairs:
                 if a == b:
                     continue
-                lvl = fabric.level_between(hosts[a], hosts[b]) if fabric is not None else None
-                key = "network" if fabric is None else ("disconnected" if lvl is None else f"level{lvl}")
+                if dn > 1 and a // dn == b // dn:
+                    key = "nvlink"
+                else:
+                    lvl = fabric.level_between(hosts[a], hosts[b]) if fabric is not None else None
+                    key = "network" if fabric is None else ("disconnected" if lvl is None else f"level{lvl}")
                 slot = levels.setdefault(key, {"edges": 0, "bytes_per_step": 0 if per_edge is not None else None})
                 slot["edges"] += 1
                 if per_edge is not None:

@@ -74,6 +74,8 @@ class Layout:
     view: NodeView
     warnings: List[str]
     egen: Optional[RankGenerator] = None
+    _domain_nodes: Optional[int] = None
+    _tiers: Optional[dict] = None
 
     def generator(self, axis: str) -> Tuple[RankGenerator, str]:
         """(generator, token) that builds ``axis``' groups (a key of MEGATRON_GROUPS, or a dense token)."""
@@ -88,7 +90,15 @@ class Layout:
 
     def axis_tier(self, axis: str) -> dict:
         """How one group of ``axis`` is spread: size, ranks per node, nodes spanned, the
-        in-node bottleneck bandwidth and the network bandwidth available to it."""
+        in-node bottleneck bandwidth and the network bandwidth available to it; where nodes share
+        NVLink domains, also how the groups lie on them (:meth:`_domain_spread`)."""
+        if self._tiers is None:
+            self._tiers = {}
+        if axis not in self._tiers:
+            self._tiers[axis] = self._axis_tier(axis)
+        return dict(self._tiers[axis])
+
+    def _axis_tier(self, axis: str) -> dict:
         gen, token = self.generator(axis)
         size = math.prod(gen.name_to_size[a] for a in token.split("-"))
         if size <= 1:
@@ -125,9 +135,42 @@ class Layout:
             else:
                 inter = None
         where = "network" if nnodes > 1 else ("nvlink" if intra and ring_nvlink else "pcie")
-        return {"size": size, "gpus": local, "ranks_per_node": rpn, "nodes": nnodes,
-                "intra_GBps": round(intra, 3) if intra is not None else None,
-                "inter_GBps": round(inter, 3) if inter is not None else None, "where": where}
+        out = {"size": size, "gpus": local, "ranks_per_node": rpn, "nodes": nnodes,
+               "intra_GBps": round(intra, 3) if intra is not None else None,
+               "inter_GBps": round(inter, 3) if inter is not None else None, "where": where}
+        dn = self.domain_nodes
+        if nnodes > 1 and dn > 1:
+            out.update(self._domain_spread(gen, token, dn))
+            if out["domains"] == 1:
+                # every group's trays share one NVLink domain (MNNVL): its traffic stays on NVLink
+                nv = min(self.view.nvlink_bw_per_gpu(g) for g in local)
+                out.update(where="nvlink", intra_GBps=round(nv, 3) if nv else out["intra_GBps"], inter_GBps=None)
+        return out
+
+    @property
+    def domain_nodes(self) -> int:
+        """Consecutive nodes (trays) of this job per NVLink domain (1: none spans nodes)."""
+        if self._domain_nodes is None:
+            self._domain_nodes = view_domain_nodes(self.view, self.nodes) if self.nodes > 1 else 1
+        return self._domain_nodes
+
+    def _domain_spread(self, gen: RankGenerator, token: str, dn: int) -> dict:
+        """How ``token``'s groups lie on NVLink domains of ``dn`` consecutive nodes: the most domains one
+        group spans (``domains``), the fewest of its nodes that share one domain in such a group
+        (``domain_nodes``: what the cost model fuses), and how many groups cross a domain boundary."""
+        worst, fewest, crossing = 1, None, 0
+        for grp in gen.get_ranks(token):
+            per: Dict[int, set] = {}
+            for r in grp:
+                node = r // self.gpn
+                per.setdefault(node // dn, set()).add(node)
+            n = len(per)
+            if n > 1:
+                crossing += 1
+            least = min(len(v) for v in per.values())
+            if n > worst or (n == worst and (fewest is None or least < fewest)):
+                worst, fewest = n, least
+        return {"domains": worst, "domain_nodes": fewest, "groups_crossing_domains": crossing}
 
 
 def make_layout(view: NodeView, nodes: int, gpn: int, axes: Dict[str, int], order: str = DEFAULT_ORDER,

@@ -298,7 +298,8 @@ def collective_time(kind: str, nbytes: float, tier: dict, view, dtype_bytes: int
     ``tier['gpus']`` on each of ``tier['nodes']`` nodes (:func:`layout_cost`)."""
     if tier["size"] <= 1 or nbytes <= 0:
         return 0.0
-    return layout_cost(view).seconds(kind, nbytes, tier["gpus"], int(tier.get("nodes", 1)), dtype_bytes)
+    return layout_cost(view).seconds(kind, nbytes, tier["gpus"], int(tier.get("nodes", 1)), dtype_bytes,
+                                     domain=tier.get("domain_nodes"))
 
 
 def cost_model_name(view) -> str:
@@ -680,7 +681,8 @@ def rank_factorizations(view, nodes: int, gpn: int, model: dict, order: str,
         spent = floor[id(c)]
         # groups whose graphs are built first, then the fewest nodes (the cheapest searches)
         todo = sorted(parts["comm"], key=lambda a: (not lc.has_graph(parts["comm"][a][3]["gpus"],
-                                                                    parts["comm"][a][3].get("nodes", 1)),
+                                                                    parts["comm"][a][3].get("nodes", 1),
+                                                                    parts["comm"][a][3].get("domain_nodes")),
                                                     parts["comm"][a][3].get("nodes", 1), a))
         for a in todo:
             try:

@@ -37,19 +37,38 @@ def view_domain_nodes(view, nodes: int) -> int:
     return job_domain_nodes(view.topo, nodes, view.cache.get(NVLINK_DOMAIN_KEY))
 
 
-def domain_note(gpn: int, domain_nodes: int, axes: dict, nodes: int) -> Optional[str]:
-    """Why the plan's groups are where they are, when nodes share NVLink domains (None otherwise)."""
+def domain_note(gpn: int, domain_nodes: int, axes: dict, nodes: int, tiers: Optional[dict] = None) -> Optional[str]:
+    """Why the plan's groups are where they are, when nodes share NVLink domains (None otherwise).
+    ``tiers``: axis -> ``Layout.axis_tier`` (how its groups lie on the domains); without them every
+    model-parallel group is taken to fit."""
     if domain_nodes <= 1:
         return None
-    inner = [f"{a}={axes[a]}" for a in ("tp", "cp", "ep") if axes.get(a, 1) > 1]
+    tiers = tiers or {}
+    inner, crossing = [], []
+    for a in ("tp", "cp", "ep"):
+        if axes.get(a, 1) <= 1:
+            continue
+        t = tiers.get(a) or {}
+        if t.get("domains", 1) > 1:
+            crossing.append(f"{a}={axes[a]} ({t.get('groups_crossing_domains', '?')} groups cross a domain boundary)")
+        else:
+            inner.append(f"{a}={axes[a]}")
     span = [f"tp={axes['tp']} spans {axes['tp'] // gpn} trays"] if axes.get("tp", 1) > gpn else []
     doms = nodes // domain_nodes
-    return (f"NVLink domain: {domain_nodes} consecutive nodes x {gpn} GPUs = {domain_nodes * gpn} GPUs share one NVLink "
-            "fabric (NCCL runs them as one system, MNNVL): the model-parallel groups"
-            + (f" ({', '.join(inner)})" if inner else "") + " stay inside it"
-            + (f", {'; '.join(span)} over NVLink" if span else "")
-            + ("; the whole job is in one domain" if doms == 1 else
-               f"; pp/dp cross the {doms} domains over the NICs"))
+    text = (f"NVLink domain: {domain_nodes} consecutive nodes x {gpn} GPUs = {domain_nodes * gpn} GPUs share one NVLink "
+            "fabric (NCCL runs them as one system, MNNVL)")
+    if inner or not crossing:
+        text += (": the model-parallel groups" + (f" ({', '.join(inner)})" if inner else "") + " stay inside it"
+                 + (f", {'; '.join(span)} over NVLink" if span else ""))
+    if crossing:
+        text += ("; " if inner else ": ") + ", ".join(crossing) + (
+            f": their traffic between domains goes over the NICs (a group stays inside when its trays divide "
+            f"the domain's {domain_nodes})")
+    if doms == 1:
+        return text + "; the whole job is in one domain"
+    outer = [a for a in ("dp", "pp") if axes.get(a, 1) > 1 and (not tiers or (tiers.get(a) or {}).get("domains", 1) > 1)]
+    return text + (f"; {'/'.join(outer)} cross{'es' if len(outer) == 1 else ''} the {doms} domains over the NICs"
+                   if outer else f"; the {doms} domains exchange data only through the groups above")
 
 
 def fits_nvlink_domain(name: str, v: int, gpn: int, nodes: int, view=None, domain_nodes: Optional[int] = None) -> None:
