@@ -152,7 +152,7 @@ EXTRA: dict = {
 
 _SPEC: Optional[dict] = None
 _NV_CELL = re.compile(r"^NV(\d+)$")
-_CPU_ID = re.compile(r"^(?:\d{1,5}/)?CPU\d{1,5}$")
+_CPU_ID = re.compile(r"^(?:\d{1,5}/)?CPU(?:-1|\d{1,5})$")   # CPU-1: an NCCL XML CPU without a NUMA node beside real ones
 
 
 def _merge(base: dict, extra: dict) -> dict:

@@ -114,11 +114,6 @@ def test_compare_notices_a_difference():
     assert not any(err_case.values())
 
 
-def _numa_minus_one_beside_others(xml: str) -> bool:
-    text = (NCCLSIM / xml).read_text()
-    return 'numaid="-1"' in text and text.count("<cpu ") > 1
-
-
 def _predicted_choices_differ(cases: list, monkeypatch) -> tuple[int, list]:
     """(choices compared, the differing ones) of ``gpucomm predict``'s algorithm/protocol -- the cost
     model on the topology loaded from the case's XML, as a user's command builds it -- against NCCL's
@@ -137,10 +132,6 @@ def _predicted_choices_differ(cases: list, monkeypatch) -> tuple[int, list]:
         if m and (m.get("state") != 3 or m.get("clique") != m.get("domain")):
             continue
         domain = m.get("clique") if m else None
-        if m and _numa_minus_one_beside_others(c["xml"]):
-            # known gap: our NCCL-XML reader folds a <cpu numaid="-1"> (NICs without NUMA proximity, as on
-            # GB200 trays) into CPU0 when the XML has real NUMA nodes too, so its NICs read P2C, not SYS
-            continue
         for k in [k for k in __import__("os").environ if k.startswith("NCCL_")]:
             monkeypatch.delenv(k)
         for k, v in (c.get("env") or {}).items():

@@ -1159,3 +1159,52 @@ def test_nccl_system_flattens_broadcom_switches_on_a_copy():
     assert len(pci) == sum(1 for s in flat["switches"] if s["kind"] == "pcie") < 24
 
 
+
+
+def _grace_tray_xml(nonuma_nics: bool) -> str:
+    """A GB200-style tray as NCCL dumps it: GPUs under the Graces (numaid 0/1, C2C), NICs whose sysfs
+    numa_node is -1 under a ``<cpu numaid="-1">`` of their own (or under the Graces)."""
+    def nic(bus, dev):
+        return (f'<pci busid="{bus}" class="0x020700" vendor="0x15b3" device="0x1021" link_speed="32.0 GT/s PCIe" '
+                f'link_width="16"><nic><net name="mlx5_{dev}" dev="{dev}" speed="400000" port="1" latency="0" '
+                f'guid="0x{dev + 1:x}" maxconn="131072" gdr="1"/></nic></pci>')
+
+    def gpu(bus, dev):
+        return (f'<pci busid="{bus}" class="0x030200" vendor="0x10de" device="0x2941" link_speed="32.0 GT/s PCIe" '
+                f'link_width="16"><gpu dev="{dev}" sm="100" rank="{dev}" gdr="1"><c2c bw="45000" count="10"/>'
+                f'</gpu></pci>')
+    head = '<system version="1">'
+    g0 = ('<cpu numaid="0" affinity="000000ff,ffffffff,ffffffff" arch="arm64">' + gpu("0008:01:00.0", 0)
+          + ("" if nonuma_nics else nic("0000:01:00.0", 0)) + '</cpu>')
+    g1 = ('<cpu numaid="1" affinity="0000ffff,ffffffff,ffffff00,00000000,00000000" arch="arm64">'
+          + gpu("0018:01:00.0", 1) + ("" if nonuma_nics else nic("0010:01:00.0", 1)) + '</cpu>')
+    nn = ('<cpu numaid="-1" affinity="0000ffff,ffffffff,ffffffff,ffffffff,ffffffff" arch="arm64">'
+          + nic("0000:01:00.0", 0) + nic("0010:01:00.0", 1) + '</cpu>') if nonuma_nics else ""
+    return head + nn + g0 + g1 + "</system>"
+
+
+@pytest.mark.parametrize("nonuma", [True, False])
+def test_a_cpu_without_numa_node_beside_graces_stays_its_own(tmp_path, nonuma):
+    """NCCL keeps devices whose numa_node is -1 under a CPU of their own (xml.cc), so a Grace tray's NICs are
+    SYS to its GPUs, not P2C through the GPU's Grace; reading the dump and writing it back keeps that."""
+    from gpucomm.planners.nccl.comm import nccl_comm, pinned_xml
+    from gpucomm.probes.load import load_topology
+
+    f = tmp_path / "tray.xml"
+    f.write_text(_grace_tray_xml(nonuma))
+    doc = load_topology(str(f))
+    assert not [w for w in doc["warnings"] if "link dropped" in w], doc["warnings"]
+    want = "SYS" if nonuma else "P2C"
+    assert ('numaid="-1"' in pinned_xml(doc)) == nonuma
+    paths = nccl_comm(doc).paths_dict()["gpu_net"]
+    assert {t["type"] for row in paths for t in row["to"]} >= {want}
+    assert all(t["type"] == want for row in paths for t in row["to"] if t["net"].endswith(str(row["from"])))
+
+
+def test_a_vm_dump_with_one_cpu_without_numa_node_is_cpu0(tmp_path):
+    xml = ('<system version="1"><cpu numaid="-1" affinity="ff" arch="x86_64" vendor="GenuineIntel" familyid="6" '
+           'modelid="143"><pci busid="0000:01:00.0" class="0x030200" vendor="0x10de" device="0x2330" '
+           'link_speed="32.0 GT/s PCIe" link_width="16"><gpu dev="0" sm="90" rank="0" gdr="1"/></pci></cpu></system>')
+    doc = parse_nccl_xml(xml, "vm.xml")
+    assert "CPU-1" not in json.dumps(doc)            # a VM's one CPU is the document's CPU0, as everywhere
+    assert doc["gpus"][0]["parent"] == "CPU0"

@@ -276,3 +276,15 @@ def test_model_estimate_times_groups_across_racks_over_the_nics(gb300):
     size = comm["pp"]["message_bytes"]
     apart, together = lc.seconds("send_recv", size, [0], 2, domain=1), lc.seconds("send_recv", size, [0], 2, domain=2)
     assert apart > 2 * together
+
+
+def test_fabric_congestion_counts_the_trays_on_the_fabric(gb300):
+    """A calibrated congestion grows with the hosts the fabric sees: 2 cliques of 16 trays are 32 hosts on it,
+    not 2 (NCCL's systems)."""
+    from gpucomm.planners.collectives import cost, timing
+
+    prof = timing.Profile(congestion=0.1)
+    base = cost.summarize(gb300, nodes=32, nvlink_domain=16)
+    cong = cost.summarize(gb300, nodes=32, nvlink_domain=16, profile=prof)
+    assert base.n_nodes == 2 and base.trays_per_node == 16
+    assert cong.node_net_bw == pytest.approx(base.node_net_bw / (1 + 0.1 * 4), rel=1e-6)   # log2(32 / 2) = 4

@@ -41,7 +41,8 @@ Achievable bus bandwidths (:func:`apply`), all in nccl-tests busbw terms:
 * network per node: ``n_nics * per_nic * congestion(N)``, ``per_nic`` = the NIC line rate x
   :data:`NET_EFFICIENCY` or the fitted ``net_gbps_per_nic``; GPUs reach the NICs over their own PCIe
   links (``gpus_per_node * pcie`` caps it); ``congestion(N) = 1 / (1 + congestion * log2(N / 2))``
-  from 2 nodes on (fabric congestion as the job spans more of the fabric);
+  from 2 nodes on (fabric congestion as the job spans more of the fabric; N counts its hosts, every
+  tray of an MNNVL clique one);
 * ring: ``min(intra, network)``; tree and NVLS-tree: ``min(intra, network x 2)`` on 2 nodes (each
   node's NICs carry half of a ring's traffic), ``min(intra, network)`` beyond;
 * intra-node: NCCL's own single-node ring bandwidth over NVLink, :data:`PCIE_RING_EFFICIENCY` x the
@@ -182,7 +183,8 @@ def apply(g: CommGraph, hw: Hardware, profile: Profile = DEFAULT) -> CommGraph:
     node_net = nic = p2p_net = None
     if nodes > 1:
         nic = per_nic_GBps(hw, profile)
-        cong = congestion_factor(nodes, profile)
+        # the fabric sees every tray of an MNNVL clique as a host of its own: congestion grows with those
+        cong = congestion_factor(nodes * max(1, g.trays_per_node), profile)
         node_net = min(max(1, hw.n_nics) * nic, gpn * hw.pcie_bw) * cong
         if hw.p2p_n_nics:
             # point-to-point traffic leaves through the NICs local to each GPU, not the rings' NICs

@@ -354,6 +354,15 @@ class _Ctx:
         self.host_hashes: set[str] = set()
         self.dump = False
         self.mlopart: list[tuple[str, list]] = []  # (busid, CUDA devs) of GPUs split by MLOPart
+        self.nonuma_apart = False                # a <cpu numaid=-1> beside real NUMA nodes stays its own CPU
+
+    def cpu_key(self, numaid: int) -> str:
+        """The graph node of the XML's ``<cpu numaid>``: ``CPU<n>``; numaid -1 is the document's CPU0 (a VM's
+        one CPU, as everywhere) unless the XML also has CPUs with NUMA nodes -- then it is ``CPU-1``, a CPU
+        of its own, as NCCL keeps it (xml.cc: devices whose sysfs numa_node is -1, e.g. a Grace tray's NICs)."""
+        if numaid < 0 and self.nonuma_apart:
+            return "CPU-1"
+        return cpu_id(numaid)
 
     def where(self, line: Optional[int]) -> str:
         return f"line {line}" if line else "?"
@@ -437,6 +446,8 @@ def _one_host(root: _Node, system: _Node, path: Optional[str], flatten: bool, ma
     doc = ctx.doc
     if matrix:   # the whole file (a host of a fused file is checked by the file's own read)
         _top_level_notes(root, system, ctx)
+    ids = [_int(el.attrs.get("numaid")) for el in system.children if el.tag == "cpu"]
+    ctx.nonuma_apart = any(i is None or i < 0 for i in ids) and any(i is not None and i >= 0 for i in ids)
     for el in system.children:
         if el.tag == "cpu":
             _add_cpu(ctx, el)
@@ -627,7 +638,7 @@ def _add_cpu(ctx: _Ctx, el: _Node) -> None:
                 host[field] = v
             elif host[field] != v:
                 warn(doc, f"CPUs disagree on {key}: {host[field]!r} and {v!r}")
-    key = cpu_id(numaid)   # numaid -1 (no NUMA, as in VMs) is the document's CPU0, as everywhere
+    key = ctx.cpu_key(numaid)
     for child in el.children:
         if child.tag == "pci":
             _add_pci(ctx, child, key, cpu)
@@ -981,7 +992,7 @@ def _add_nvlinks_and_c2c(ctx: _Ctx) -> None:
                 side[gid] = side.get(gid, 0) + count
                 remote_type, remote = "gpu", tbus
             elif ttype == "CPU":
-                k2 = (gid, cpu_id(p['cpu']['numaid']))
+                k2 = (gid, ctx.cpu_key(p['cpu']['numaid']))
                 to_cpu[k2] = to_cpu.get(k2, 0) + count
                 remote_type, remote = "cpu", target_raw or None
             else:
@@ -1004,7 +1015,7 @@ def _add_nvlinks_and_c2c(ctx: _Ctx) -> None:
                 warn(doc, f"GPU{rec['index']}: <c2c> at line {el.line} lacks a positive bw/count; ignored")
                 continue
             rec["c2c"] = {"count": count, "bw_MBps": bw}
-            doc["links"].append(link_record(gid, cpu_id(p['cpu']['numaid']), "c2c", bw * count / 1000.0, count=count))
+            doc["links"].append(link_record(gid, ctx.cpu_key(p['cpu']['numaid']), "c2c", bw * count / 1000.0, count=count))
     sm_of = {p["bus"]: p["sm"] for p in ctx.gpus}
     idx_of = {p["bus"]: p["rec"]["index"] for p in ctx.gpus}
     for (a, b), side in sorted(pairs.items()):
@@ -1049,7 +1060,7 @@ def _add_smp_links(ctx: _Ctx) -> None:
     for i, a in enumerate(ids):
         for b in ids[i + 1:]:
             if bws[a] is not None and bws[b] is not None:
-                ctx.doc["links"].append(link_record(cpu_id(a), cpu_id(b), "smp", min(bws[a], bws[b])))
+                ctx.doc["links"].append(link_record(ctx.cpu_key(a), ctx.cpu_key(b), "smp", min(bws[a], bws[b])))
 
 
 # --------------------------------------------------------------------------------------------
