@@ -721,6 +721,12 @@ def normalize_cluster_uuid(text: Any) -> Optional[str]:
 
 # --------------------------------------------------------------------------------------------
 # Named assumptions: the one wording of each default, used by every command's output.
+NCCL_MAX_IB_DEVS = 32
+"""RDMA ports NCCL's IB transport opens at most (net_ib/common.h MAX_IB_DEVS; init.cc keeps the first active
+ports in ``ibv_get_device_list`` order, after NCCL_IB_HCA): an SR-IOV node's further virtual functions are
+not NCCL's network devices."""
+
+
 def assumption(kind: str, **kw: Any) -> str:
     """The sentence a command prints when it had to use a default (one wording per fact)."""
     if kind == "cpu":
@@ -735,6 +741,9 @@ def assumption(kind: str, **kw: Any) -> str:
         return (f"EFA devices ({', '.join(kw['names'])}): NCCL's network latency assumed {kw['us']:g} us, what the "
                 "aws-ofi-nccl plugin reports on p4d/p5 (35 us on p5en/p6 from plugin 1.15; an NCCL topology dump "
                 "says which; NCCL's tuning adds it to every network step)")
+    if kind == "ib-devs":
+        return (f"{kw['count']} RDMA devices: NCCL's IB transport opens the first {NCCL_MAX_IB_DEVS} (MAX_IB_DEVS), "
+                f"taken here in name order ({kw['first']} .. {kw['last']}); NCCL_IB_HCA chooses which")
     if kind == "no-nic":
         return ("no network device in the topology: NCCL's socket transport on one "
                 f"{SOCKET_NIC_GBPS:g} Gb/s Ethernet port assumed (NCCL always has one)")

@@ -57,12 +57,13 @@ MAX_GPUS = 72
 """GPUs in one document: one host, or the hosts of one multi-node NVLink domain NCCL fuses (an
 NVL72 rack: 18 trays of 4)."""
 
-MAX_HOST_NICS = 64
-"""NICs (RDMA devices and network interfaces) on one host: the captures hold up to 62 (an SR-IOV
-node); a DGX has ~12."""
+MAX_HOST_NICS = 256
+"""NICs (RDMA devices and network interfaces) on one host: an SR-IOV node has a device per virtual
+function (two ConnectX ports with 127 VFs each: 256; a capture shows 122 on one host); a DGX has ~12.
+NCCL's IB transport opens at most 32 of them (facts.NCCL_MAX_IB_DEVS), so planners see at most those."""
 
-MAX_NICS = 192
-"""NICs in one document (the hosts of an NVL72 domain have ~10 each)."""
+MAX_NICS = 512
+"""NICs in one document (the hosts of an NVL72 domain have ~10 each; two SR-IOV hosts)."""
 
 MAX_SWITCHES = 4096
 """PCIe switches and host bridges in one node."""

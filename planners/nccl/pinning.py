@@ -236,6 +236,8 @@ class _Pinner:
             net.set("name", name)
             net.set_int("dev", nxt)
             nxt += 1
+        if rdma:
+            self._ib_devs_cap()
         live = [n for n in xml.nodes if n.name == "net" and n.parent is not None and n in n.parent.subs]
         if not live:
             top = xml.top()
@@ -254,6 +256,25 @@ class _Pinner:
                 efa.append(net.get("name") or "?")
         if efa:
             topo.assume(facts.assumption("net-latency", names=efa, us=facts.OFI_AWS_NET_LATENCY_US))
+
+    def _ib_devs_cap(self) -> None:
+        """NCCL's IB transport opens at most facts.NCCL_MAX_IB_DEVS ports (an SR-IOV node has more RDMA
+        devices): the ``<net>``s past them, in name order, are not NCCL's devices."""
+        xml = self.xml
+        nets = [n for n in xml.nodes if n.name == "net" and n.parent is not None and n in n.parent.subs
+                and (n.get("name") or "") in self.nic_by_name and self.nic_by_name[n.get("name") or ""].rdma]
+        if len(nets) <= facts.NCCL_MAX_IB_DEVS:
+            return
+        nets.sort(key=lambda n: (_natural(n.get("name") or ""), X.strtol(n.get("port") or "1")))
+        for net in nets[facts.NCCL_MAX_IB_DEVS:]:
+            node = net       # the <net>, then its <nic> and <pci> once nothing else hangs there
+            while node.parent is not None and node in node.parent.subs and (node is net or not node.subs) \
+                    and node.name in ("net", "nic", "pci"):
+                parent = node.parent
+                parent.subs.remove(node)
+                node = parent
+        self.topo.assume(facts.assumption("ib-devs", count=len(nets), first=nets[0].get("name"),
+                                          last=nets[facts.NCCL_MAX_IB_DEVS - 1].get("name")))
 
     def _net(self, net: X.XNode) -> bool:
         """Pin one ``<net>``; True when its latency is the EFA plugin's default (an assumption)."""
@@ -286,6 +307,11 @@ class _Pinner:
                 gdr = 1 if (nic.gdr and nic.rdma) else 0
             net.set_int("gdr", gdr)
         return assumed
+
+
+def _natural(name: str) -> tuple:
+    """``mlx5_2`` before ``mlx5_10``: the order the kernel registers RDMA devices, ibv_get_device_list's."""
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
 
 
 # --------------------------------------------------------------------------------------------
