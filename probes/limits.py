@@ -5,7 +5,7 @@ past a bound gpucomm stops with exit status 1 and one line naming the file and t
 or leaves the item out with a warning (what a probe reads or runs on a live node).
 
 >>> MAX_HOST_GPUS, MAX_GPUS, MAX_HOST_NICS, MAX_HOSTS, MAX_NODES, MAX_DEPTH, MAX_PCI_DEPTH, MAX_CPUS
-(16, 72, 64, 16384, 4096, 64, 32, 16384)
+(16, 72, 256, 16384, 4096, 64, 32, 16384)
 """
 from __future__ import annotations
 
