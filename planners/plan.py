@@ -108,6 +108,17 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
             sizes[d] = sizes.get(d, 0) + 1
         nvlink_domain = min(sizes.values())
     model_specs.use_nvlink_domain(view, nvlink_domain)
+    if cluster is not None and nodes > 1 and hosts_pool is not None:
+        # one choice of nodes: those select --nodes picks (one NVLink domain, else one leaf, else the lowest
+        # switch with room), which the host order lays out and whose leaves set the estimate's network rate
+        from gpucomm.planners.placement.select import select_nodes
+
+        try:
+            picked = [h for h in select_nodes(cluster, nodes)["nodes"] if h in hosts_pool]
+        except (InputError, PlanInfeasible):
+            picked = []
+        if len(picked) == nodes:
+            hosts_pool = picked
     cost_opts: dict = {}
     if chosen is not None and nvlink_domain is not None:   # --model's collectives timed with it too
         cost_opts["nvlink_domain"] = nvlink_domain

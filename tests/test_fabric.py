@@ -411,3 +411,22 @@ def test_plan_model_estimate_uses_the_leaf_uplinks_share():
     assert fab.json()["estimate"]["step_time_s"] > own.json()["estimate"]["step_time_s"]
     assert any("oversubscribed: each NIC gets ~46.7 Gb/s" in w and "--model estimate" in w
                for w in fab.json()["warnings"])
+
+
+def test_plan_model_orders_the_hosts_its_network_rate_came_from(tmp_path):
+    """The hosts plan --cluster lays out are those select --nodes picks, whose leaves set the rate the
+    --model estimate times the network at (one choice of nodes, not two): 6 nodes fit leaf2 whole, where
+    the switch-tree order alone took 3 of leaf1 and 3 of leaf2."""
+    from gpucomm.planners.placement.cluster import load_cluster
+    from gpucomm.planners.placement.select import select_nodes
+
+    conf = tmp_path / "topology.conf"
+    conf.write_text("SwitchName=leaf1 Nodes=n[01-04]\nSwitchName=leaf2 Nodes=n[05-12]\n"
+                    "SwitchName=leaf3 Nodes=n[13-20]\nSwitchName=spine Switches=leaf[1-3]\n")
+    for n, model in ((4, ["--model", "llama-8b"]), (6, ["--model", "llama-8b"]), (8, []), (6, ["--tp", "8"])):
+        r = run_cli("plan", "example:hgx-h100", "--nodes", str(n), *model, "--cluster", str(conf),
+                    "--format", "json")
+        assert r.code == 0, r.stderr
+        picked = select_nodes(load_cluster(str(conf), default_topology="example:hgx-h100"), n)["nodes"]
+        assert sorted(r.json()["hosts"]) == sorted(picked)
+        assert r.json()["traffic"]["leaf_switches"] == 1
