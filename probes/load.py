@@ -225,9 +225,13 @@ def _from_text(text: str, src_path: str) -> dict:
     if kind is None:
         from gpucomm.probes.fabric import detect_fabric
 
-        if detect_fabric(text) in ("ib", "slurm"):
+        fab = detect_fabric(text)
+        if fab in ("ib", "slurm"):
             raise InputError("this is a switch fabric (ibnetdiscover/iblinkinfo output or a Slurm topology), not a "
                              "node's topology", src_path, expected="gpucomm fabric FILE, or plan/select/predict --cluster FILE")
+        if fab == "k8s":
+            raise InputError("this is Kubernetes (node labels or another object), not a node's topology", src_path,
+                             expected="gpucomm fabric FILE, or plan/select/predict --cluster FILE")
         raise InputError("unrecognised content", src_path,
                          expected="a gpucomm topology (JSON/YAML), a snapshot, `nvidia-smi topo -m` output, "
                                   "an NCCL topology XML or `rocm-smi --showtopo` output (or `nvidia-smi -q`, "

@@ -19,27 +19,12 @@ from typing import Dict, List, Optional
 
 from gpucomm.probes import facts
 from gpucomm.probes.errors import NothingToDo
+from gpucomm.probes.formats.k8s_labels import CLIQUE_LABEL as GFD_CLIQUE
+from gpucomm.probes.formats.k8s_labels import HOSTNAME_LABEL, check_label
 from gpucomm.probes.topology import Topology, clique_label
 
 PREFIX = "feature.node.kubernetes.io/gpucomm-"
 NFD_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
-_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
-_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-
-
-def check_label(key: str, value: str) -> Optional[str]:
-    """None when ``key=value`` is a valid Kubernetes label, else why not."""
-    prefix, _, name = key.rpartition("/")
-    if prefix and (len(prefix) > 253 or not _PREFIX.match(prefix)):
-        return f"label prefix {prefix!r} is not a DNS subdomain"
-    if not _NAME.match(name):
-        return f"label name {name!r} is not 1-63 characters of [A-Za-z0-9_.-] with alphanumeric ends"
-    if not _VALUE.match(value):
-        return f"label value {value!r} is not 0-63 characters of [A-Za-z0-9_.-] with alphanumeric ends"
-    return None
-
-
 def label_value(text) -> str:
     """Any text as a label value: runs of other characters become '-', cut to 63, alphanumeric ends.
 
@@ -140,11 +125,6 @@ def node_labels(doc) -> Dict[str, str]:
     return dict(sorted(out.items()))
 
 
-GFD_CLIQUE = "nvidia.com/gpu.clique"
-"""NVIDIA GPU Feature Discovery's label for a node's NVLink clique (k8s-device-plugin internal/lm),
-which schedulers and DRA ComputeDomains use as the topology key of a multi-node NVLink domain."""
-
-
 def gpu_clique_label(topo: Topology) -> Optional[str]:
     """``nvidia.com/gpu.clique`` for this node (:func:`gpucomm.probes.topology.clique_label`)."""
     return clique_label(g.fabric for g in topo.gpus)
@@ -193,7 +173,6 @@ def nfd_feature_file(doc) -> str:
 
 # ============================================================================================
 # Fabric locality: Kueue Topology levels and the node labels they name (gpucomm fabric --emit kueue)
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 KUEUE_API = "kueue.x-k8s.io/v1beta1"
 NFD_API = "nfd.k8s-sigs.io/v1alpha1"
 NFD_NAMESPACE = "node-feature-discovery"
