@@ -581,8 +581,11 @@ def fabric_from_k8s(rec: dict, path: Optional[str] = None) -> dict:
     if blocks and no_clique:
         warnings.append(f"{len(no_clique)} node(s) have no {CLIQUE_LABEL} label and are in no block: "
                         + ", ".join(no_clique[:20]) + (" ..." if len(no_clique) > 20 else ""))
+    labels = {role_of(depth - i): k for i, k in enumerate(top_down)}     # locality kind -> the node label
+    if blocks:
+        labels["nvlink-domain"] = CLIQUE_LABEL
     doc = {"schema": FABRIC_SCHEMA, "source": {"path": path, "formats": [f"k8s-labels ({rec.get('format')})"],
-                                               "labels": top_down + ([CLIQUE_LABEL] if blocks else [])},
+                                               "labels": labels},
            "switches": switches, "hosts": hosts, "others": [], "links": [],
            "rails": {"rail_optimised": False, "rails": []}, "tree": out_tree, "blocks": blocks, "block_sizes": sizes,
            "down_ports": 0, "findings": [], "warnings": warnings}

@@ -86,7 +86,8 @@ def test_eks_describe_node_reads_the_aws_network_layers():
     assert [(t["name"], t["level"], t["switches"] or t["nodes"]) for t in doc["tree"]] == [
         ("nn-dcbcca51aebf4c95b", 1, [node["name"]]), ("nn-6ff5053c3a4d86db7", 2, ["nn-dcbcca51aebf4c95b"]),
         ("nn-c79422f4e61deb9ca", 3, ["nn-6ff5053c3a4d86db7"])]
-    assert doc["source"]["labels"] == [f"topology.k8s.aws/network-node-layer-{i}" for i in (1, 2, 3)]
+    assert doc["source"]["labels"] == {"core": "topology.k8s.aws/network-node-layer-1", "spine":
+                                       "topology.k8s.aws/network-node-layer-2", "leaf": "topology.k8s.aws/network-node-layer-3"}
     assert doc["hosts"][0]["nvlink_domain"] is None and doc["blocks"] == []
 
 
@@ -172,7 +173,20 @@ def test_oke_nodelist_fabric_and_its_emits(oke):
     ky = run_cli("fabric", str(oke), "--emit", "kueue", "--format", "json")
     assert ky.code == 0, ky.stderr
     k = ky.json()
+    from test_schemas import validate
+
+    validate(k)
     assert k["levels"] == ["core", "spine", "leaf", "nvlink-domain", "hostname"]
+    assert [lv["nodeLabel"] for lv in k["topology"]["spec"]["levels"]] == [       # the labels the nodes carry
+        OCI + "hpc_island_id", OCI + "network_block_id", OCI + "local_block_id", CLIQUE_LABEL, HOSTNAME_LABEL]
+    assert k["node_labels"]["10.0.64.11"] == {HOSTNAME_LABEL: "10.0.64.11"}      # nothing for gpucomm to write
+    stream = list(yaml.safe_load_all(run_cli("fabric", str(oke), "--emit", "kueue").stdout))
+    assert [d["kind"] for d in stream] == ["Topology"]
+    # NVLink domains replaced (--nvlink-domain 2): that level is gpucomm's own label again, the rest stay native
+    k2 = run_cli("fabric", str(oke), "--emit", "kueue", "--nvlink-domain", "2", "--format", "json").json()
+    assert [lv["nodeLabel"] for lv in k2["topology"]["spec"]["levels"]][-2:] == [
+        "feature.node.kubernetes.io/gpucomm-nvlink.domain", HOSTNAME_LABEL]
+    assert k2["node_labels"]["10.0.64.11"]["feature.node.kubernetes.io/gpucomm-nvlink.domain"] == "domain1"
     sb = run_cli("fabric", str(oke), "--emit", "slurm-block")
     assert sb.code == 0 and "BlockName=nvl01 Nodes=10.0.64.[11-14]" in sb.stdout and "BlockSizes=4" in sb.stdout
     assert "BlockName=" in run_cli("fabric", str(oke), "--emit", "slurm").stdout     # blocks where cliques are known
@@ -224,6 +238,8 @@ def test_gke_nodelist_two_subblocks(tmp_path):
     assert [lv["switches"] for lv in doc["levels"]] == [2, 1]      # subblocks (leaves), the block
     ky = run_cli("fabric", str(p), "--emit", "kueue", "--format", "json").json()
     assert ky["levels"] == ["spine", "leaf", "hostname"]
+    assert [lv["nodeLabel"] for lv in ky["topology"]["spec"]["levels"]] == [GCE + "block", GCE + "subblock",
+                                                                           HOSTNAME_LABEL]
     s = run_cli("select", "example:hgx-h100", "--nodes", "2", "--cluster", str(p), "--format", "json").json()
     subblock = {n: lab[GCE + "subblock"] for n, lab in gke_nodes().items()}
     assert len(s["nodes"]) == 2 and len({subblock[n] for n in s["nodes"]}) == 1 and not s["crosses_spine"]

@@ -128,9 +128,9 @@ def fabric(
             if chosen_format("yaml", ["yaml", "json"]) == "json":
                 from gpucomm.probes.model import dumps_json
 
-                text = dumps_json(kueue_document(pf.host_locality(doc)))
+                text = dumps_json(kueue_document(pf.host_locality(doc), native=pf.native_labels(doc)))
             else:
-                text = kueue_yaml(pf.host_locality(doc))
+                text = kueue_yaml(pf.host_locality(doc), native=pf.native_labels(doc))
         else:
             text = {"slurm": pf.slurm, "slurm-tree": pf.slurm_tree, "slurm-block": pf.slurm_blocks,
                     "slurm-yaml": pf.slurm_yaml}[emit](doc)

@@ -200,6 +200,16 @@ def host_locality(doc: dict) -> Dict[str, Dict[str, str]]:
     return out
 
 
+def native_labels(doc: dict) -> Dict[str, str]:
+    """{locality kind: node label} for the levels the nodes already carry as labels (a fabric read from
+    Kubernetes node labels: ``leaf`` -> ``oci.oraclecloud.com/rdma.local_block_id``, ``nvlink-domain`` ->
+    ``nvidia.com/gpu.clique`` unless the domains were replaced since); {} for other fabrics."""
+    out = dict((doc.get("source") or {}).get("labels") or {})
+    if doc.get("nvlink_domains_from"):
+        out.pop("nvlink-domain", None)
+    return out
+
+
 # ============================================================================================
 # Cluster file, and what leaving a leaf costs
 def cluster_file(doc: dict, topology: Optional[str] = None) -> dict:
@@ -230,4 +240,5 @@ def leaf_costs(doc: dict) -> Dict[str, dict]:
 
 
 __all__ = ["compress_hostlist", "slurm", "slurm_tree", "slurm_blocks", "slurm_yaml", "cluster_file", "host_locality",
-           "with_nvlink_domains", "consecutive_domains", "host_order", "leaf_costs", "require_hosts", "FABRIC_SCHEMA"]
+           "with_nvlink_domains", "consecutive_domains", "host_order", "leaf_costs", "require_hosts", "native_labels",
+           "FABRIC_SCHEMA"]
