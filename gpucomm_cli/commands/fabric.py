@@ -76,6 +76,7 @@ def draw_fabric(doc: dict, console) -> None:
 def fabric(
     src: str = typer.Argument(..., metavar="FILE", help="ibnetdiscover [-p], iblinkinfo or ibswitches/ibhosts output "
                               "(any mix, prompts included), a Slurm topology.conf or `scontrol show topology` output, "
+                              "Kubernetes node labels (kubectl get nodes -o json|yaml, kubectl describe nodes), "
                               "or a gpucomm fabric/cluster document; detected by content."),
     emit: Optional[str] = typer.Option(None, "--emit", help="Print one artefact: slurm (topology.conf: block where "
                                        "NVLink domains are known, else tree), slurm-tree, slurm-block, slurm-yaml "
