@@ -145,14 +145,11 @@ class _Nodes:
 def read_node_labels(text: str, path: str) -> dict:
     """Any of the module docstring's forms -> ``{"format", "nodes", "warnings"}``; InputError (one
     line naming ``path``) for anything else."""
-    kind = looks_like(text)
-    if kind == "kubectl-object":
-        return _from_object(text, path)
-    if kind == "kubectl-describe":
-        return _from_describe(text, path)
-    if kind == "label-lines":
-        return _from_lines(text, path)
-    raise InputError("no Kubernetes node labels recognised", path, expected=EXPECTED)
+    reader = {"kubectl-object": _from_object, "kubectl-describe": _from_describe,
+              "label-lines": _from_lines}.get(looks_like(text) or "")
+    if reader is None:
+        raise InputError("no Kubernetes node labels recognised", path, expected=EXPECTED)
+    return reader(text, path)
 
 
 def _from_object(text: str, path: str) -> dict:
