@@ -522,7 +522,8 @@ def fabric_from_k8s(rec: dict, path: Optional[str] = None) -> dict:
             used = used[1:]       # each node its own machine: the level above is the first switch
     top_down = list(reversed(used))
     placed = [n for n in nodes if used and all(carries(n, k) for k in used)]
-    out_of_tree = [n["name"] for n in nodes if n not in placed]
+    in_tree = {n["name"] for n in placed}
+    out_of_tree = [n["name"] for n in nodes if n["name"] not in in_tree]
     if used and out_of_tree:
         warnings.append(f"{len(out_of_tree)} node(s) lack the label(s) {', '.join(top_down)} and are outside the switch "
                         f"tree: {', '.join(sorted(out_of_tree, key=_natural)[:20])}"
@@ -559,10 +560,14 @@ def fabric_from_k8s(rec: dict, path: Optional[str] = None) -> dict:
                 nm = f"{nm[:60]}-{len(taken)}"
             taken.add(nm)
             name_of[ident] = nm
+    children: Dict[tuple, List[tuple]] = {}
+    for t in ident_nodes:
+        if len(t) > 1:
+            children.setdefault(t[:-1], []).append(t)
     out_tree, switches = [], []
     for ident in sorted(ident_nodes, key=lambda t: (-len(t), [_natural(x) for x in t])):
         L = depth - len(ident) + 1
-        kids = sorted((name_of[t] for t in ident_nodes if len(t) == len(ident) + 1 and t[:-1] == ident), key=_natural)
+        kids = sorted((name_of[t] for t in children.get(ident, ())), key=_natural)
         direct = sorted(ident_nodes[ident], key=_natural)
         out_tree.append({"name": name_of[ident], "level": L, "members": [name_of[ident]], "nodes": direct,
                          "switches": kids})
