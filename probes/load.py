@@ -222,16 +222,19 @@ def _from_text(text: str, src_path: str) -> dict:
         raise InputError(f"this is a {picture} drawn by gpucomm for people, not an input", src_path,
                          expected="data: save a topology with `--format json -o FILE.json` (or .yaml, .xml)")
     kind = detect_kind(text)
+    k8s = kind is None or (kind in ("json", "yaml") and "gpucomm." not in text[:4096])
+    if k8s:      # describe output reads as YAML, a features.d file after a `[root@...]` prompt as JSON
+        from gpucomm.probes.formats import k8s_labels
+
+        if k8s_labels.looks_like(text):
+            raise InputError("this is Kubernetes (node labels or another object), not a node's topology", src_path,
+                             expected="gpucomm fabric FILE, or plan/select/predict --cluster FILE")
     if kind is None:
         from gpucomm.probes.fabric import detect_fabric
 
-        fab = detect_fabric(text)
-        if fab in ("ib", "slurm"):
+        if detect_fabric(text) in ("ib", "slurm"):
             raise InputError("this is a switch fabric (ibnetdiscover/iblinkinfo output or a Slurm topology), not a "
                              "node's topology", src_path, expected="gpucomm fabric FILE, or plan/select/predict --cluster FILE")
-        if fab == "k8s":
-            raise InputError("this is Kubernetes (node labels or another object), not a node's topology", src_path,
-                             expected="gpucomm fabric FILE, or plan/select/predict --cluster FILE")
         raise InputError("unrecognised content", src_path,
                          expected="a gpucomm topology (JSON/YAML), a snapshot, `nvidia-smi topo -m` output, "
                                   "an NCCL topology XML or `rocm-smi --showtopo` output (or `nvidia-smi -q`, "

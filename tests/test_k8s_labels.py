@@ -325,3 +325,15 @@ def test_any_text_reads_or_is_refused(lines):
         assert rec["nodes"] and all(k8s_labels.is_label(k, v) for n in rec["nodes"] for k, v in n["labels"].items())
     if detect_fabric(text) == "k8s":
         _refused_in_one_line(lambda: fabric_from_text(text, "labels.txt"))
+
+
+@pytest.mark.parametrize("path", sorted(p for p in K8S.iterdir() if p.name != "SOURCES.md"), ids=lambda p: p.name[:3])
+def test_every_capture_is_read_or_refused_in_one_line(path):
+    """As a fabric: read (exit 0), no switch (exit 3) or not node labels (exit 1), never a traceback; as
+    a node's topology: refused, saying it is Kubernetes."""
+    r = run_cli("fabric", str(path), "--format", "json")
+    assert r.code in (0, 1, 3) and "Traceback" not in r.stderr and "internal error" not in r.stderr
+    if r.code:
+        assert len(r.stderr.strip().splitlines()) == 1
+    p = run_cli("probe", str(path))
+    assert p.code == 1 and "this is Kubernetes" in p.stderr and len(p.stderr.strip().splitlines()) == 1
