@@ -41,7 +41,7 @@ def join_cluster(named_sources: Iterable[Tuple[str, str]], fabric: Optional[dict
     """(host name, topology source) pairs, read one at a time, and an optional fabric document ->
     the cluster document (module docstring).  Hosts the fabric does not have are left out (named
     in the summary); NVLink domains come from the GPUs' fabric info, else ``nvlink_domain_size``
-    consecutive hosts in switch-tree order."""
+    consecutive hosts in switch-tree order, else the fabric's (node labels' cliques)."""
     classes: Dict[str, str] = {}          # fingerprint key -> class name
     reps: Dict[str, dict] = {}            # class name -> its first document
     by_text: Dict[bytes, Tuple[str, Optional[str], Optional[str]]] = {}   # content key -> (class, domain, health)
@@ -83,6 +83,9 @@ def join_cluster(named_sources: Iterable[Tuple[str, str]], fabric: Optional[dict
             sub = dict(fabric, hosts=[h for h in fabric["hosts"] if h["name"] in {r[0] for r in rows}])
             domains = consecutive_domains(sub, nvlink_domain_size)
             fabric = with_nvlink_domains(fabric, domains, f"--nvlink-domain {nvlink_domain_size}")
+        else:       # the fabric's own (Kubernetes nodes' nvidia.com/gpu.clique labels)
+            kept = {r[0] for r in rows}
+            domains = {h["name"]: h["nvlink_domain"] for h in fabric["hosts"] if h.get("nvlink_domain") and h["name"] in kept}
         order = {h: i for i, h in enumerate(host_order(fabric))}
         rows.sort(key=lambda r: (order.get(r[0], len(order)), _natural(r[0])))
     elif nvlink_domain_size and not domains:

@@ -476,6 +476,128 @@ def fabric_from_slurm(rec: dict, path: Optional[str] = None) -> dict:
     return doc
 
 
+def domain_blocks(hosts: List[dict], order: List[str]) -> Tuple[List[dict], List[int]]:
+    """Blocks from the hosts' ``nvlink_domain``: one block per domain (``nvl01``, ...), in ``order``
+    of each domain's first host; BlockSizes = the smallest domain (Slurm's planning base)."""
+    members: Dict[str, List[str]] = {}
+    for h in hosts:
+        if h.get("nvlink_domain"):
+            members.setdefault(h["nvlink_domain"], []).append(h["name"])
+    pos = {h: i for i, h in enumerate(order)}
+    doms = sorted(members, key=lambda d: min((pos.get(h, len(pos)), _natural(h)) for h in members[d]))
+    width = max(2, len(str(len(doms))))
+    blocks = [{"name": f"nvl{i + 1:0{width}d}", "nodes": sorted(members[d], key=_natural), "nvlink_domain": d}
+              for i, d in enumerate(doms)]
+    return blocks, ([min(len(v) for v in members.values())] if members else [])
+
+
+# ============================================================================================
+# The document from Kubernetes node labels
+def fabric_from_k8s(rec: dict, path: Optional[str] = None) -> dict:
+    """A gpucomm.probes.formats.k8s_labels record -> the ``gpucomm.fabric/v1`` document: the switch
+    tree from the network hierarchy the nodes' labels carry (``HIERARCHIES``: levels from the most
+    specific label up, each value of a level one switch, named by its value), each host's
+    ``nvlink_domain`` from ``nvidia.com/gpu.clique`` and a block per clique; no links."""
+    from gpucomm.probes.formats.k8s_labels import CLIQUE_LABEL, HIERARCHIES, MACHINE_LABELS, OCI_CLUSTER_LABEL
+
+    src = path or "node labels"
+    nodes = rec["nodes"]
+    warnings = list(rec.get("warnings") or [])
+
+    def carries(n: dict, key: str) -> bool:
+        return bool(n["labels"].get(key))
+
+    found = [(sum(any(carries(n, k) for k in keys) for n in nodes), prov, keys) for prov, keys in HIERARCHIES]
+    count, prov, keys = max(found, key=lambda f: f[0])
+    for c, p, _ in found:
+        if c and p != prov:
+            warnings.append(f"{c} node(s) also carry {p} topology labels: only the {prov} hierarchy is read")
+    used: List[str] = []
+    if count:
+        with_any = [n for n in nodes if any(carries(n, k) for k in keys)]
+        used = [k for k in keys if 2 * sum(carries(n, k) for n in with_any) >= len(with_any)]
+    if used and used[0] in MACHINE_LABELS:
+        on = Counter(n["labels"][used[0]] for n in nodes if carries(n, used[0]))
+        if len(used) > 1 and max(on.values()) == 1:
+            used = used[1:]       # each node its own machine: the level above is the first switch
+    top_down = list(reversed(used))
+    placed = [n for n in nodes if used and all(carries(n, k) for k in used)]
+    in_tree = {n["name"] for n in placed}
+    out_of_tree = [n["name"] for n in nodes if n["name"] not in in_tree]
+    if used and out_of_tree:
+        warnings.append(f"{len(out_of_tree)} node(s) lack the label(s) {', '.join(top_down)} and are outside the switch "
+                        f"tree: {', '.join(sorted(out_of_tree, key=_natural)[:20])}"
+                        + (" ..." if len(out_of_tree) > 20 else ""))
+    elif not used:
+        warnings.append("no node carries network topology labels (" + "; ".join(" > ".join(reversed(k)) for _, k in HIERARCHIES)
+                        + "): no switch tree")
+    clusters = {n["labels"][OCI_CLUSTER_LABEL] for n in nodes if carries(n, OCI_CLUSTER_LABEL)}
+    if len(clusters) > 1:
+        warnings.append(f"the nodes are in {len(clusters)} OCI compute clusters ({OCI_CLUSTER_LABEL}): RDMA does not "
+                        "cross them, whatever the tree says above their islands")
+    # switches: identity = the values from the top down to that level; named by their value
+    depth = len(used)
+    ident_nodes: Dict[tuple, List[str]] = {}
+    for n in placed:
+        p = tuple(n["labels"][k] for k in top_down)
+        for i in range(1, depth + 1):
+            ident_nodes.setdefault(p[:i], [])
+        ident_nodes[p].append(n["name"])
+    by_value: Dict[str, List[tuple]] = {}
+    for ident in sorted(ident_nodes, key=lambda t: (len(t), [_natural(x) for x in t])):
+        by_value.setdefault(ident[-1], []).append(ident)
+    name_of: Dict[tuple, str] = {}
+    taken = set()
+    for value, idents in sorted(by_value.items(), key=lambda kv: _natural(kv[0])):
+        if len(idents) > 1:
+            lv = {depth - len(t) + 1 for t in idents}
+            warnings.append(f"value {value!r} names {len(idents)} different switches ("
+                            + ("under different parents" if len(lv) == 1 else "at several levels")
+                            + "): they are told apart by a suffix")
+        for i, ident in enumerate(idents):
+            nm = value if len(idents) == 1 else f"{value[:60]}-{i + 1}"
+            while nm in taken:
+                nm = f"{nm[:60]}-{len(taken)}"
+            taken.add(nm)
+            name_of[ident] = nm
+    children: Dict[tuple, List[tuple]] = {}
+    for t in ident_nodes:
+        if len(t) > 1:
+            children.setdefault(t[:-1], []).append(t)
+    out_tree, switches = [], []
+    for ident in sorted(ident_nodes, key=lambda t: (-len(t), [_natural(x) for x in t])):
+        L = depth - len(ident) + 1
+        kids = sorted((name_of[t] for t in children.get(ident, ())), key=_natural)
+        direct = sorted(ident_nodes[ident], key=_natural)
+        out_tree.append({"name": name_of[ident], "level": L, "members": [name_of[ident]], "nodes": direct,
+                         "switches": kids})
+        switches.append({"id": name_of[ident], "name": name_of[ident], "description": f"{top_down[len(ident) - 1]}="
+                         f"{ident[-1]}", "guid": None, "lid": None, "level": L, "role": role_of(L), "hosts": len(direct),
+                         "down_gbps": None, "up_gbps": None, "oversubscription": None})
+    leaf_of = {h: name_of[t] for t, hs in ident_nodes.items() for h in hs}
+    hosts = [{"name": n["name"], "hcas": [], "leaves": [leaf_of[n["name"]]] if n["name"] in leaf_of else [],
+              "nvlink_domain": n["labels"].get(CLIQUE_LABEL) or None} for n in sorted(nodes, key=lambda n: _natural(n["name"]))]
+    order = tree_from_records(out_tree, src).dfs_nodes() if out_tree else []
+    blocks, sizes = domain_blocks(hosts, order)
+    block_of = {n: b["name"] for b in blocks for n in b["nodes"]}
+    for h in hosts:
+        h["block"] = block_of.get(h["name"])
+    no_clique = [h["name"] for h in hosts if not h["nvlink_domain"]]
+    if blocks and no_clique:
+        warnings.append(f"{len(no_clique)} node(s) have no {CLIQUE_LABEL} label and are in no block: "
+                        + ", ".join(no_clique[:20]) + (" ..." if len(no_clique) > 20 else ""))
+    labels = {role_of(depth - i): k for i, k in enumerate(top_down)}     # locality kind -> the node label
+    if blocks:
+        labels["nvlink-domain"] = CLIQUE_LABEL
+    doc = {"schema": FABRIC_SCHEMA, "source": {"path": path, "formats": [f"k8s-labels ({rec.get('format')})"],
+                                               "labels": labels},
+           "switches": switches, "hosts": hosts, "others": [], "links": [],
+           "rails": {"rail_optimised": False, "rails": []}, "tree": out_tree, "blocks": blocks, "block_sizes": sizes,
+           "down_ports": 0, "findings": [], "warnings": warnings}
+    doc["levels"] = _level_summary(switches)
+    return doc
+
+
 def nvlink_domain(doc: dict) -> Optional[str]:
     """A node's multi-node NVLink domain from its GPUs' fabric info: GPU Feature Discovery's
     ``nvidia.com/gpu.clique`` value (:func:`gpucomm.probes.topology.clique_label`), read from the raw
@@ -645,8 +767,9 @@ def fabric_tree(doc: dict, path: Optional[str] = None) -> SwitchTree:
 # Reading any fabric input
 def detect_fabric(text: str) -> Optional[str]:
     """``ib`` (infiniband-diags output), ``slurm`` (topology.conf / scontrol show topology),
-    ``document`` (a saved gpucomm fabric or cluster document, JSON or YAML), else None."""
-    from gpucomm.probes.formats import ibnet, slurm_topology
+    ``document`` (a saved gpucomm fabric or cluster document, JSON or YAML), ``k8s`` (Kubernetes
+    node labels, or another Kubernetes object: refused by the reader with what it is), else None."""
+    from gpucomm.probes.formats import ibnet, k8s_labels, slurm_topology
 
     head = text.lstrip("\ufeff \t\r\n")[:4096]
     if re.search(r"gpucomm\.(fabric|cluster)/v1", head) or (head.startswith("{") and "gpucomm.fabric" in text[:200_000]):
@@ -655,6 +778,8 @@ def detect_fabric(text: str) -> Optional[str]:
         return "slurm"
     if ibnet.looks_like(text):
         return "ib"
+    if k8s_labels.looks_like(text):
+        return "k8s"
     return None
 
 
@@ -669,6 +794,10 @@ def fabric_from_text(text: str, path: str) -> dict:
         from gpucomm.probes.formats.slurm_topology import read_topology_conf
 
         return fabric_from_slurm(read_topology_conf(text, path), path)
+    if kind == "k8s":
+        from gpucomm.probes.formats.k8s_labels import read_node_labels
+
+        return fabric_from_k8s(read_node_labels(text, path), path)
     if kind == "document":
         from gpucomm.probes.parse import parse_json, parse_yaml
 
@@ -684,7 +813,8 @@ def fabric_from_text(text: str, path: str) -> dict:
         return check_fabric_document(data, path)
     raise InputError("unrecognised content", path,
                      expected="ibnetdiscover [-p], iblinkinfo or ibswitches/ibhosts output, a Slurm topology.conf, "
-                              "`scontrol show topology` output, or a gpucomm fabric/cluster document")
+                              "`scontrol show topology` output, Kubernetes node labels (kubectl get nodes -o json, "
+                              "kubectl describe nodes), or a gpucomm fabric/cluster document")
 
 
 def load_fabric(path: str) -> dict:
@@ -731,6 +861,7 @@ def check_fabric_document(doc, path: str) -> dict:
     return doc
 
 
-__all__ = ["FABRIC_SCHEMA", "SwitchTree", "TreeSwitch", "build_fabric", "fabric_from_slurm", "fabric_tree",
+__all__ = ["FABRIC_SCHEMA", "SwitchTree", "TreeSwitch", "build_fabric", "fabric_from_slurm", "fabric_from_k8s",
+           "domain_blocks", "fabric_tree",
            "load_fabric", "fabric_from_text", "detect_fabric", "classify_ca", "parse_topology_conf", "role_of",
            "tree_from_records", "check_fabric_document", "nvlink_domain"]

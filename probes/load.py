@@ -222,6 +222,13 @@ def _from_text(text: str, src_path: str) -> dict:
         raise InputError(f"this is a {picture} drawn by gpucomm for people, not an input", src_path,
                          expected="data: save a topology with `--format json -o FILE.json` (or .yaml, .xml)")
     kind = detect_kind(text)
+    k8s = kind is None or (kind in ("json", "yaml") and "gpucomm." not in text[:4096])
+    if k8s:      # describe output reads as YAML, a features.d file after a `[root@...]` prompt as JSON
+        from gpucomm.probes.formats import k8s_labels
+
+        if k8s_labels.looks_like(text):
+            raise InputError("this is Kubernetes (node labels or another object), not a node's topology", src_path,
+                             expected="gpucomm fabric FILE, or plan/select/predict --cluster FILE")
     if kind is None:
         from gpucomm.probes.fabric import detect_fabric
 

@@ -196,7 +196,11 @@ def parse_yaml(text: str, path: str, expected: str = "a gpucomm topology documen
     integers too long for Python."""
     import yaml
 
-    loader = _yaml_loader()(text)
+    try:
+        loader = _yaml_loader()(text)      # the reader refuses control characters at once
+    except yaml.YAMLError as e:
+        raise InputError(f"invalid YAML: {str(getattr(e, 'problem', None) or e).splitlines()[0][:120]}", path,
+                         expected=expected) from None
     try:
         node = loader.get_single_node()
         if node is None:

@@ -56,7 +56,8 @@ def cluster(
                                       "`gpucomm fleet probe` writes: one HOST.json per node) or files; the host name is "
                                       "the file name without its extension."),
     fabric_file: Optional[str] = typer.Option(None, "--fabric", metavar="FILE", help="The fabric: ibnetdiscover/"
-                                              "iblinkinfo output, a Slurm topology.conf, or a fabric document."),
+                                              "iblinkinfo output, a Slurm topology.conf, Kubernetes node labels, "
+                                              "or a fabric document."),
     nvlink_domain: Optional[int] = typer.Option(None, "--nvlink-domain", min=1, help="Consecutive groups of K nodes "
                                                 "share an NVLink domain (default: from the GPUs' fabric info)."),
     name: str = typer.Option("cluster", "--name", help="The cluster's name in the document."),

@@ -76,6 +76,7 @@ def draw_fabric(doc: dict, console) -> None:
 def fabric(
     src: str = typer.Argument(..., metavar="FILE", help="ibnetdiscover [-p], iblinkinfo or ibswitches/ibhosts output "
                               "(any mix, prompts included), a Slurm topology.conf or `scontrol show topology` output, "
+                              "Kubernetes node labels (kubectl get nodes -o json|yaml, kubectl describe nodes), "
                               "or a gpucomm fabric/cluster document; detected by content."),
     emit: Optional[str] = typer.Option(None, "--emit", help="Print one artefact: slurm (topology.conf: block where "
                                        "NVLink domains are known, else tree), slurm-tree, slurm-block, slurm-yaml "
@@ -128,9 +129,9 @@ def fabric(
             if chosen_format("yaml", ["yaml", "json"]) == "json":
                 from gpucomm.probes.model import dumps_json
 
-                text = dumps_json(kueue_document(pf.host_locality(doc)))
+                text = dumps_json(kueue_document(pf.host_locality(doc), native=pf.native_labels(doc)))
             else:
-                text = kueue_yaml(pf.host_locality(doc))
+                text = kueue_yaml(pf.host_locality(doc), native=pf.native_labels(doc))
         else:
             text = {"slurm": pf.slurm, "slurm-tree": pf.slurm_tree, "slurm-block": pf.slurm_blocks,
                     "slurm-yaml": pf.slurm_yaml}[emit](doc)

@@ -19,27 +19,12 @@ from typing import Dict, List, Optional
 
 from gpucomm.probes import facts
 from gpucomm.probes.errors import NothingToDo
+from gpucomm.probes.formats.k8s_labels import CLIQUE_LABEL as GFD_CLIQUE
+from gpucomm.probes.formats.k8s_labels import HOSTNAME_LABEL, check_label
 from gpucomm.probes.topology import Topology, clique_label
 
 PREFIX = "feature.node.kubernetes.io/gpucomm-"
 NFD_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
-_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
-_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-
-
-def check_label(key: str, value: str) -> Optional[str]:
-    """None when ``key=value`` is a valid Kubernetes label, else why not."""
-    prefix, _, name = key.rpartition("/")
-    if prefix and (len(prefix) > 253 or not _PREFIX.match(prefix)):
-        return f"label prefix {prefix!r} is not a DNS subdomain"
-    if not _NAME.match(name):
-        return f"label name {name!r} is not 1-63 characters of [A-Za-z0-9_.-] with alphanumeric ends"
-    if not _VALUE.match(value):
-        return f"label value {value!r} is not 0-63 characters of [A-Za-z0-9_.-] with alphanumeric ends"
-    return None
-
-
 def label_value(text) -> str:
     """Any text as a label value: runs of other characters become '-', cut to 63, alphanumeric ends.
 
@@ -140,11 +125,6 @@ def node_labels(doc) -> Dict[str, str]:
     return dict(sorted(out.items()))
 
 
-GFD_CLIQUE = "nvidia.com/gpu.clique"
-"""NVIDIA GPU Feature Discovery's label for a node's NVLink clique (k8s-device-plugin internal/lm),
-which schedulers and DRA ComputeDomains use as the topology key of a multi-node NVLink domain."""
-
-
 def gpu_clique_label(topo: Topology) -> Optional[str]:
     """``nvidia.com/gpu.clique`` for this node (:func:`gpucomm.probes.topology.clique_label`)."""
     return clique_label(g.fabric for g in topo.gpus)
@@ -193,7 +173,6 @@ def nfd_feature_file(doc) -> str:
 
 # ============================================================================================
 # Fabric locality: Kueue Topology levels and the node labels they name (gpucomm fabric --emit kueue)
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 KUEUE_API = "kueue.x-k8s.io/v1beta1"
 NFD_API = "nfd.k8s-sigs.io/v1alpha1"
 NFD_NAMESPACE = "node-feature-discovery"
@@ -226,15 +205,21 @@ def kueue_levels(loc: Dict[str, Dict[str, str]]) -> List[str]:
     return list(reversed(keep))
 
 
-def kueue_document(loc: Dict[str, Dict[str, str]], name: str = "gpucomm-fabric") -> dict:
+def kueue_document(loc: Dict[str, Dict[str, str]], name: str = "gpucomm-fabric",
+                   native: Optional[Dict[str, str]] = None) -> dict:
     """``gpucomm.kueue/v1``: the Kueue Topology over hosts' localities ({host: {kind: id}},
-    planners.placement.fabric.host_locality) and each host's labels for its levels."""
+    planners.placement.fabric.host_locality) and each host's labels for its levels; a level in
+    ``native`` ({kind: node label}, planners.placement.fabric.native_labels) names the label the
+    nodes already carry, and gpucomm writes none for it."""
     from gpucomm.probes.model import natural_key
 
+    native = native or {}
     kinds = kueue_levels(loc)
-    labels = {h: dict({locality_label(k): label_value(v[k]) for k in kinds}, **{HOSTNAME_LABEL: h}) for h, v in loc.items()}
+    labels = {h: dict({locality_label(k): label_value(v[k]) for k in kinds if k not in native}, **{HOSTNAME_LABEL: h})
+              for h, v in loc.items()}
     topo = {"apiVersion": KUEUE_API, "kind": "Topology", "metadata": {"name": name},
-            "spec": {"levels": [{"nodeLabel": locality_label(k)} for k in kinds] + [{"nodeLabel": HOSTNAME_LABEL}]}}
+            "spec": {"levels": [{"nodeLabel": native.get(k) or locality_label(k)} for k in kinds]
+                     + [{"nodeLabel": HOSTNAME_LABEL}]}}
     problems = [p for ls in labels.values() for p in (check_label(k, v) for k, v in ls.items()) if p]
     return {"schema": "gpucomm.kueue/v1", "levels": kinds + ["hostname"], "topology": topo,
             "node_labels": {h: labels[h] for h in sorted(labels, key=natural_key)}, "warnings": sorted(set(problems))}
@@ -250,12 +235,13 @@ def node_feature(host: str, labels: Dict[str, str]) -> dict:
             "spec": {"labels": {k[len(nfd_ns):] if k.startswith(nfd_ns) else k: v for k, v in labels.items()}}}
 
 
-def kueue_yaml(loc: Dict[str, Dict[str, str]], name: str = "gpucomm-fabric") -> str:
+def kueue_yaml(loc: Dict[str, Dict[str, str]], name: str = "gpucomm-fabric",
+               native: Optional[Dict[str, str]] = None) -> str:
     """A YAML stream: the Kueue Topology, then one NFD NodeFeature per host with the labels its levels
-    name (``kubernetes.io/hostname`` is the kubelet's own)."""
+    name (``kubernetes.io/hostname`` is the kubelet's own, ``native`` ones the nodes carry already)."""
     import yaml
 
-    kd = kueue_document(loc, name)
+    kd = kueue_document(loc, name, native)
     docs = [kd["topology"]]
     for h, labels in kd["node_labels"].items():
         own = {k: v for k, v in labels.items() if k != HOSTNAME_LABEL}
@@ -263,6 +249,9 @@ def kueue_yaml(loc: Dict[str, Dict[str, str]], name: str = "gpucomm-fabric") -> 
             docs.append(node_feature(h, own))
     head = (f"# gpucomm: Kueue Topology ({' > '.join(kd['levels'])}) and the node labels its levels name, as\n"
             "# Node Feature Discovery NodeFeature objects (kubectl apply -f; nfd-master labels the nodes)\n")
+    if len(docs) == 1:
+        head = (f"# gpucomm: Kueue Topology ({' > '.join(kd['levels'])}) over labels the nodes carry already "
+                "(kubectl apply -f)\n")
     return head + yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False)
 
 

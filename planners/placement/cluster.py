@@ -666,8 +666,8 @@ def synth_ibnetdiscover(nodes: int, levels: int = 3, nodes_per_leaf: int = 32, l
 def load_cluster(path: str, default_topology: Optional[str] = None):
     """Read and validate a cluster file (YAML or JSON) and every topology it names (the I/O of
     :func:`parse_cluster`, through :mod:`gpucomm.probes.load`).  A fabric input given instead
-    (ibnetdiscover/iblinkinfo output, a Slurm topology, a gpucomm fabric document) is a cluster of
-    its hosts, each with ``default_topology`` (plan's TOPO)."""
+    (ibnetdiscover/iblinkinfo output, a Slurm topology, Kubernetes node labels, a gpucomm fabric
+    document) is a cluster of its hosts, each with ``default_topology`` (plan's TOPO)."""
     import os
 
     from gpucomm.probes.fabric import FABRIC_SCHEMA, check_fabric_document, detect_fabric, fabric_from_text, load_fabric
@@ -675,7 +675,7 @@ def load_cluster(path: str, default_topology: Optional[str] = None):
 
     text = read_text_input(path)
     kind = detect_fabric(text)
-    if kind in ("ib", "slurm"):
+    if kind in ("ib", "slurm", "k8s"):
         doc = fabric_from_text(text, path)
     else:
         expected = "a gpucomm cluster file (nodes:, fabric:)"

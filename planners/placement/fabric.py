@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Dict, List, Optional
 
 from gpucomm.probes.errors import InputError, NothingToDo
-from gpucomm.probes.fabric import FABRIC_SCHEMA, fabric_tree, role_of
+from gpucomm.probes.fabric import FABRIC_SCHEMA, domain_blocks, fabric_tree, role_of
 from gpucomm.probes.formats.slurm_topology import compress_hostlist, write_block_conf, write_topology_conf
 from gpucomm.probes.model import natural_key as _natural
 
@@ -18,6 +18,11 @@ def require_hosts(doc: dict) -> None:
     """NothingToDo (exit 3) for a capture with no switch, or no host under one."""
     path = (doc.get("source") or {}).get("path") or "the fabric"
     if not doc.get("switches") and not doc.get("blocks"):
+        if any(f.startswith("k8s-labels") for f in (doc.get("source") or {}).get("formats") or []):
+            names = ", ".join(h["name"] for h in (doc.get("hosts") or [])[:5])
+            raise NothingToDo(f"{path}: node labels of {len(doc.get('hosts') or [])} node(s) ({names}) that name no "
+                              "switch and no NVLink clique (no topology.k8s.aws/network-node-layer-*, cloud.google.com/gce-topology-*, "
+                              "oci.oraclecloud.com/rdma.* or nvidia.com/gpu.clique label)")
         n = len(doc.get("hosts") or []) + len(doc.get("others") or [])
         raise NothingToDo(f"{path}: no switch in this capture ({n} CA(s) alone: run ibnetdiscover on a node "
                           "attached to the fabric's switches)")
@@ -36,16 +41,7 @@ def with_nvlink_domains(doc: dict, domains: Dict[str, str], source: str) -> dict
             h["nvlink_domain"] = domains[h["name"]]
         hosts.append(h)
     out["hosts"] = hosts
-    members: Dict[str, List[str]] = {}
-    for h in hosts:
-        if h.get("nvlink_domain"):
-            members.setdefault(h["nvlink_domain"], []).append(h["name"])
-    pos = {h: i for i, h in enumerate(host_order(doc))}     # blocks in switch-tree order of their first host
-    order = sorted(members, key=lambda d: min((pos.get(h, len(pos)), _natural(h)) for h in members[d]))
-    width = max(2, len(str(len(order))))
-    out["blocks"] = [{"name": f"nvl{i + 1:0{width}d}", "nodes": sorted(members[d], key=_natural), "nvlink_domain": d}
-                     for i, d in enumerate(order)]
-    out["block_sizes"] = [min(len(v) for v in members.values())] if members else []
+    out["blocks"], out["block_sizes"] = domain_blocks(hosts, host_order(doc))  # in switch-tree order
     out["nvlink_domains_from"] = source
     return out
 
@@ -204,6 +200,16 @@ def host_locality(doc: dict) -> Dict[str, Dict[str, str]]:
     return out
 
 
+def native_labels(doc: dict) -> Dict[str, str]:
+    """{locality kind: node label} for the levels the nodes already carry as labels (a fabric read from
+    Kubernetes node labels: ``leaf`` -> ``oci.oraclecloud.com/rdma.local_block_id``, ``nvlink-domain`` ->
+    ``nvidia.com/gpu.clique`` unless the domains were replaced since); {} for other fabrics."""
+    out = dict((doc.get("source") or {}).get("labels") or {})
+    if doc.get("nvlink_domains_from"):
+        out.pop("nvlink-domain", None)
+    return out
+
+
 # ============================================================================================
 # Cluster file, and what leaving a leaf costs
 def cluster_file(doc: dict, topology: Optional[str] = None) -> dict:
@@ -234,4 +240,5 @@ def leaf_costs(doc: dict) -> Dict[str, dict]:
 
 
 __all__ = ["compress_hostlist", "slurm", "slurm_tree", "slurm_blocks", "slurm_yaml", "cluster_file", "host_locality",
-           "with_nvlink_domains", "consecutive_domains", "host_order", "leaf_costs", "require_hosts", "FABRIC_SCHEMA"]
+           "with_nvlink_domains", "consecutive_domains", "host_order", "leaf_costs", "require_hosts", "native_labels",
+           "FABRIC_SCHEMA"]
