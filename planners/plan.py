@@ -176,7 +176,8 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
     for a in ("tp", "cp", "ep"):
         t = tiers[a]
         if t.get("domains", 1) > 1:
-            warnings.append(f"{a}={layout.axes[a]}: {t['groups_crossing_domains']} of its groups cross an NVLink "
+            k = t["groups_crossing_domains"]
+            warnings.append(f"{a}={layout.axes[a]}: {k} of its groups cross{'es' if k == 1 else ''} an NVLink "
                             f"domain boundary ({domain_nodes} nodes per domain) and run over the NICs there")
     plan["nvlink_domain"] = {"nodes": domain_nodes, "gpus": domain_nodes * gpn, "note": note} if note else None
     plan["warnings"] = list(dict.fromkeys(warnings + plan["warnings"] + (cluster.warnings if cluster else [])

@@ -288,3 +288,13 @@ def test_fabric_congestion_counts_the_trays_on_the_fabric(gb300):
     cong = cost.summarize(gb300, nodes=32, nvlink_domain=16, profile=prof)
     assert base.n_nodes == 2 and base.trays_per_node == 16
     assert cong.node_net_bw == pytest.approx(base.node_net_bw / (1 + 0.1 * 4), rel=1e-6)   # log2(32 / 2) = 4
+
+
+def test_model_ranking_over_racks_times_groups_that_straddle_them(gb300):
+    """--model ranks candidates whose groups straddle two 18-tray racks unevenly (e.g. 9 trays, 4 + 5): each
+    is timed as NCCL would split it (equal systems), not refused."""
+    plan = build_full_plan(gb300, nodes=36, nvlink_domain=18, ep=16,
+                           model="layers=32,hidden=4096,heads=32,experts=64,topk=8")
+    assert plan["estimate"]["step_time_s"] > 0 and plan["candidates"]
+    for axis, c in plan["estimate"]["comm"].items():
+        assert c["time_s"] >= 0, axis

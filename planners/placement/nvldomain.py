@@ -50,7 +50,8 @@ def domain_note(gpn: int, domain_nodes: int, axes: dict, nodes: int, tiers: Opti
             continue
         t = tiers.get(a) or {}
         if t.get("domains", 1) > 1:
-            crossing.append(f"{a}={axes[a]} ({t.get('groups_crossing_domains', '?')} groups cross a domain boundary)")
+            k = t.get("groups_crossing_domains", 0)
+            crossing.append(f"{a}={axes[a]} ({k} group{'s cross' if k != 1 else ' crosses'} a domain boundary)")
         else:
             inner.append(f"{a}={axes[a]}")
     span = [f"tp={axes['tp']} spans {axes['tp'] // gpn} trays"] if axes.get("tp", 1) > gpn else []
