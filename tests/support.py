@@ -41,6 +41,21 @@ class Result:
         return json.loads(self.stdout)
 
 
+def load_script(path: Path, name: str):
+    """A script of the repository (``tools/``, ``fixtures/``) imported as module ``name``, once: it is
+    registered in ``sys.modules`` before it runs (its dataclasses look their module up there)."""
+    import importlib.util
+    import sys
+
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def run_cli(*args: str) -> Result:
     """Run ``gpucomm ARGS`` in-process; returns exit code, stdout, stderr."""
     from gpucomm.app import run

@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import copy
 import functools
-import importlib.util
 import json
 import os
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -45,11 +43,9 @@ UPDATE_GOLDEN = os.environ.get("GPUCOMM_UPDATE_GOLDEN") == "1"
 
 
 def _load_generator():
-    spec = importlib.util.spec_from_file_location("fixtures_generate", FIXTURES / "generate.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("fixtures_generate", mod)
-    spec.loader.exec_module(mod)
-    return mod
+    from support import load_script
+
+    return load_script(FIXTURES / "generate.py", "fixtures_generate")
 
 
 gen = _load_generator()

@@ -6,7 +6,6 @@ table (``pytest -s``); the slow tests compare every case and check the goldens a
 rebuilding ncclsim (skipped without g++ or the NCCL sources)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -28,10 +27,9 @@ def goldens() -> list:
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("ncclsim_goldens", ROOT / "tools" / "ncclsim_goldens.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from support import load_script
+
+    return load_script(ROOT / "tools" / "ncclsim_goldens.py", "ncclsim_goldens")
 
 
 def _run(cases: list) -> tuple[list, list]:

@@ -6,7 +6,6 @@ racks joined by NICs, NVL36x2, NCCL_MNNVL_* settings), written by tools/ncclsim_
 of tools/ncclsim."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -33,10 +32,9 @@ def mnnvl_goldens() -> list:
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("ncclsim_goldens", ROOT / "tools" / "ncclsim_goldens.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from support import load_script
+
+    return load_script(ROOT / "tools" / "ncclsim_goldens.py", "ncclsim_goldens")
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -114,18 +114,13 @@ if __name__ == "__main__":
 # Honest accuracy at scale: the published scaling tables (fixtures/captures/nccltests/scaling),
 # every node count predicted from a calibration fitted on the other node counts of the same system
 # and environment (tools/crossval.py: the README table comes from the same code).
-import importlib.util  # noqa: E402
-import sys  # noqa: E402
-
 from support import ROOT  # noqa: E402
 
 
 def _crossval_module():
-    spec = importlib.util.spec_from_file_location("tools_crossval", ROOT / "tools" / "crossval.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("tools_crossval", mod)
-    spec.loader.exec_module(mod)
-    return mod
+    from support import load_script
+
+    return load_script(ROOT / "tools" / "crossval.py", "tools_crossval")
 
 
 CV = _crossval_module()

@@ -112,14 +112,9 @@ def comparison() -> list:
 
 def _tool(name: str):
     """A module of tools/ (tools/rings_vs_ncclsim.py's accounting of what NCCL's rings carry)."""
-    import importlib.util
+    from support import ROOT, load_script
 
-    from support import ROOT
-
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(ROOT / "tools" / f"{name}.py", name)
 
 
 def _table(rows: list) -> str:

@@ -6,25 +6,19 @@ Ethernet port: past the old per-host bound of 64), rendered to a sysfs tree by f
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-from support import run_cli
+from support import load_script, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 VFS_PER_PF = 7
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("fixtures_generate", ROOT / "fixtures" / "generate.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("fixtures_generate", mod)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(ROOT / "fixtures" / "generate.py", "fixtures_generate")
 
 
 @pytest.fixture(scope="module")
