@@ -79,3 +79,20 @@ def test_nccl_opens_the_first_32_and_the_plan_says_so(sriov_host):
                 ["doctor"], ["paths"]):
         r = run_cli(cmd[0], str(sriov_host), *cmd[1:])
         assert r.code in (0, 5), (cmd, r.stderr)
+
+
+def test_a_plain_ethernet_port_beside_rdma_nics_is_not_an_nccl_net():
+    """NCCL's IB transport lists RDMA ports only: hgx-h100's management port eno1 is no NET of NCCL's there,
+    while a node whose NICs are all plain network ports (Alps' Slingshot, reached through a net plugin)
+    keeps them as its NETs."""
+    from gpucomm.planners.nccl.comm import nccl_comm
+    from gpucomm.planners.nccl.system import NET
+    from gpucomm.probes.load import load_topology
+
+    def nets(name):
+        comm = nccl_comm(load_topology(f"example:{name}"), nodes=2)
+        return {comm.net_name(n.id) for n in comm.rank0.topo.sys.nodes[NET]}
+
+    h100 = nets("hgx-h100")
+    assert "eno1" not in h100 and {f"mlx5_{i}" for i in range(8)} <= h100
+    assert nets("alps-gh200") == {"hsn0", "hsn1", "hsn2", "hsn3"}

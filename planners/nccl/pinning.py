@@ -230,7 +230,10 @@ class _Pinner:
         for pci in [n for n in xml.nodes if n.name == "pci" and (n.get("class") or "").startswith("0x02")
                     and n.sub("nic") is None and n.parent is not None and n in n.parent.subs]:
             bus = normalize_bus_id(pci.get("busid") or "") or pci.get("busid") or ""
-            name = next((n.name for n in topo.nics if n.pci_bus_id == bus), bus)
+            known = [n for n in topo.nics if n.pci_bus_id == bus]
+            if rdma and known and not any(n.rdma for n in known):
+                continue     # NCCL's IB transport lists RDMA ports only: a plain Ethernet port is not its device
+            name = known[0].name if known else bus
             nic = self.xml.add_node(pci, "nic")
             net = self.xml.add_node(nic, "net")
             net.set("name", name)
