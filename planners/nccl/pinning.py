@@ -30,7 +30,7 @@ from typing import Iterable, Optional, Union
 
 from gpucomm.probes import facts
 from gpucomm.probes.errors import InputError, NothingToDo, TopologyError
-from gpucomm.probes.model import cpu_id, cpulist_to_mask, format_cpulist, host_document, normalize_bus_id
+from gpucomm.probes.model import cpu_id, cpulist_to_mask, format_cpulist, host_document, natural_key, normalize_bus_id
 from gpucomm.probes.topology import NVS_ID, Topology
 
 from gpucomm.planners.nccl import ncclxml as X
@@ -268,7 +268,8 @@ class _Pinner:
                 and (n.get("name") or "") in self.nic_by_name and self.nic_by_name[n.get("name") or ""].rdma]
         if len(nets) <= facts.NCCL_MAX_IB_DEVS:
             return
-        nets.sort(key=lambda n: (_natural(n.get("name") or ""), X.strtol(n.get("port") or "1")))
+        # name order (mlx5_2 before mlx5_10): the order the kernel registers them, ibv_get_device_list's
+        nets.sort(key=lambda n: (natural_key(n.get("name")), X.strtol(n.get("port") or "1")))
         for net in nets[facts.NCCL_MAX_IB_DEVS:]:
             node = net       # the <net>, then its <nic> and <pci> once nothing else hangs there
             while node.parent is not None and node in node.parent.subs and (node is net or not node.subs) \
@@ -310,11 +311,6 @@ class _Pinner:
                 gdr = 1 if (nic.gdr and nic.rdma) else 0
             net.set_int("gdr", gdr)
         return assumed
-
-
-def _natural(name: str) -> tuple:
-    """``mlx5_2`` before ``mlx5_10``: the order the kernel registers RDMA devices, ibv_get_device_list's."""
-    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
 
 
 # --------------------------------------------------------------------------------------------
