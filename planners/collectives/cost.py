@@ -512,10 +512,10 @@ class LayoutCost:
         if g is None:
             opts = dict(self.options)
             if domain is not None:
-                # NCCL's systems of a group over domains: equal ones, at most ``domain`` trays (a group of 9
-                # trays split 4 + 5 between two racks: systems of 3)
-                d = max(1, min(int(domain), key[1]))
-                opts["nvlink_domain"] = max(x for x in range(1, d + 1) if key[1] % x == 0)
+                # NCCL's systems of a group over domains: equal ones of at most ``domain`` trays
+                from gpucomm.planners.nccl.mnnvl import equal_domains
+
+                opts["nvlink_domain"] = equal_domains(key[1], domain)
             elif opts.get("nvlink_domain") is not None:
                 # a group over n consecutive nodes in domains of K: gcd(n, K) of its nodes share one
                 opts["nvlink_domain"] = math.gcd(key[1], int(opts["nvlink_domain"]))

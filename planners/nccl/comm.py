@@ -747,7 +747,7 @@ def _comm_inputs(doc: Union[Topology, dict, str], nodes: int, gpus: Optional[Ite
         if k is None and domain_nodes:
             # copies of a tray whose NVLink domain has domain_nodes trays (an IMEX capture says so): the
             # nodes fill domains of that size, or split into equal ones no larger
-            k = max(d for d in range(1, min(nodes, domain_nodes) + 1) if nodes % d == 0)
+            k = M.equal_domains(nodes, domain_nodes)
         fabric = _fabric(recorded, int(nodes), k, len(g) if g is not None else None, text)
     return text, g, nodes, s, fabric
 

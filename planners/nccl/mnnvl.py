@@ -55,6 +55,18 @@ _UUID_LO = 0x6E766C646F6D0000
 _CLIQUE0 = 0x7FFE
 
 
+def equal_domains(nodes: int, k: int) -> int:
+    """Trays per NVLink domain when ``nodes`` trays fill domains of up to ``k``: ``k`` where it divides them,
+    else the largest equal split no larger (32 trays of 18-tray racks: 16; a group of 9 trays over two
+    racks of 4 + 5: 3).
+
+    >>> equal_domains(32, 18), equal_domains(4, 18), equal_domains(9, 4), equal_domains(6, 1)
+    (16, 4, 3, 1)
+    """
+    k = max(1, min(int(k), int(nodes)))
+    return max(d for d in range(1, k + 1) if nodes % d == 0)
+
+
 def grouped(nodes: int, per_host: int, clique: int, domain: Optional[int] = None, state: int = COMPLETED) -> Fabric:
     """``nodes`` hosts of ``per_host`` GPUs: hosts in consecutive groups of ``clique`` share a clique id,
     groups of ``domain`` (default ``clique``) a cluster UUID; every GPU in ``state``."""
@@ -184,5 +196,5 @@ def check(fabric: Fabric, per_host: int, n_ranks: int, rank: int, settings, fill
     return Clique(1, tuple(ranks), mine, me.clique, dom)
 
 
-__all__ = ["GpuFabric", "Fabric", "Clique", "grouped", "of_gpus", "gpu_fabric", "none", "filled", "infos", "check",
+__all__ = ["GpuFabric", "Fabric", "Clique", "equal_domains", "grouped", "of_gpus", "gpu_fabric", "none", "filled", "infos", "check",
            "COMPLETED", "NOT_SUPPORTED", "STATE_NAMES"]

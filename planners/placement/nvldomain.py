@@ -27,8 +27,11 @@ def job_domain_nodes(topo, nodes: int, k: Optional[int] = None) -> int:
         # a tray whose domain size is unknown: its copies share its clique, as NCCL's model takes them
         # (planners/nccl/comm.py nccl_comm: K = the nodes)
         k = (dom.nodes or nodes) if dom is not None and dom.multi_node else 1
-    k = max(1, min(int(k), int(nodes)))
-    return max(d for d in range(1, k + 1) if nodes % d == 0)
+    if int(k) <= 1:
+        return 1          # no multi-node NVLink: NCCL's MNNVL module is not needed
+    from gpucomm.planners.nccl.mnnvl import equal_domains
+
+    return equal_domains(nodes, k)
 
 
 def view_domain_nodes(view, nodes: int) -> int:
