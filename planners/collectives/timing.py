@@ -260,18 +260,23 @@ def p2p_latency(g: CommGraph, coll: str) -> float:
     return BASE_LAT["ring"][2] + (net_step if nn > 1 else intra_step)
 
 
-def p2p_seconds_per_byte(g: CommGraph, coll: str) -> float:
-    """1 / bandwidth (us per byte x 1e-3, i.e. the ``S / (1000 B)`` divisor) of all_to_all / send_recv."""
+def p2p_seconds_per_byte(g: CommGraph, coll: str, profile: Profile = DEFAULT) -> float:
+    """1 / bandwidth (us per byte x 1e-3, i.e. the ``S / (1000 B)`` divisor) of all_to_all / send_recv
+    under ``profile``'s all_to_all and point-to-point efficiencies."""
     n, gpn, nn = g.n_ranks, g.gpus_per_node, g.n_nodes
     intra = g.gpu_bw or g.ring_bus_bw or g.channels * g.bw_intra
     if coll == "all_to_all":
         t_intra = ((gpn - 1) / n) / (1000.0 * intra) if gpn > 1 else 0.0
+        # the node's share leaves at the all_to_all efficiency of the network
         net = g.p2p_net_bw or g.node_net_bw
-        t_inter = (gpn * (n - gpn) / n) / (1000.0 * net) if nn > 1 and net else 0.0
+        t_inter = (gpn * (n - gpn) / n) / (1000.0 * net * profile.alltoall_efficiency) if nn > 1 and net else 0.0
         return max(t_intra, t_inter)
-    bw = g.p2p_bw or intra
     if nn > 1 and g.nic_bw:
-        bw = min(bw, g.nic_bw) if gpn > 1 else g.nic_bw
+        # a node boundary crosses one NIC at the point-to-point efficiency
+        nic = g.nic_bw * profile.p2p_efficiency
+        bw = min(g.p2p_bw or nic, nic) if gpn > 1 else nic
+    else:
+        bw = g.p2p_bw or intra
     return 1.0 / (1000.0 * bw)
 
 
@@ -317,18 +322,7 @@ def terms(g: CommGraph, coll: str, algo: str, proto: Optional[str], size: int, p
     achievable fields :func:`apply` set).  ``table``: ``tuning_table(g, coll, achievable=True)``
     when the caller has it."""
     if coll in ("all_to_all", "send_recv"):
-        per_byte = p2p_seconds_per_byte(g, coll)
-        if coll == "all_to_all" and g.n_nodes > 1:
-            # the node's share leaves at the all_to_all efficiency of the network
-            n, gpn = g.n_ranks, g.gpus_per_node
-            t_intra = ((gpn - 1) / n) / (1000.0 * (g.gpu_bw or g.ring_bus_bw or g.channels * g.bw_intra)) if gpn > 1 else 0.0
-            net = g.p2p_net_bw or g.node_net_bw
-            t_inter = (gpn * (n - gpn) / n) / (1000.0 * net * profile.alltoall_efficiency) if net else 0.0
-            per_byte = max(t_intra, t_inter)
-        elif coll == "send_recv" and g.n_nodes > 1 and g.nic_bw:
-            nic = g.nic_bw * profile.p2p_efficiency
-            bw = min(g.p2p_bw or nic, nic) if g.gpus_per_node > 1 else nic
-            per_byte = 1.0 / (1000.0 * bw)
+        per_byte = p2p_seconds_per_byte(g, coll, profile)
         return Terms(p2p_latency(g, coll), net_steps(g, coll, "p2p"), size * per_byte, size,
                      all_steps(g, coll, "p2p"))
     if table is None:
