@@ -339,14 +339,14 @@ def _graphs(doc, nodes: int, gpus_per_node: Optional[int], fabric_gbps: Optional
     p2p_n_nics = p2p_line = None
     if multi_ref:
         rate = {name: r for name, r, _ in f.nics}
-        for n in comm.p2p_nets():      # NCCL fuses a dual-port NIC's ports into one device "a+b"
+        p2p = []          # the line rate of each: a NIC of tray h is ``name@h``, NCCL's fused ports ``a+b``
+        for n in comm.p2p_nets():
             parts = n.split("@")[0].split("+")
-            if len(parts) > 1 and all(p in rate for p in parts):
-                rate[n.split("@")[0]] = sum(rate[p] for p in parts)
-        p2p = [n for n in comm.p2p_nets() if n.split("@")[0] in rate]
+            if all(p in rate for p in parts):
+                p2p.append(sum(rate[p] for p in parts))
         if p2p:
             p2p_n_nics = len(p2p)
-            p2p_line = None if fabric_gbps is not None else min(rate[n.split("@")[0]] for n in p2p)
+            p2p_line = None if fabric_gbps is not None else min(p2p)
     if nodes > 1 and fabric_gbps is None and f.nics:
         top = max(r for _, r, _ in f.nics)
         carrying = used_names or {name for name, r, _ in f.nics if r >= top / 2}   # the NICs the job's traffic takes
