@@ -108,15 +108,17 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
             sizes[d] = sizes.get(d, 0) + 1
         nvlink_domain = min(sizes.values())
     model_specs.use_nvlink_domain(view, nvlink_domain)
+    selection = None
     if cluster is not None and nodes > 1 and hosts_pool is not None:
         # one choice of nodes: those select --nodes picks (one NVLink domain, else one leaf, else the lowest
         # switch with room), which the host order lays out and whose leaves set the estimate's network rate
         from gpucomm.planners.placement.select import select_nodes
 
         try:
-            picked = [h for h in select_nodes(cluster, nodes)["nodes"] if h in hosts_pool]
+            selection = select_nodes(cluster, nodes)
         except (InputError, PlanInfeasible):
-            picked = []
+            pass
+        picked = [h for h in (selection or {}).get("nodes") or [] if h in hosts_pool]
         if len(picked) == nodes:
             hosts_pool = picked
     cost_opts: dict = {}
@@ -128,7 +130,7 @@ def build_full_plan(doc: Union[Topology, dict, None], *, nodes: Optional[int] = 
         from gpucomm.planners.placement.select import cluster_network
 
         try:
-            net = cluster_network(cluster, nodes, topo)
+            net = cluster_network(cluster, nodes, topo, selection)
         except (InputError, PlanInfeasible) as e:
             net = {"fabric_gbps": None}
             warnings.append(f"--cluster: the estimate uses the node's own NICs ({e})")

@@ -432,12 +432,13 @@ def node_nic_gbps(topo) -> Optional[float]:
     return sum((n.rate_gbps or 0) for n in compute_nics(nics).values() if n.rdma) or None
 
 
-def cluster_network(cluster, nodes: int, topo) -> dict:
+def cluster_network(cluster, nodes: int, topo, selection: Optional[dict] = None) -> dict:
     """What one NIC delivers to a job of ``nodes`` nodes of ``cluster`` (picked as :func:`select_nodes`
-    picks them): the slower of the node's NIC (``topo``: a :class:`Topology` or a document) and the
-    fabric's host link, times the leaf uplinks' share when the nodes span leaves.  -> {"nodes",
-    "fabric_gbps" (None: the topology's own NIC rate), "note", "selection"}."""
-    sel = select_nodes(cluster, nodes)
+    picks them; ``selection``: its answer, where the caller has it): the slower of the node's NIC
+    (``topo``: a :class:`Topology` or a document) and the fabric's host link, times the leaf uplinks'
+    share when the nodes span leaves.  -> {"nodes", "fabric_gbps" (None: the topology's own NIC rate),
+    "note", "selection"}."""
+    sel = selection if selection is not None else select_nodes(cluster, nodes)
     rates = [n.rate_gbps for n in compute_nics({n.name: n for n in Topology.of(topo).nics}).values() if n.rdma]
     per_nic = max((r for r in rates if r), default=None)
     link = None
